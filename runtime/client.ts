@@ -1,0 +1,275 @@
+// A client of one endpoint: watches its instances and sends requests to them by
+// round robin, at random, or to a named instance.
+
+import type { Context } from "./context.ts";
+import type { Discovery } from "./discovery/mod.ts";
+import { DynamoError, NoInstancesError, TimeoutError } from "./errors.ts";
+import type { Logger } from "./logger.ts";
+import { instancePrefix, parseInstanceRecord, recordSubject } from "./names.ts";
+import { openStream, type ResponseStream } from "./stream.ts";
+import type { RequestPlane } from "./transport/mod.ts";
+
+/** Options of a request sent through a {@linkcode Client}. */
+export interface GenerateOptions {
+  /** The request's context (its id becomes the request id); stopping it stops the worker. */
+  context?: Context;
+  /** Aborting cancels the request (the worker's context is stopped). */
+  signal?: AbortSignal;
+}
+
+/** Options of {@linkcode Client.waitForInstances}. */
+export interface WaitForInstancesOptions {
+  signal?: AbortSignal;
+  /** Deadline in ms (default: none besides `signal`). */
+  timeoutMs?: number;
+  /** How many instances to wait for (default 1). */
+  count?: number;
+}
+
+/** @internal What a client needs from its runtime. */
+export interface ClientDeps {
+  discovery: Discovery;
+  plane: RequestPlane;
+  logger: Logger;
+  connectTimeoutMs: number;
+}
+
+/** How long an instance that did not answer is skipped before discovery is trusted again. */
+const DOWN_MS = 2000;
+
+/**
+ * A client of one endpoint. Get one with `endpoint.client()`.
+ *
+ * @example
+ * ```ts
+ * const client = await runtime.namespace("ns").component("backend").endpoint("generate").client();
+ * await client.waitForInstances({ timeoutMs: 5000 });
+ * for await (const item of await client.generate({ text: "hello world" })) console.log(item);
+ * ```
+ */
+export class Client {
+  /** `namespace/component/endpoint`. */
+  readonly path: string;
+  readonly #deps: ClientDeps;
+  readonly #prefix: string;
+  readonly #instances = new Map<string, string>(); // id -> subject
+  readonly #down = new Map<string, number>(); // id -> skip until (ms)
+  #ids: string[] = [];
+  #next = 0;
+  #waiters = new Set<() => void>();
+  #stop = new AbortController();
+  #watching: Promise<void> | undefined;
+
+  /** @internal use `endpoint.client()` */
+  constructor(deps: ClientDeps, namespace: string, component: string, endpoint: string) {
+    this.#deps = deps;
+    this.path = `${namespace}/${component}/${endpoint}`;
+    this.#prefix = instancePrefix(namespace, component, endpoint);
+  }
+
+  /** @internal Starts watching; resolves once the current instances are known. */
+  start(): Promise<void> {
+    let synced!: () => void;
+    let failed!: (err: unknown) => void;
+    const ready = new Promise<void>((resolve, reject) => ((synced = resolve), (failed = reject)));
+    this.#watching = this.#watch(synced).then(
+      () => failed(new DynamoError(`watch of ${this.path} ended before it synced`)),
+      (err) => failed(err),
+    );
+    return ready;
+  }
+
+  async #watch(synced: () => void): Promise<void> {
+    let backoff = 100;
+    while (!this.#stop.signal.aborted) {
+      // Each (re)started watch begins with a snapshot, collected apart and swapped in whole
+      // at "synced", so a reconnect does not flap the instance list.
+      let snapshot: Map<string, string> | undefined = new Map();
+      try {
+        for await (
+          const ev of this.#deps.discovery.watch(this.#prefix, { signal: this.#stop.signal })
+        ) {
+          backoff = 100;
+          if (ev.type === "synced") {
+            this.#instances.clear();
+            for (const [id, subject] of snapshot ?? []) this.#instances.set(id, subject);
+            snapshot = undefined;
+            synced();
+          } else {
+            const id = ev.key.slice(this.#prefix.length);
+            const target = snapshot ?? this.#instances;
+            if (ev.type === "put") {
+              const rec = parseInstanceRecord(ev.value);
+              if (!rec) {
+                this.#deps.logger.warn("ignoring malformed instance record", { key: ev.key });
+                continue;
+              }
+              target.set(id, recordSubject(rec));
+            } else {
+              target.delete(id);
+            }
+            this.#down.delete(id);
+            if (snapshot) continue;
+          }
+          this.#ids = [...this.#instances.keys()].sort();
+          for (const wake of [...this.#waiters]) wake();
+        }
+      } catch (err) {
+        if (this.#stop.signal.aborted) return;
+        this.#deps.logger.warn("instance watch failed; retrying", {
+          endpoint: this.path,
+          error: String(err),
+        });
+      }
+      if (this.#stop.signal.aborted) return;
+      await new Promise((r) => setTimeout(r, backoff));
+      backoff = Math.min(backoff * 2, 2000);
+    }
+  }
+
+  /** Ids of the instances known now, sorted. */
+  instanceIds(): string[] {
+    return [...this.#ids];
+  }
+
+  /**
+   * Resolves with the instance ids once at least `count` (default 1) are known.
+   * @throws {TimeoutError} `timeoutMs` passed first
+   */
+  waitForInstances(options: WaitForInstancesOptions = {}): Promise<string[]> {
+    const { signal, timeoutMs, count = 1 } = options;
+    signal?.throwIfAborted();
+    if (this.#ids.length >= count) return Promise.resolve(this.instanceIds());
+    return new Promise((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const done = () => {
+        this.#waiters.delete(check);
+        signal?.removeEventListener("abort", onAbort);
+        clearTimeout(timer);
+      };
+      const check = () => {
+        if (this.#ids.length >= count) {
+          done();
+          resolve(this.instanceIds());
+        }
+      };
+      const onAbort = () => {
+        done();
+        reject(signal!.reason);
+      };
+      this.#waiters.add(check);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          done();
+          reject(
+            new TimeoutError(
+              `no ${count} instance(s) of ${this.path} within ${timeoutMs} ms (have ${this.#ids.length})`,
+            ),
+          );
+        }, timeoutMs);
+      }
+    });
+  }
+
+  /** Sends to the next instance in round-robin order (the default routing). */
+  generate<T = unknown>(
+    request: unknown,
+    options: GenerateOptions = {},
+  ): Promise<ResponseStream<T>> {
+    return this.roundRobin<T>(request, options);
+  }
+
+  /** Sends to the next instance in round-robin order. */
+  roundRobin<T = unknown>(
+    request: unknown,
+    options: GenerateOptions = {},
+  ): Promise<ResponseStream<T>> {
+    return this.#routed<T>(request, options, (ids) => ids[this.#next++ % ids.length]!);
+  }
+
+  /** Sends to an instance picked uniformly at random. */
+  random<T = unknown>(request: unknown, options: GenerateOptions = {}): Promise<ResponseStream<T>> {
+    return this.#routed<T>(request, options, (ids) => ids[Math.floor(Math.random() * ids.length)]!);
+  }
+
+  /**
+   * Sends to one named instance.
+   * @throws {NoInstancesError} the instance is not (or no longer) known
+   */
+  direct<T = unknown>(
+    request: unknown,
+    instanceId: string,
+    options: GenerateOptions = {},
+  ): Promise<ResponseStream<T>> {
+    const subject = this.#instances.get(instanceId);
+    if (subject === undefined) return Promise.reject(new NoInstancesError(this.path, instanceId));
+    return this.#send<T>(subject, instanceId, request, options);
+  }
+
+  async #routed<T>(
+    request: unknown,
+    options: GenerateOptions,
+    pick: (ids: string[]) => string,
+  ): Promise<ResponseStream<T>> {
+    // An instance that did not answer (died before discovery noticed) is skipped and the
+    // request, never accepted by anyone, goes to another one.
+    const tried = new Set<string>();
+    for (;;) {
+      const ids = this.#available().filter((id) => !tried.has(id));
+      if (ids.length === 0) throw new NoInstancesError(this.path);
+      const id = pick(ids);
+      tried.add(id);
+      try {
+        return await this.#send<T>(this.#instances.get(id)!, id, request, options);
+      } catch (err) {
+        if (!(err instanceof NoInstancesError)) throw err;
+      }
+    }
+  }
+
+  #available(): string[] {
+    if (this.#down.size === 0) return this.#ids;
+    const now = Date.now();
+    return this.#ids.filter((id) => {
+      const until = this.#down.get(id);
+      if (until === undefined) return true;
+      if (until > now) return false;
+      this.#down.delete(id);
+      return true;
+    });
+  }
+
+  async #send<T>(
+    subject: string,
+    id: string,
+    request: unknown,
+    options: GenerateOptions,
+  ): Promise<ResponseStream<T>> {
+    try {
+      return await openStream<T>(this.#deps.plane, subject, id, request, {
+        context: options.context,
+        signal: options.signal,
+        connectTimeoutMs: this.#deps.connectTimeoutMs,
+      });
+    } catch (err) {
+      if (err instanceof NoInstancesError) {
+        this.reportInstanceDown(id);
+        throw new NoInstancesError(this.path, id);
+      }
+      throw err;
+    }
+  }
+
+  /** Skips `instanceId` for a while (it failed to answer); discovery will confirm or clear it. */
+  reportInstanceDown(instanceId: string): void {
+    this.#down.set(instanceId, Date.now() + DOWN_MS);
+  }
+
+  /** Stops watching. */
+  async close(): Promise<void> {
+    this.#stop.abort();
+    for (const wake of [...this.#waiters]) wake();
+    await this.#watching;
+  }
+}

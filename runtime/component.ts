@@ -1,0 +1,287 @@
+// Namespace -> component -> endpoint: the names a worker registers under, and the
+// endpoint's two faces: serveEndpoint() (worker) and client() (caller).
+
+import { Client } from "./client.ts";
+import type { Context } from "./context.ts";
+import type { Discovery } from "./discovery/mod.ts";
+import { DynamoError, InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
+import type { Logger } from "./logger.ts";
+import { instanceKey, type InstanceRecord, instanceSubject, validateName } from "./names.ts";
+import { type Handler, serveRequest } from "./stream.ts";
+import { decodeRequest, type RequestHeader, type RequestPlane } from "./transport/mod.ts";
+
+/** @internal What namespaces, components and endpoints need from their runtime. */
+export interface RuntimeInternals {
+  readonly discovery: Discovery;
+  readonly plane: RequestPlane;
+  readonly logger: Logger;
+  /** This process's instance id (lowercase hex). */
+  readonly instanceId: string;
+  /** Aborts when the runtime starts shutting down. */
+  readonly shutdownSignal: AbortSignal;
+  readonly connectTimeoutMs: number;
+  /** Puts `key` on the runtime's lease, and again on every new lease after a loss. */
+  registerKey(key: string, value: string): Promise<void>;
+  /** Deletes a key put with registerKey. */
+  unregisterKey(key: string): Promise<void>;
+  /** Tracks work the runtime's shutdown must wait for. */
+  track(task: Promise<unknown>): void;
+  /** Tracks clients to close at shutdown. */
+  trackClient(client: Client): void;
+}
+
+/** A pipeline's name space. */
+export class Namespace {
+  readonly name: string;
+  readonly #rt: RuntimeInternals;
+
+  /** @internal use `runtime.namespace(name)` */
+  constructor(rt: RuntimeInternals, name: string) {
+    this.#rt = rt;
+    this.name = validateName("namespace", name);
+  }
+
+  /** A load-balanced service in this namespace. */
+  component(name: string): Component {
+    return new Component(this.#rt, this, name);
+  }
+}
+
+/** A load-balanced service of a namespace ("backend", "prefill", ...). */
+export class Component {
+  readonly name: string;
+  readonly namespace: Namespace;
+  readonly #rt: RuntimeInternals;
+
+  /** @internal use `namespace.component(name)` */
+  constructor(rt: RuntimeInternals, namespace: Namespace, name: string) {
+    this.#rt = rt;
+    this.namespace = namespace;
+    this.name = validateName("component", name);
+  }
+
+  /** `namespace/component`. */
+  get path(): string {
+    return `${this.namespace.name}/${this.name}`;
+  }
+
+  /** @internal the runtime this component belongs to */
+  get runtimeInternals(): RuntimeInternals {
+    return this.#rt;
+  }
+
+  /**
+   * Declares the service (the seeds call this before serving). Records it in discovery
+   * under the runtime's lease, so tools can list live components.
+   */
+  async createService(): Promise<Component> {
+    if (this.#rt.shutdownSignal.aborted) {
+      throw new RuntimeShutdownError("the runtime is shutting down");
+    }
+    await this.#rt.registerKey(
+      `v1/components/${this.namespace.name}/${this.name}/${this.#rt.instanceId}`,
+      JSON.stringify({
+        namespace: this.namespace.name,
+        component: this.name,
+        instance_id: this.#rt.instanceId,
+      }),
+    );
+    return this;
+  }
+
+  /** An endpoint of this component ("generate", "load_metrics", ...). */
+  endpoint(name: string): Endpoint {
+    return new Endpoint(this.#rt, this, name);
+  }
+}
+
+/** Options of {@linkcode Endpoint.serveEndpoint}. */
+export interface ServeEndpointOptions {
+  /**
+   * At shutdown, let in-flight requests finish (up to `shutdownTimeoutMs`) instead of
+   * killing them (default true). Killed requests end without a sentinel, so callers may
+   * migrate them.
+   */
+  gracefulShutdown?: boolean;
+  /** Deadline for in-flight requests at a graceful shutdown, in ms (default 30000). */
+  shutdownTimeoutMs?: number;
+  /** Stops serving this endpoint when aborted. */
+  signal?: AbortSignal;
+}
+
+/** An endpoint: what a worker serves and a client calls. */
+export class Endpoint {
+  readonly name: string;
+  readonly component: Component;
+  readonly #rt: RuntimeInternals;
+
+  /** @internal use `component.endpoint(name)` */
+  constructor(rt: RuntimeInternals, component: Component, name: string) {
+    this.#rt = rt;
+    this.component = component;
+    this.name = validateName("endpoint", name);
+  }
+
+  /** `namespace/component/endpoint`. */
+  get path(): string {
+    return `${this.component.path}/${this.name}`;
+  }
+
+  /** This process's instance id for the endpoint. */
+  get instanceId(): string {
+    return this.#rt.instanceId;
+  }
+
+  /** The request-plane subject of this process's instance. */
+  get subject(): string {
+    return instanceSubject(
+      this.component.namespace.name,
+      this.component.name,
+      this.name,
+      this.#rt.instanceId,
+    );
+  }
+
+  /**
+   * Serves `handler` on this endpoint and registers the instance in discovery. Resolves
+   * when the endpoint stops: the runtime shut down or `options.signal` aborted.
+   *
+   * @param handler `(request, context) => AsyncIterable`; the context argument is optional
+   * @throws {RuntimeShutdownError} the runtime is shutting down
+   *
+   * @example
+   * ```ts
+   * await endpoint.serveEndpoint(async function* (req: { text: string }) {
+   *   for (const word of req.text.split(" ")) yield word;
+   * });
+   * ```
+   */
+  async serveEndpoint(handler: Handler<never>, options: ServeEndpointOptions = {}): Promise<void> {
+    if (typeof handler !== "function") {
+      throw new InvalidArgumentError(
+        `serveEndpoint needs a handler function, got ${typeof handler}`,
+      );
+    }
+    const rt = this.#rt;
+    if (rt.shutdownSignal.aborted) throw new RuntimeShutdownError("the runtime is shutting down");
+    options.signal?.throwIfAborted();
+    const ns = this.component.namespace.name;
+    const key = instanceKey(ns, this.component.name, this.name, rt.instanceId);
+    const subject = this.subject;
+    const log = rt.logger.child({ endpoint: this.path });
+    const inflight = new Set<Promise<void>>();
+    const contexts = new Set<Context>();
+
+    const onRequest = (payload: Uint8Array) => {
+      const task = this.#handle(payload, handler as Handler, log, contexts);
+      inflight.add(task);
+      task.finally(() => inflight.delete(task));
+    };
+    const sub = await rt.plane.serve(subject, onRequest);
+    const record: InstanceRecord = {
+      namespace: ns,
+      component: this.component.name,
+      endpoint: this.name,
+      instance_id: rt.instanceId,
+      transport: rt.plane.kind === "nats" ? { nats_tcp: subject } : { local: subject },
+    };
+    try {
+      await rt.registerKey(key, JSON.stringify(record));
+    } catch (err) {
+      await sub.unsubscribe();
+      throw new DynamoError(`cannot register ${this.path}: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+    log.info("serving", { instance: rt.instanceId, subject });
+
+    const stopped = Promise.withResolvers<void>();
+    const stop = () => stopped.resolve();
+    rt.shutdownSignal.addEventListener("abort", stop, { once: true });
+    options.signal?.addEventListener("abort", stop, { once: true });
+    const done = (async () => {
+      await stopped.promise;
+      rt.shutdownSignal.removeEventListener("abort", stop);
+      options.signal?.removeEventListener("abort", stop);
+      // Leave discovery first so callers stop routing here, then stop taking requests.
+      await rt.unregisterKey(key).catch((err) =>
+        log.warn("unregister failed", { error: String(err) })
+      );
+      await sub.unsubscribe().catch(() => {});
+      const graceful = options.gracefulShutdown ?? true;
+      if (!graceful) { for (const ctx of contexts) ctx.kill(); }
+      if (inflight.size > 0) {
+        log.info("waiting for in-flight requests", { count: inflight.size, graceful });
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const deadline = new Promise<"timeout">((
+          r,
+        ) => (timer = setTimeout(() => r("timeout"), options.shutdownTimeoutMs ?? 30_000)));
+        const result = await Promise.race([Promise.allSettled([...inflight]), deadline]);
+        clearTimeout(timer);
+        if (result === "timeout") {
+          log.warn("in-flight requests outlived the shutdown deadline; killing them", {
+            count: inflight.size,
+          });
+          for (const ctx of contexts) ctx.kill();
+        }
+      }
+      log.info("stopped");
+    })();
+    rt.track(done);
+    await done;
+  }
+
+  async #handle(
+    payload: Uint8Array,
+    handler: Handler,
+    log: Logger,
+    contexts: Set<Context>,
+  ): Promise<void> {
+    let header: RequestHeader;
+    let body: unknown;
+    try {
+      ({ header, body } = decodeRequest(payload));
+    } catch (err) {
+      log.warn("dropping malformed request", { error: String(err) });
+      return;
+    }
+    let conn;
+    try {
+      conn = await this.#rt.plane.dial(header.connection_info);
+    } catch (err) {
+      log.warn("cannot reach the caller", { request: header.id, error: String(err) });
+      return;
+    }
+    let ctx: Context | undefined;
+    try {
+      await serveRequest(conn, header, body, handler, {
+        logger: log,
+        onContext: (c) => contexts.add(ctx = c),
+      });
+    } finally {
+      if (ctx) contexts.delete(ctx);
+    }
+  }
+
+  /**
+   * A client of this endpoint, already watching its instances.
+   */
+  async client(): Promise<Client> {
+    const rt = this.#rt;
+    if (rt.shutdownSignal.aborted) throw new RuntimeShutdownError("the runtime is shutting down");
+    const client = new Client(
+      {
+        discovery: rt.discovery,
+        plane: rt.plane,
+        logger: rt.logger,
+        connectTimeoutMs: rt.connectTimeoutMs,
+      },
+      this.component.namespace.name,
+      this.component.name,
+      this.name,
+    );
+    await client.start();
+    rt.trackClient(client);
+    return client;
+  }
+}

@@ -1,0 +1,333 @@
+// DistributedRuntime: one per process. Holds the discovery client and its lease (whose id
+// is the instance id), the request plane, and the shutdown sequence.
+
+import type { Client } from "./client.ts";
+import { Namespace, type RuntimeInternals } from "./component.ts";
+import {
+  type Discovery,
+  EtcdDiscovery,
+  type Lease,
+  MemoryDiscovery,
+  MemoryStore,
+} from "./discovery/mod.ts";
+import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
+import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
+import {
+  LocalHub,
+  LocalRequestPlane,
+  NatsRequestPlane,
+  type RequestPlane,
+} from "./transport/mod.ts";
+
+/** In-process state shared by runtimes of the embedded default (one per "cluster"). */
+export class EmbeddedCluster {
+  readonly store: MemoryStore = new MemoryStore();
+  readonly hub: LocalHub = new LocalHub();
+}
+
+/** Options of {@linkcode DistributedRuntime.connect}. */
+export interface DistributedRuntimeOptions {
+  /** "etcd", "memory" (default), or a Discovery of your own. */
+  discovery?: "etcd" | "memory" | Discovery;
+  /** "nats", "local" (default), or a RequestPlane of your own. */
+  requestPlane?: "nats" | "local" | RequestPlane;
+  /** etcd endpoints (default ["http://127.0.0.1:2379"]). */
+  etcdEndpoints?: string | string[];
+  /** etcd password authentication. */
+  etcdAuth?: { username: string; password: string };
+  /** NATS server(s) (default "nats://127.0.0.1:4222"). */
+  natsServer?: string | string[];
+  /** NATS credentials. */
+  natsAuth?: { user?: string; pass?: string; token?: string };
+  /** Lease TTL in seconds (default 10). */
+  leaseTtlSeconds?: number;
+  /** Host the response-stream listener binds and advertises (default "127.0.0.1"). */
+  tcpHost?: string;
+  /** Shared in-process state for memory/local backends (default: a new one). */
+  embedded?: EmbeddedCluster;
+  /** Deadline for a worker to acknowledge and call back, in ms (default 5000). */
+  connectTimeoutMs?: number;
+  logger?: Logger;
+}
+
+/** Options of {@linkcode DistributedRuntime.fromEnv}. */
+export interface FromEnvOptions
+  extends Omit<DistributedRuntimeOptions, "discovery" | "requestPlane"> {
+  /** Environment to read (default `Deno.env.toObject()`). */
+  env?: Record<string, string | undefined>;
+}
+
+/**
+ * The distributed runtime of one process.
+ *
+ * @example
+ * ```ts
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const endpoint = runtime.namespace("ns").component("backend").endpoint("generate");
+ * ```
+ */
+export class DistributedRuntime {
+  readonly discovery: Discovery;
+  readonly plane: RequestPlane;
+  readonly logger: Logger;
+  /** This process's instance id: the first lease's id, in lowercase hex. */
+  readonly instanceId: string;
+  readonly #internals: RuntimeInternals;
+  #lease: Lease;
+  readonly #keys = new Map<string, string>();
+  readonly #shutdown = new AbortController();
+  readonly #tasks = new Set<Promise<unknown>>();
+  readonly #clients = new Set<Client>();
+  #shutdownDone: Promise<void> | undefined;
+  #recovering: Promise<void> | undefined;
+
+  private constructor(
+    discovery: Discovery,
+    plane: RequestPlane,
+    lease: Lease,
+    logger: Logger,
+    connectTimeoutMs: number,
+  ) {
+    this.discovery = discovery;
+    this.plane = plane;
+    this.logger = logger;
+    this.#lease = lease;
+    this.instanceId = lease.id;
+    this.#watchLease(lease);
+    // deno-lint-ignore no-this-alias
+    const self = this;
+    this.#internals = {
+      discovery,
+      plane,
+      logger,
+      instanceId: lease.id,
+      shutdownSignal: this.#shutdown.signal,
+      connectTimeoutMs,
+      registerKey: (k, v) => self.#registerKey(k, v),
+      unregisterKey: (k) => self.#unregisterKey(k),
+      track: (task) => {
+        self.#tasks.add(task);
+        task.finally(() => self.#tasks.delete(task)).catch(() => {});
+      },
+      trackClient: (c) => void self.#clients.add(c),
+    };
+  }
+
+  /**
+   * Builds a runtime from explicit options.
+   * @throws {InvalidArgumentError} bad options
+   * @throws {DynamoError} a backend could not be reached
+   */
+  static async connect(options: DistributedRuntimeOptions = {}): Promise<DistributedRuntime> {
+    const logger = options.logger ?? silentLogger;
+    const ttl = options.leaseTtlSeconds ?? 10;
+    if (!Number.isInteger(ttl) || ttl < 1) {
+      throw new InvalidArgumentError(`leaseTtlSeconds must be a whole number >= 1, got ${ttl}`);
+    }
+    const embedded = options.embedded ?? new EmbeddedCluster();
+    const discovery = makeDiscovery(options, embedded);
+    let plane: RequestPlane;
+    try {
+      plane = await makePlane(options, embedded);
+    } catch (err) {
+      await discovery.close();
+      throw err;
+    }
+    let lease: Lease;
+    try {
+      lease = await discovery.grantLease(ttl);
+    } catch (err) {
+      await plane.close();
+      await discovery.close();
+      throw err;
+    }
+    const rt = new DistributedRuntime(
+      discovery,
+      plane,
+      lease,
+      logger,
+      options.connectTimeoutMs ?? 5000,
+    );
+    logger.debug("runtime connected", {
+      discovery: discovery.kind,
+      plane: plane.kind,
+      instance: lease.id,
+    });
+    return rt;
+  }
+
+  /**
+   * Builds a runtime from the environment: with `ETCD_ENDPOINTS` or `NATS_SERVER` set,
+   * etcd + NATS (the unset one at its local default); otherwise the embedded default.
+   * Also reads `DYN_LEASE_TTL`, `DYN_TCP_RPC_HOST`, `DYN_LOG` (level) and `DYN_LOG_JSON`,
+   * `ETCD_USERNAME`/`ETCD_PASSWORD`, `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`.
+   */
+  static fromEnv(options: FromEnvOptions = {}): Promise<DistributedRuntime> {
+    const env = options.env ?? Deno.env.toObject();
+    const real = Boolean(env.ETCD_ENDPOINTS || env.NATS_SERVER);
+    const opts: DistributedRuntimeOptions = { ...options };
+    opts.discovery = real ? "etcd" : "memory";
+    opts.requestPlane = real ? "nats" : "local";
+    if (env.ETCD_ENDPOINTS) {
+      opts.etcdEndpoints = env.ETCD_ENDPOINTS.split(",").map((s) => s.trim()).filter(Boolean);
+    }
+    if (env.NATS_SERVER) {
+      opts.natsServer = env.NATS_SERVER.split(",").map((s) => s.trim()).filter(Boolean);
+    }
+    if (env.DYN_LEASE_TTL) opts.leaseTtlSeconds = Number(env.DYN_LEASE_TTL);
+    if (env.DYN_TCP_RPC_HOST) opts.tcpHost = env.DYN_TCP_RPC_HOST;
+    if (env.ETCD_USERNAME) {
+      opts.etcdAuth = { username: env.ETCD_USERNAME, password: env.ETCD_PASSWORD ?? "" };
+    }
+    if (env.NATS_USER || env.NATS_TOKEN) {
+      opts.natsAuth = { user: env.NATS_USER, pass: env.NATS_PASSWORD, token: env.NATS_TOKEN };
+    }
+    if (!options.logger) {
+      const level = (env.DYN_LOG ?? "info") as LogLevel;
+      if (!["debug", "info", "warn", "error"].includes(level)) {
+        throw new InvalidArgumentError(
+          `DYN_LOG must be debug, info, warn or error, got "${level}"`,
+        );
+      }
+      opts.logger = createLogger({
+        level,
+        json: env.DYN_LOG_JSON === "1" || env.DYN_LOG_JSON === "true",
+      });
+    }
+    return DistributedRuntime.connect(opts);
+  }
+
+  /** A namespace (a pipeline). */
+  namespace(name: string): Namespace {
+    return new Namespace(this.#internals, name);
+  }
+
+  /** Aborts when shutdown begins. */
+  get shutdownSignal(): AbortSignal {
+    return this.#shutdown.signal;
+  }
+
+  /** The lease the runtime's keys live on now (a new one after a loss). */
+  get leaseId(): string {
+    return this.#lease.id;
+  }
+
+  /** @internal */
+  get internals(): RuntimeInternals {
+    return this.#internals;
+  }
+
+  async #registerKey(key: string, value: string): Promise<void> {
+    if (this.#shutdown.signal.aborted) {
+      throw new RuntimeShutdownError("the runtime is shutting down");
+    }
+    this.#keys.set(key, value);
+    await this.discovery.put(key, value, { lease: this.#lease });
+  }
+
+  async #unregisterKey(key: string): Promise<void> {
+    this.#keys.delete(key);
+    await this.discovery.delete(key);
+  }
+
+  #watchLease(lease: Lease): void {
+    lease.lost.addEventListener("abort", () => {
+      if (this.#shutdown.signal.aborted || lease !== this.#lease) return;
+      this.logger.warn("lease lost; re-registering", {
+        lease: lease.id,
+        reason: String(lease.lost.reason),
+      });
+      this.#recovering ??= this.#recover().finally(() => (this.#recovering = undefined));
+    }, { once: true });
+  }
+
+  /** Grants a new lease (retrying until discovery answers) and puts every key back on it. */
+  async #recover(): Promise<void> {
+    let delay = 250;
+    while (!this.#shutdown.signal.aborted) {
+      try {
+        const lease = await this.discovery.grantLease(this.#lease.ttlSeconds);
+        if (this.#shutdown.signal.aborted) {
+          await lease.revoke().catch(() => {});
+          return;
+        }
+        this.#lease = lease;
+        this.#watchLease(lease);
+        for (const [k, v] of this.#keys) await this.discovery.put(k, v, { lease });
+        this.logger.info("re-registered after lease loss", {
+          lease: lease.id,
+          keys: this.#keys.size,
+        });
+        return;
+      } catch (err) {
+        this.logger.debug("discovery not back yet", { error: String(err) });
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(delay * 2, 2000);
+      }
+    }
+  }
+
+  /**
+   * Shuts down: endpoints leave discovery and stop taking requests, in-flight requests
+   * finish (or are killed, per endpoint), clients stop, the lease is revoked, connections
+   * close. Idempotent; every call resolves when shutdown is complete.
+   */
+  shutdown(): Promise<void> {
+    this.#shutdownDone ??= this.#doShutdown();
+    return this.#shutdownDone;
+  }
+
+  async #doShutdown(): Promise<void> {
+    this.#shutdown.abort(new RuntimeShutdownError("runtime shut down"));
+    await Promise.allSettled([...this.#tasks]);
+    await Promise.allSettled([...this.#clients].map((c) => c.close()));
+    await this.#recovering;
+    try {
+      await this.#lease.revoke();
+    } catch (err) {
+      this.logger.warn("lease revoke failed; it will expire", { error: String(err) });
+    }
+    await this.plane.close().catch((err) =>
+      this.logger.warn("request plane close failed", { error: String(err) })
+    );
+    await this.discovery.close().catch((err) =>
+      this.logger.warn("discovery close failed", { error: String(err) })
+    );
+  }
+}
+
+function makeDiscovery(options: DistributedRuntimeOptions, embedded: EmbeddedCluster): Discovery {
+  const d = options.discovery ?? "memory";
+  if (typeof d === "object") return d;
+  if (d === "memory") return new MemoryDiscovery(embedded.store);
+  if (d === "etcd") {
+    const endpoints = options.etcdEndpoints ?? ["http://127.0.0.1:2379"];
+    return new EtcdDiscovery({
+      endpoints: (Array.isArray(endpoints) ? endpoints : [endpoints]).map((
+        e,
+      ) => (/^https?:\/\//.test(e) ? e : `http://${e}`)),
+      auth: options.etcdAuth,
+      callTimeoutMs: options.connectTimeoutMs,
+    });
+  }
+  throw new InvalidArgumentError(`discovery must be "etcd" or "memory", got ${JSON.stringify(d)}`);
+}
+
+async function makePlane(
+  options: DistributedRuntimeOptions,
+  embedded: EmbeddedCluster,
+): Promise<RequestPlane> {
+  const p = options.requestPlane ?? "local";
+  if (typeof p === "object") return p;
+  if (p === "local") return new LocalRequestPlane(embedded.hub);
+  if (p === "nats") {
+    return await NatsRequestPlane.connect({
+      servers: options.natsServer ?? "nats://127.0.0.1:4222",
+      ...options.natsAuth,
+      tcp: { hostname: options.tcpHost ?? "127.0.0.1" },
+    });
+  }
+  throw new InvalidArgumentError(
+    `requestPlane must be "nats" or "local", got ${JSON.stringify(p)}`,
+  );
+}

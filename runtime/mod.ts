@@ -1,0 +1,40 @@
+/**
+ * The distributed runtime: namespaces, components, endpoints, clients, contexts, and
+ * the discovery and request planes under them.
+ * @module
+ */
+
+export {
+  DistributedRuntime,
+  type DistributedRuntimeOptions,
+  EmbeddedCluster,
+  type FromEnvOptions,
+} from "./distributed_runtime.ts";
+export { dynamoWorker, type DynamoWorkerOptions } from "./worker.ts";
+export { Component, Endpoint, Namespace, type ServeEndpointOptions } from "./component.ts";
+export { Client, type GenerateOptions, type WaitForInstancesOptions } from "./client.ts";
+export { Context, type StopReason } from "./context.ts";
+export type { Handler, ResponseStream } from "./stream.ts";
+export * from "./errors.ts";
+export {
+  createLogger,
+  type CreateLoggerOptions,
+  type Logger,
+  type LogLevel,
+  silentLogger,
+} from "./logger.ts";
+export {
+  type Discovery,
+  EtcdDiscovery,
+  type KeyValue,
+  type Lease,
+  MemoryDiscovery,
+  MemoryStore,
+  type WatchEvent,
+} from "./discovery/mod.ts";
+export {
+  LocalHub,
+  LocalRequestPlane,
+  NatsRequestPlane,
+  type RequestPlane,
+} from "./transport/mod.ts";

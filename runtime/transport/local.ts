@@ -1,0 +1,150 @@
+// The in-process request plane of the embedded default: subjects in a map, response
+// streams as pairs of bounded queues. Same semantics as NATS + TCP, no sockets.
+
+import { AsyncQueue } from "../_queue.ts";
+import { DynamoError, InvalidArgumentError, NoInstancesError } from "../errors.ts";
+import type {
+  ConnectionInfo,
+  Frame,
+  FrameConn,
+  PendingStream,
+  RawRequestHandler,
+  RequestOptions,
+  RequestPlane,
+  Subscription,
+} from "./mod.ts";
+
+/** Frames a local stream holds before the sender must wait. */
+const LOCAL_STREAM_CAPACITY = 256;
+
+/** One side of an in-process stream. */
+class LocalFrameConn implements FrameConn {
+  readonly inbound = new AsyncQueue<Frame>({ capacity: LOCAL_STREAM_CAPACITY });
+  peer!: LocalFrameConn;
+  #closed = false;
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  send(frame: Frame): Promise<void> | void {
+    if (this.#closed || this.peer.inbound.closed) {
+      throw new DynamoError("response stream connection is closed");
+    }
+    const pushed = this.peer.inbound.push(frame);
+    if (pushed instanceof Promise) return pushed.then(() => {});
+  }
+
+  async receive(): Promise<Frame | null> {
+    const r = await this.inbound.next();
+    return r.done ? null : r.value;
+  }
+
+  end(): Promise<void> {
+    this.close();
+    return Promise.resolve();
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.inbound.clear();
+    this.peer.inbound.close(); // the peer drains what it was sent, then sees the close
+  }
+}
+
+function pipe(): [LocalFrameConn, LocalFrameConn] {
+  const a = new LocalFrameConn();
+  const b = new LocalFrameConn();
+  a.peer = b;
+  b.peer = a;
+  return [a, b];
+}
+
+/** What runtimes in one process share: subjects and reserved response streams. */
+export class LocalHub {
+  readonly subjects: Map<string, Set<RawRequestHandler>> = new Map();
+  readonly pending: Map<string, (conn: FrameConn) => void> = new Map();
+}
+
+/** The in-process request plane (embedded default). */
+export class LocalRequestPlane implements RequestPlane {
+  readonly kind = "local";
+  readonly hub: LocalHub;
+  #subs = new Set<Subscription>();
+  #closed = false;
+
+  /** @param hub shared state (default: a new, private hub) */
+  constructor(hub: LocalHub = new LocalHub()) {
+    this.hub = hub;
+  }
+
+  serve(subject: string, handler: RawRequestHandler): Promise<Subscription> {
+    this.#open();
+    let set = this.hub.subjects.get(subject);
+    if (!set) this.hub.subjects.set(subject, set = new Set());
+    set.add(handler);
+    const hub = this.hub;
+    const subs = this.#subs;
+    const sub: Subscription = {
+      unsubscribe() {
+        subs.delete(sub);
+        const s = hub.subjects.get(subject);
+        s?.delete(handler);
+        if (s?.size === 0) hub.subjects.delete(subject);
+        return Promise.resolve();
+      },
+    };
+    subs.add(sub);
+    return Promise.resolve(sub);
+  }
+
+  request(subject: string, payload: Uint8Array, options: RequestOptions = {}): Promise<void> {
+    this.#open();
+    options.signal?.throwIfAborted();
+    const handlers = this.hub.subjects.get(subject);
+    if (!handlers || handlers.size === 0) return Promise.reject(new NoInstancesError(subject));
+    // Queue groups pick one member; one subject per instance makes this the only one.
+    const handler = handlers.values().next().value as RawRequestHandler;
+    const copy = payload.slice(); // nothing shared across the "wire"
+    queueMicrotask(() => handler(copy));
+    return Promise.resolve();
+  }
+
+  expectStream(streamId: string): PendingStream {
+    this.#open();
+    let deliver!: (conn: FrameConn) => void;
+    const connection = new Promise<FrameConn>((resolve) => (deliver = resolve));
+    this.hub.pending.set(streamId, deliver);
+    return {
+      connectionInfo: { local: { stream_id: streamId } },
+      connection,
+      cancel: () => void this.hub.pending.delete(streamId),
+    };
+  }
+
+  dial(info: ConnectionInfo): Promise<FrameConn> {
+    if (!("local" in info)) {
+      return Promise.reject(
+        new InvalidArgumentError(`not a local connection info: ${JSON.stringify(info)}`),
+      );
+    }
+    const deliver = this.hub.pending.get(info.local.stream_id);
+    if (!deliver) {
+      return Promise.reject(new DynamoError(`caller of stream ${info.local.stream_id} is gone`));
+    }
+    this.hub.pending.delete(info.local.stream_id);
+    const [worker, caller] = pipe();
+    deliver(caller);
+    return Promise.resolve(worker);
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const sub of [...this.#subs]) await sub.unsubscribe();
+  }
+
+  #open(): void {
+    if (this.#closed) throw new DynamoError("local request plane is closed");
+  }
+}

@@ -1,0 +1,291 @@
+// Response streams over TCP: the worker dials the caller's listener ("call-home"),
+// names its stream in a handshake frame, then sends length-prefixed frames.
+// Frame: u32 BE length (of type + payload), u8 type, payload.
+
+import { DynamoError, InvalidArgumentError, ProtocolError, TimeoutError } from "../errors.ts";
+import {
+  type ConnectionInfo,
+  type Frame,
+  type FrameConn,
+  FrameType,
+  type PendingStream,
+} from "./mod.ts";
+
+/** Largest frame accepted (a guard against garbage lengths, not a limit on items users send). */
+export const MAX_FRAME_BYTES = 256 * 1024 * 1024;
+const HIGH_WATER = 1024 * 1024;
+const READ_CHUNK = 64 * 1024;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** A {@linkcode FrameConn} over one TCP connection, with write coalescing and backpressure. */
+export class TcpFrameConn implements FrameConn {
+  readonly #conn: Deno.Conn;
+  #buf = new Uint8Array(READ_CHUNK);
+  #start = 0;
+  #end = 0;
+  #eof = false;
+  #pending: Uint8Array[] = [];
+  #pendingBytes = 0;
+  #writing = false;
+  #closed = false;
+  #drainWaiters: Array<() => void> = [];
+  #idleWaiters: Array<() => void> = [];
+
+  constructor(conn: Deno.Conn) {
+    this.#conn = conn;
+    // Frames are coalesced here already; Nagle would only add latency.
+    (conn as Deno.TcpConn).setNoDelay?.(true);
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  send(frame: Frame): Promise<void> | void {
+    if (this.#closed) throw new DynamoError("response stream connection is closed");
+    const head = new Uint8Array(5);
+    new DataView(head.buffer).setUint32(0, frame.payload.length + 1);
+    head[4] = frame.type;
+    this.#pending.push(head, frame.payload);
+    this.#pendingBytes += 5 + frame.payload.length;
+    if (!this.#writing) void this.#flush();
+    if (this.#pendingBytes >= HIGH_WATER) {
+      return new Promise<void>((resolve) => this.#drainWaiters.push(resolve));
+    }
+  }
+
+  async #flush(): Promise<void> {
+    this.#writing = true;
+    try {
+      while (this.#pending.length > 0 && !this.#closed) {
+        const chunks = this.#pending;
+        this.#pending = [];
+        const buf = concat(chunks);
+        let off = 0;
+        while (off < buf.length) off += await this.#conn.write(buf.subarray(off));
+        this.#pendingBytes -= buf.length;
+        if (this.#pendingBytes < HIGH_WATER) this.#wakeDrain();
+      }
+    } catch {
+      this.close();
+    } finally {
+      this.#writing = false;
+      for (const w of this.#idleWaiters.splice(0)) w();
+    }
+  }
+
+  #wakeDrain(): void {
+    for (const w of this.#drainWaiters.splice(0)) w();
+  }
+
+  async receive(): Promise<Frame | null> {
+    for (;;) {
+      const avail = this.#end - this.#start;
+      if (avail >= 5) {
+        const view = new DataView(this.#buf.buffer, this.#buf.byteOffset + this.#start, 4);
+        const len = view.getUint32(0);
+        if (len < 1 || len > MAX_FRAME_BYTES) {
+          this.close();
+          throw new ProtocolError(`bad frame length ${len}`);
+        }
+        if (avail >= 4 + len) {
+          const type = this.#buf[this.#start + 4]!;
+          const payload = this.#buf.slice(this.#start + 5, this.#start + 4 + len);
+          this.#start += 4 + len;
+          return { type, payload };
+        }
+        this.#reserve(4 + len);
+      }
+      if (this.#eof || this.#closed) return null;
+      this.#reserve(0);
+      let n: number | null;
+      try {
+        n = await this.#conn.read(this.#buf.subarray(this.#end));
+      } catch {
+        n = null;
+      }
+      if (n === null) {
+        this.#eof = true;
+        continue;
+      }
+      this.#end += n;
+    }
+  }
+
+  /** Makes room for `need` bytes from #start, and some free space past #end to read into. */
+  #reserve(need: number): void {
+    const used = this.#end - this.#start;
+    const want = Math.max(need, used + 4096);
+    if (this.#start + want <= this.#buf.length) return;
+    if (want <= this.#buf.length) {
+      this.#buf.copyWithin(0, this.#start, this.#end);
+    } else {
+      const next = new Uint8Array(Math.max(want, this.#buf.length * 2));
+      next.set(this.#buf.subarray(this.#start, this.#end));
+      this.#buf = next;
+    }
+    this.#start = 0;
+    this.#end = used;
+  }
+
+  async end(): Promise<void> {
+    while (this.#writing || (this.#pending.length > 0 && !this.#closed)) {
+      if (!this.#writing) void this.#flush();
+      await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+    }
+    this.close();
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#pending = [];
+    try {
+      this.#conn.close();
+    } catch {
+      // already closed by the peer
+    }
+    this.#wakeDrain();
+  }
+}
+
+function concat(chunks: Uint8Array[]): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  let size = 0;
+  for (const c of chunks) size += c.length;
+  const out = new Uint8Array(size);
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.length;
+  }
+  return out;
+}
+
+/** Options of {@linkcode TcpResponseServer.listen}. */
+export interface TcpResponseServerOptions {
+  /** Interface to bind (default "127.0.0.1"). */
+  hostname?: string;
+  /** Port (default 0: any free port). */
+  port?: number;
+  /** Host workers should dial (default: `hostname`, or 127.0.0.1 when bound to 0.0.0.0). */
+  advertiseHost?: string;
+  /** Deadline for a dialled worker's handshake in ms (default 5000). */
+  handshakeTimeoutMs?: number;
+}
+
+/** The caller's listener for response streams. */
+export class TcpResponseServer {
+  readonly address: string;
+  readonly #listener: Deno.TcpListener;
+  readonly #pending = new Map<string, (conn: FrameConn) => void>();
+  readonly #handshakeTimeoutMs: number;
+  readonly #conns = new Set<TcpFrameConn>();
+
+  private constructor(listener: Deno.TcpListener, advertise: string, handshakeTimeoutMs: number) {
+    this.#listener = listener;
+    this.#handshakeTimeoutMs = handshakeTimeoutMs;
+    const port = (listener.addr as Deno.NetAddr).port;
+    this.address = `${advertise.includes(":") ? `[${advertise}]` : advertise}:${port}`;
+    void this.#acceptLoop();
+  }
+
+  /** Binds a listener and starts accepting. */
+  static listen(options: TcpResponseServerOptions = {}): TcpResponseServer {
+    const hostname = options.hostname ?? "127.0.0.1";
+    const listener = Deno.listen({ hostname, port: options.port ?? 0, transport: "tcp" });
+    const advertise = options.advertiseHost ??
+      (hostname === "0.0.0.0" ? "127.0.0.1" : hostname === "::" ? "::1" : hostname);
+    return new TcpResponseServer(listener, advertise, options.handshakeTimeoutMs ?? 5000);
+  }
+
+  async #acceptLoop(): Promise<void> {
+    try {
+      for await (const conn of this.#listener) void this.#accept(conn);
+    } catch {
+      // listener closed
+    }
+  }
+
+  async #accept(raw: Deno.Conn): Promise<void> {
+    const conn = new TcpFrameConn(raw);
+    this.#conns.add(conn);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      const timeout = new Promise<null>((
+        resolve,
+      ) => (timer = setTimeout(() => resolve(null), this.#handshakeTimeoutMs)));
+      const frame = await Promise.race([conn.receive(), timeout]);
+      if (frame?.type !== FrameType.Handshake) {
+        throw new ProtocolError("expected a handshake frame");
+      }
+      const streamId = decoder.decode(frame.payload);
+      const deliver = this.#pending.get(streamId);
+      if (!deliver) throw new ProtocolError(`unknown stream ${streamId}`);
+      this.#pending.delete(streamId);
+      this.#conns.delete(conn);
+      deliver(conn);
+    } catch {
+      this.#conns.delete(conn);
+      conn.close();
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Reserves a stream id; the worker that dials with it gets connected. */
+  expect(streamId: string): PendingStream {
+    let deliver!: (conn: FrameConn) => void;
+    const connection = new Promise<FrameConn>((resolve) => (deliver = resolve));
+    this.#pending.set(streamId, deliver);
+    return {
+      connectionInfo: { tcp: { address: this.address, stream_id: streamId } },
+      connection,
+      cancel: () => {
+        this.#pending.delete(streamId);
+      },
+    };
+  }
+
+  /** Stops listening; connected streams are not affected. */
+  close(): void {
+    try {
+      this.#listener.close();
+    } catch {
+      // already closed
+    }
+    for (const c of this.#conns) c.close();
+    this.#pending.clear();
+  }
+}
+
+/**
+ * Worker side: dials the caller named in `info` and sends the handshake.
+ * @throws {TimeoutError} the caller did not accept within `timeoutMs`
+ */
+export async function dialTcp(info: ConnectionInfo, timeoutMs = 5000): Promise<FrameConn> {
+  if (!("tcp" in info)) {
+    throw new InvalidArgumentError(`not a TCP connection info: ${JSON.stringify(info)}`);
+  }
+  const { address, stream_id } = info.tcp;
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address);
+  if (!m) throw new InvalidArgumentError(`bad response address "${address}"`);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const connecting = Deno.connect({ hostname: m[1]!, port: Number(m[2]), transport: "tcp" });
+  const raw = await Promise.race([
+    connecting,
+    new Promise<never>((_, reject) =>
+      timer = setTimeout(
+        () => reject(new TimeoutError(`dialling ${address} took over ${timeoutMs} ms`)),
+        timeoutMs,
+      )
+    ),
+  ]).finally(() => clearTimeout(timer)).catch((err) => {
+    connecting.then((c) => c.close(), () => {});
+    throw err;
+  });
+  const conn = new TcpFrameConn(raw);
+  await conn.send({ type: FrameType.Handshake, payload: encoder.encode(stream_id) });
+  return conn;
+}

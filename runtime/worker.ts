@@ -1,0 +1,53 @@
+// dynamoWorker: the edge where a worker script gets its runtime from the environment and
+// SIGINT/SIGTERM become a graceful shutdown.
+
+import { DistributedRuntime, type FromEnvOptions } from "./distributed_runtime.ts";
+
+/** Options of {@linkcode dynamoWorker}. */
+export interface DynamoWorkerOptions extends FromEnvOptions {
+  /** Use this runtime instead of building one from the environment. */
+  runtime?: DistributedRuntime;
+  /** Signals that start a graceful shutdown (default SIGINT and SIGTERM). */
+  signals?: Deno.Signal[];
+}
+
+/**
+ * Runs `fn` with a runtime built from the environment. SIGINT or SIGTERM shuts the
+ * runtime down gracefully (endpoints stop, `serveEndpoint` resolves); a second signal
+ * exits at once. The runtime is shut down when `fn` settles.
+ *
+ * @example
+ * ```ts
+ * await dynamoWorker(async (runtime) => {
+ *   const endpoint = runtime.namespace("ns").component("backend").endpoint("generate");
+ *   await endpoint.serveEndpoint(async function* (req: { text: string }) { yield req.text; });
+ * });
+ * ```
+ */
+export async function dynamoWorker<T>(
+  fn: (runtime: DistributedRuntime) => Promise<T>,
+  options: DynamoWorkerOptions = {},
+): Promise<T> {
+  const runtime = options.runtime ?? (await DistributedRuntime.fromEnv(options));
+  const signals = options.signals ??
+    (Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"]);
+  let received = 0;
+  const onSignal = () => {
+    received++;
+    if (received > 1) {
+      runtime.logger.warn("second signal: exiting now");
+      Deno.exit(130);
+    }
+    runtime.logger.info("signal received: shutting down gracefully");
+    runtime.shutdown().catch((err) =>
+      runtime.logger.error("shutdown failed", { error: String(err) })
+    );
+  };
+  for (const s of signals) Deno.addSignalListener(s, onSignal);
+  try {
+    return await fn(runtime);
+  } finally {
+    for (const s of signals) Deno.removeSignalListener(s, onSignal);
+    await runtime.shutdown();
+  }
+}

@@ -1,0 +1,116 @@
+// Small statistics and timing helpers for the benchmarks: percentiles, summaries, and
+// an interleaved latency runner (cases take turns, so drift on a noisy machine hits all).
+
+/** Summary of latency samples, in milliseconds. */
+export interface Summary {
+  n: number;
+  min: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  mean: number;
+  max: number;
+}
+
+/** Nearest-rank percentile of an ascending array (`p` in 0..100). */
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]!;
+}
+
+/** Summarizes samples (ms). */
+export function summarize(samples: readonly number[]): Summary {
+  const sorted = [...samples].sort((a, b) => a - b);
+  let sum = 0;
+  for (const s of sorted) sum += s;
+  return {
+    n: sorted.length,
+    min: sorted[0] ?? Number.NaN,
+    p50: percentile(sorted, 50),
+    p90: percentile(sorted, 90),
+    p99: percentile(sorted, 99),
+    mean: sorted.length ? sum / sorted.length : Number.NaN,
+    max: sorted[sorted.length - 1] ?? Number.NaN,
+  };
+}
+
+/** One latency case: `once()` does one complete operation. */
+export interface LatencyCase {
+  name: string;
+  once: () => Promise<void>;
+}
+
+/** Options of {@linkcode measureInterleaved}. */
+export interface MeasureInterleavedOptions {
+  /** Untimed iterations per case before measuring. */
+  warmup: number;
+  /** Timed iterations per case, in total over all rounds. */
+  iterations: number;
+  /** Rounds; in each, every case runs iterations/rounds times, in turn. */
+  rounds: number;
+  /** Time cap per case and round (ms); a round stops early past it. */
+  maxRoundMs: number;
+}
+
+/**
+ * Measures each case's per-operation latency (ms), interleaving the cases in rounds.
+ * @returns samples by case name
+ */
+export async function measureInterleaved(
+  cases: readonly LatencyCase[],
+  options: MeasureInterleavedOptions,
+): Promise<Map<string, number[]>> {
+  const out = new Map<string, number[]>();
+  for (const c of cases) {
+    out.set(c.name, []);
+    const deadline = performance.now() + options.maxRoundMs;
+    for (let i = 0; i < options.warmup && performance.now() < deadline; i++) await c.once();
+  }
+  const perRound = Math.ceil(options.iterations / options.rounds);
+  for (let r = 0; r < options.rounds; r++) {
+    for (const c of cases) {
+      const samples = out.get(c.name)!;
+      const deadline = performance.now() + options.maxRoundMs;
+      for (let i = 0; i < perRound && performance.now() < deadline; i++) {
+        const t0 = performance.now();
+        await c.once();
+        samples.push(performance.now() - t0);
+      }
+    }
+  }
+  return out;
+}
+
+/** Runs `fn` with `concurrency` loops in flight for `count` operations or `maxMs`. */
+export async function measureConcurrent(
+  fn: () => Promise<void>,
+  concurrency: number,
+  count: number,
+  maxMs: number,
+): Promise<{ ops: number; seconds: number; perSecond: number }> {
+  let started = 0;
+  let done = 0;
+  const t0 = performance.now();
+  const deadline = t0 + maxMs;
+  const loop = async () => {
+    while (started < count && performance.now() < deadline) {
+      started++;
+      await fn();
+      done++;
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, loop));
+  const seconds = (performance.now() - t0) / 1000;
+  return { ops: done, seconds, perSecond: done / seconds };
+}
+
+/** Formats a number of ms with 3 decimals. */
+export function ms(x: number): string {
+  return Number.isFinite(x) ? x.toFixed(3) : "-";
+}
+
+/** Formats a rate with thousands separators. */
+export function rate(x: number): string {
+  return Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "-";
+}

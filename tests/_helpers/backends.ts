@@ -1,0 +1,98 @@
+// The two backend pairs the contract suite runs against: the embedded default (memory +
+// local) and etcd + NATS on real servers started for the test.
+
+import { DistributedRuntime, type DistributedRuntimeOptions, EmbeddedCluster } from "../../mod.ts";
+import { haveServers, type Servers, startServers } from "./servers.ts";
+
+/** A way to build runtimes that see each other. */
+export interface Backend {
+  readonly name: string;
+  /** Set when the backend runs on real servers. */
+  readonly servers?: Servers;
+  /** A new runtime ("a new process") on this backend. */
+  runtime(options?: Partial<DistributedRuntimeOptions>): Promise<DistributedRuntime>;
+  /** Shuts down every runtime built here, then the servers. */
+  close(): Promise<void>;
+}
+
+/** Names and availability of the backends, for `Deno.test({ ignore })`. */
+export const BACKENDS: { name: string; available: boolean; open: () => Promise<Backend> }[] = [
+  { name: "embedded (memory + local)", available: true, open: openEmbedded },
+  { name: "etcd + NATS", available: haveServers(), open: openReal },
+];
+
+function tracker(
+  name: string,
+  make: (o: Partial<DistributedRuntimeOptions>) => Promise<DistributedRuntime>,
+  servers?: Servers,
+): Backend {
+  const runtimes = new Set<DistributedRuntime>();
+  return {
+    name,
+    servers,
+    async runtime(options = {}) {
+      const rt = await make(options);
+      runtimes.add(rt);
+      return rt;
+    },
+    async close() {
+      await Promise.allSettled([...runtimes].map((rt) => rt.shutdown()));
+      await servers?.stop();
+    },
+  };
+}
+
+/** The embedded default: runtimes share one in-process cluster. */
+export function openEmbedded(): Promise<Backend> {
+  const cluster = new EmbeddedCluster();
+  return Promise.resolve(
+    tracker("embedded", (o) =>
+      DistributedRuntime.connect({
+        discovery: "memory",
+        requestPlane: "local",
+        embedded: cluster,
+        ...o,
+      })),
+  );
+}
+
+/** Real etcd + NATS, started on free loopback ports. */
+export async function openReal(): Promise<Backend> {
+  const servers = await startServers();
+  return tracker("etcd + NATS", (o) =>
+    DistributedRuntime.connect({
+      discovery: "etcd",
+      requestPlane: "nats",
+      etcdEndpoints: servers.etcd.url,
+      natsServer: servers.nats.url,
+      ...o,
+    }), servers);
+}
+
+/** Resolves `p`, or rejects after `ms` with a message saying what was awaited. */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((
+      _,
+      reject,
+    ) => (timer = setTimeout(
+      () => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)),
+      ms,
+    ))),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/** Polls `check` until it returns true, or fails after `ms` naming what was expected. */
+export async function eventually(
+  check: () => boolean | Promise<boolean>,
+  ms: number,
+  what: string,
+): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

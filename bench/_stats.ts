@@ -39,6 +39,8 @@ export function summarize(samples: readonly number[]): Summary {
 export interface LatencyCase {
   name: string;
   once: () => Promise<void>;
+  /** Called once warm-up is over, before the first timed iteration. */
+  startRecording?: () => void;
 }
 
 /** Options of {@linkcode measureInterleaved}. */
@@ -67,6 +69,7 @@ export async function measureInterleaved(
     const deadline = performance.now() + options.maxRoundMs;
     for (let i = 0; i < options.warmup && performance.now() < deadline; i++) await c.once();
   }
+  for (const c of cases) c.startRecording?.();
   const perRound = Math.ceil(options.iterations / options.rounds);
   for (let r = 0; r < options.rounds; r++) {
     for (const c of cases) {

@@ -57,14 +57,17 @@ export interface Command {
  * `node:util` parseArgs in strict mode, with its errors turned into {@linkcode UsageError}.
  */
 export function parseCommandArgs<T extends ParseArgsConfig["options"]>(
-  command: string,
+  command: string | undefined,
   args: string[],
   options: T,
 ): ReturnType<typeof parseArgs<{ args: string[]; options: T; allowPositionals: true }>> {
   try {
     return parseArgs({ args, options, allowPositionals: true, strict: true });
   } catch (err: unknown) {
-    if (err instanceof TypeError) throw new UsageError(err.message, command);
+    if (err instanceof TypeError) {
+      // node's advice on "--" is noise here; keep the first sentence.
+      throw new UsageError(err.message.split(". To specify")[0]!, command);
+    }
     throw err;
   }
 }
@@ -95,7 +98,10 @@ export function parsePath(command: string, path: string, min: number): string[] 
 export function parseMs(command: string, flag: string, value: string): number {
   const n = Number(value);
   if (value.trim() === "" || !Number.isInteger(n) || n < 0) {
-    throw new UsageError(`--${flag} must be a whole number of ms >= 0, got ${JSON.stringify(value)}`, command);
+    throw new UsageError(
+      `--${flag} must be a whole number of ms >= 0, got ${JSON.stringify(value)}`,
+      command,
+    );
   }
   return n;
 }

@@ -1,6 +1,6 @@
 // `dynamo call`: sends one JSON request to an endpoint and prints the streamed items.
 
-import { DistributedRuntime, NoInstancesError, TimeoutError } from "../mod.ts";
+import { type Client, DistributedRuntime, TimeoutError } from "../mod.ts";
 import {
   type Command,
   ExitCode,
@@ -13,7 +13,8 @@ import {
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 
-const usage = `Usage: dynamo call NAMESPACE/COMPONENT/ENDPOINT 'JSON' [--instance ID] [--timeout-ms N]
+const usage =
+  `Usage: dynamo call NAMESPACE/COMPONENT/ENDPOINT 'JSON' [--instance ID] [--timeout-ms N]
 
 Waits for an instance of the endpoint, sends the JSON request (round robin, or to one
 instance with --instance) and prints each streamed item as one JSON line. Ctrl-C stops
@@ -47,14 +48,20 @@ async function run(args: string[], io: Io): Promise<number> {
   try {
     request = JSON.parse(json);
   } catch (err: unknown) {
-    throw new UsageError(`the request is not valid JSON (${(err as Error).message}): ${json}`, "call");
+    throw new UsageError(
+      `the request is not valid JSON (${(err as Error).message}): ${json}`,
+      "call",
+    );
   }
   const timeoutMs = values["timeout-ms"] === undefined
     ? DEFAULT_TIMEOUT_MS
     : parseMs("call", "timeout-ms", values["timeout-ms"]);
   const instance = values.instance;
   if (instance !== undefined && !/^[0-9a-f]+$/.test(instance)) {
-    throw new UsageError(`--instance must be a lowercase hex id, got ${JSON.stringify(instance)}`, "call");
+    throw new UsageError(
+      `--instance must be a lowercase hex id, got ${JSON.stringify(instance)}`,
+      "call",
+    );
   }
 
   // Ctrl-C stops the request (the worker's context is stopped too) instead of killing us.
@@ -83,31 +90,30 @@ async function run(args: string[], io: Io): Promise<number> {
   }
 }
 
-/** Waits until any instance, or the named one, is known; at most `timeoutMs`. */
+/**
+ * Waits until any instance, or the named one, is known.
+ * @throws {TimeoutError} none (or not the named one) within `timeoutMs`
+ */
 async function waitForInstance(
-  client: { waitForInstances(o: { timeoutMs: number; signal: AbortSignal }): Promise<string[]> },
+  client: Client,
   instance: string | undefined,
   timeoutMs: number,
   signal: AbortSignal,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  const path = (client as { path?: string }).path ?? "the endpoint";
-  let ids: string[];
-  try {
-    ids = await client.waitForInstances({ timeoutMs, signal });
-  } catch (err: unknown) {
-    if (err instanceof TimeoutError) throw new NoInstancesError(path);
-    throw err;
-  }
+  await client.waitForInstances({ timeoutMs, signal });
   if (instance === undefined) return;
   // The named instance may register after others: look again until the deadline.
-  while (!ids.includes(instance)) {
+  while (!client.instanceIds().includes(instance)) {
     const left = deadline - Date.now();
-    if (left <= 0) throw new NoInstancesError(path, instance);
+    if (left <= 0) {
+      throw new TimeoutError(
+        `instance ${instance} of ${client.path} did not appear within ${timeoutMs} ms ` +
+          `(known: ${client.instanceIds().join(", ") || "none"})`,
+      );
+    }
     signal.throwIfAborted();
     await new Promise((r) => setTimeout(r, Math.min(50, left)));
-    ids = await client.waitForInstances({ timeoutMs: Math.max(0, deadline - Date.now()), signal })
-      .catch(() => []);
   }
 }
 

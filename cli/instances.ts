@@ -1,7 +1,14 @@
 // `dynamo instances`: lists the endpoint instances registered in discovery.
 
 import { DistributedRuntime } from "../mod.ts";
-import { type Command, ExitCode, type Io, parseCommandArgs, parsePath, UsageError } from "./_common.ts";
+import {
+  type Command,
+  ExitCode,
+  type Io,
+  parseCommandArgs,
+  parsePath,
+  UsageError,
+} from "./_common.ts";
 
 const PREFIX = "v1/instances/";
 

@@ -1,0 +1,93 @@
+// Child processes for tests: spawn a Deno script, read its stdout as JSON lines, and
+// wait for a matching line with a deadline.
+
+/** A child process whose stdout lines are collected. */
+export interface ChildHandle {
+  readonly child: Deno.ChildProcess;
+  readonly lines: unknown[];
+  /** Resolves with the first line (past or future) matching `pred`, or fails after `ms`. */
+  waitFor<T = Record<string, unknown>>(
+    pred: (line: Record<string, unknown>) => boolean,
+    ms: number,
+    what: string,
+  ): Promise<T>;
+  /** Sends a signal (ignores an already exited process). */
+  kill(signal?: Deno.Signal): void;
+  /** Resolves with the exit status. */
+  readonly status: Promise<Deno.CommandStatus>;
+}
+
+/** Spawns `deno run -A script` with extra env; stdout lines parsed as JSON when they are JSON. */
+export function spawnDeno(
+  script: string,
+  env: Record<string, string>,
+  args: string[] = [],
+): ChildHandle {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", script, ...args],
+    env,
+    stdout: "piped",
+    stderr: "inherit",
+    stdin: "null",
+  }).spawn();
+  const lines: unknown[] = [];
+  const listeners = new Set<() => void>();
+  void (async () => {
+    let buf = "";
+    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
+      buf += chunk;
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        try {
+          lines.push(JSON.parse(line));
+        } catch {
+          lines.push({ text: line });
+        }
+        for (const l of [...listeners]) l();
+      }
+    }
+  })();
+  return {
+    child,
+    lines,
+    status: child.status,
+    kill(signal = "SIGKILL") {
+      try {
+        child.kill(signal);
+      } catch {
+        // already exited
+      }
+    },
+    waitFor(pred, ms, what) {
+      return new Promise((resolve, reject) => {
+        const check = () => {
+          const hit = lines.find((l) =>
+            typeof l === "object" && l !== null && pred(l as Record<string, unknown>)
+          );
+          if (hit !== undefined) {
+            cleanup();
+            resolve(hit as never);
+          }
+        };
+        const timer = setTimeout(() => {
+          cleanup();
+          reject(
+            new Error(
+              `timed out after ${ms} ms waiting for ${what}; lines so far: ${
+                JSON.stringify(lines.slice(-5))
+              }`,
+            ),
+          );
+        }, ms);
+        const cleanup = () => {
+          clearTimeout(timer);
+          listeners.delete(check);
+        };
+        listeners.add(check);
+        check();
+      });
+    },
+  };
+}

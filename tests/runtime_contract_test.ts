@@ -22,7 +22,7 @@ const words = async function* (req: { text: string }) {
   for (const w of req.text.split(/\s+/)) yield { text: w };
 };
 
-async function serve(
+function serve(
   rt: DistributedRuntime,
   handler: (req: never, ctx: Context) => AsyncIterable<unknown>,
   name = "generate",
@@ -77,6 +77,7 @@ const cases: Record<string, Case> = {
 
   async "a handler that throws before its first item rejects generate() with RemoteError"(b) {
     const rt = await b.runtime();
+    // deno-lint-ignore require-yield
     const { endpoint } = await serve(rt, async function* () {
       throw new TypeError("bad request: no text");
     });
@@ -314,7 +315,7 @@ const cases: Record<string, Case> = {
 
   async "200 concurrent streams of 100 items each arrive complete and in order"(b) {
     const rt = await b.runtime();
-    const { endpoint } = await serve(rt, async function* (req: { id: number }) {
+    await serve(rt, async function* (req: { id: number }) {
       for (let i = 0; i < 100; i++) {
         yield { id: req.id, i };
         if (i % 10 === 0) await new Promise((r) => setTimeout(r, 0));

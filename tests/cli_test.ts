@@ -1,0 +1,212 @@
+// Tests of the `dynamo` command, run as a subprocess the way users run it; the
+// instances/call tests serve the hello_world worker on real etcd + NATS.
+
+import assert from "node:assert/strict";
+import { DistributedRuntime } from "../mod.ts";
+import { serveWorker } from "../examples/hello_world/worker.ts";
+import { haveServers, startServers } from "./_helpers/servers.ts";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+/** Empty values make DistributedRuntime.fromEnv() pick the embedded default. */
+const EMBEDDED_ENV = { ETCD_ENDPOINTS: "", NATS_SERVER: "" };
+
+interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `dynamo ...args` (cli/main.ts) from the repository root; killed after `timeoutMs`. */
+async function dynamo(
+  args: string[],
+  env: Record<string, string> = EMBEDDED_ENV,
+  timeoutMs = 30_000,
+): Promise<RunResult> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "cli/main.ts", ...args],
+    cwd: ROOT,
+    env,
+    stdin: "null",
+    signal: AbortSignal.timeout(timeoutMs),
+  }).output();
+  const result = {
+    code: out.code,
+    stdout: new TextDecoder().decode(out.stdout),
+    stderr: new TextDecoder().decode(out.stderr),
+  };
+  assert.equal(
+    out.signal,
+    null,
+    `dynamo ${args.join(" ")} was killed by ${out.signal} (deadline ${timeoutMs} ms)\n` +
+      result.stderr,
+  );
+  return result;
+}
+
+function jsonLines(stdout: string): unknown[] {
+  return stdout.trim().split("\n").filter(Boolean).map((line) => JSON.parse(line));
+}
+
+Deno.test("dynamo --help lists the subcommands and exits 0", async () => {
+  for (const args of [["--help"], ["help"], ["-h"]]) {
+    const run = await dynamo(args);
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stdout, /Usage: dynamo <command>/);
+    assert.match(run.stdout, /instances/);
+    assert.match(run.stdout, /call/);
+  }
+});
+
+Deno.test("dynamo help call shows the call subcommand's usage", async () => {
+  const run = await dynamo(["help", "call"]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stdout, /Usage: dynamo call NAMESPACE\/COMPONENT\/ENDPOINT 'JSON'/);
+  assert.match(run.stdout, /--timeout-ms/);
+});
+
+Deno.test("dynamo --version prints the version from deno.json", async () => {
+  const version = (JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`)) as { version: string })
+    .version;
+  const run = await dynamo(["--version"]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stdout, new RegExp(`^dynamo ${version.replaceAll(".", "\\.")} `));
+});
+
+Deno.test("dynamo rejects an unknown subcommand with exit code 2", async () => {
+  const run = await dynamo(["frobnicate"]);
+  assert.equal(run.code, 2);
+  assert.equal(run.stdout, "");
+  assert.match(run.stderr, /unknown command "frobnicate"/);
+  assert.match(run.stderr, /dynamo --help/);
+});
+
+Deno.test("dynamo without a subcommand prints usage on stderr and exits 2", async () => {
+  const run = await dynamo([]);
+  assert.equal(run.code, 2);
+  assert.match(run.stderr, /Usage: dynamo <command>/);
+});
+
+Deno.test("dynamo rejects unknown flags and bad arguments with exit code 2", async () => {
+  const cases: [string[], RegExp][] = [
+    [["--bogus"], /Unknown option '--bogus'/],
+    [["instances", "--bogus"], /Unknown option '--bogus'/],
+    [["instances", "a/b/c/d"], /NAMESPACE\[\/COMPONENT/],
+    [["call", "a/b/c"], /needs an endpoint path and a JSON request/],
+    [["call", "a/b", "{}"], /NAMESPACE\/COMPONENT\/ENDPOINT/],
+    [["call", "a/b/c", "{not json"], /not valid JSON/],
+    [["call", "a/b/c", "{}", "--timeout-ms", "soon"], /--timeout-ms must be a whole number/],
+    [["call", "a/b/c", "{}", "--instance"], /argument missing/],
+  ];
+  for (const [args, message] of cases) {
+    const run = await dynamo(args);
+    assert.equal(run.code, 2, `dynamo ${args.join(" ")} should exit 2:\n${run.stderr}`);
+    assert.match(run.stderr, message, `dynamo ${args.join(" ")}`);
+  }
+});
+
+Deno.test("dynamo instances on the embedded default finds nothing and says so", async () => {
+  const run = await dynamo(["instances"]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stdout, "");
+  assert.match(run.stderr, /no instances under v1\/instances\//);
+  const json = await dynamo(["instances", "--json"]);
+  assert.equal(json.code, 0, json.stderr);
+  assert.deepEqual(JSON.parse(json.stdout), []);
+});
+
+Deno.test("dynamo call fails with exit code 1 when no instance appears in time", async () => {
+  const run = await dynamo(["call", "nobody/here/generate", "{}", "--timeout-ms", "200"]);
+  assert.equal(run.code, 1);
+  assert.match(run.stderr, /TimeoutError: no 1 instance\(s\) of nobody\/here\/generate/);
+});
+
+Deno.test({
+  name: "dynamo instances and dynamo call reach a worker on etcd and NATS",
+  ignore: !haveServers(),
+  async fn(t) {
+    const servers = await startServers();
+    const env = { ETCD_ENDPOINTS: servers.etcd.url, NATS_SERVER: servers.nats.url };
+    let worker: DistributedRuntime | undefined;
+    let serving: Promise<void> | undefined;
+    try {
+      worker = await DistributedRuntime.connect({
+        discovery: "etcd",
+        requestPlane: "nats",
+        etcdEndpoints: servers.etcd.url,
+        natsServer: servers.nats.url,
+      });
+      serving = serveWorker(worker);
+      const client = await worker.namespace("hello_world").component("YourWorker")
+        .endpoint("generate").client();
+      await client.waitForInstances({ timeoutMs: 10_000 });
+      const id = worker.instanceId;
+
+      await t.step("dynamo instances lists the worker's instance", async () => {
+        const run = await dynamo(["instances"], env);
+        assert.equal(run.code, 0, run.stderr);
+        assert.equal(run.stdout.trim(), `hello_world/YourWorker/generate  ${id}`);
+      });
+
+      await t.step("dynamo instances filters by path and prints JSON records", async () => {
+        const run = await dynamo(["instances", "hello_world/YourWorker", "--json"], env);
+        assert.equal(run.code, 0, run.stderr);
+        const records = JSON.parse(run.stdout) as { instance_id: string; endpoint: string }[];
+        assert.deepEqual(records.map((r) => [r.endpoint, r.instance_id]), [["generate", id]]);
+        const other = await dynamo(["instances", "hello"], env);
+        assert.equal(other.stdout, "", "a namespace prefix must match whole names only");
+      });
+
+      await t.step("dynamo call prints one JSON line per streamed item", async () => {
+        const run = await dynamo(
+          ["call", "hello_world/YourWorker/generate", '{"text":"a b"}'],
+          env,
+        );
+        assert.equal(run.code, 0, run.stderr);
+        assert.deepEqual(jsonLines(run.stdout), [{ text: "a" }, { text: "b" }]);
+      });
+
+      await t.step("dynamo call --instance sends to the named instance", async () => {
+        const run = await dynamo(
+          ["call", "hello_world/YourWorker/generate", '{"text":"x y z"}', "--instance", id],
+          env,
+        );
+        assert.equal(run.code, 0, run.stderr);
+        assert.deepEqual(jsonLines(run.stdout), [{ text: "x" }, { text: "y" }, { text: "z" }]);
+      });
+
+      await t.step("dynamo call --instance with an unknown id times out with exit 1", async () => {
+        const run = await dynamo(
+          [
+            "call",
+            "hello_world/YourWorker/generate",
+            "{}",
+            "--instance",
+            "abc",
+            "--timeout-ms",
+            "300",
+          ],
+          env,
+        );
+        assert.equal(run.code, 1);
+        assert.match(
+          run.stderr,
+          /instance abc of hello_world\/YourWorker\/generate did not appear/,
+        );
+      });
+
+      await t.step("dynamo call reports a handler's error with exit code 1", async () => {
+        const run = await dynamo(["call", "hello_world/YourWorker/generate", '{"nope":1}'], env);
+        assert.equal(run.code, 1);
+        assert.equal(run.stdout, "");
+        assert.match(
+          run.stderr,
+          /the handler failed with TypeError: request.text must be a string/,
+        );
+      });
+    } finally {
+      await worker?.shutdown();
+      await serving;
+      await servers.stop();
+    }
+  },
+});

@@ -1,0 +1,185 @@
+// End-to-end tests of examples/hello_world: the one-process demo on the embedded default,
+// and worker and client as two processes against real etcd + NATS.
+
+import assert from "node:assert/strict";
+import { haveServers, startServers } from "./_helpers/servers.ts";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+const EXAMPLE = "examples/hello_world";
+/** Empty values make DistributedRuntime.fromEnv() pick the embedded default. */
+const EMBEDDED_ENV = { ETCD_ENDPOINTS: "", NATS_SERVER: "" };
+
+interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `deno run -A ...args` from the repository root; killed after `timeoutMs`. */
+async function runDeno(
+  args: string[],
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+): Promise<RunResult> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", ...args],
+    cwd: ROOT,
+    env,
+    stdin: "null",
+    signal: AbortSignal.timeout(timeoutMs),
+  }).output();
+  const result = {
+    code: out.code,
+    stdout: new TextDecoder().decode(out.stdout),
+    stderr: new TextDecoder().decode(out.stderr),
+  };
+  assert.equal(
+    out.signal,
+    null,
+    `deno run ${args.join(" ")} was killed by ${out.signal} (deadline ${timeoutMs} ms)\n` +
+      result.stderr,
+  );
+  return result;
+}
+
+/** The `text` of each JSON line of `stdout`. */
+function words(stdout: string): string[] {
+  return stdout.trim().split("\n").filter(Boolean).map((line) =>
+    (JSON.parse(line) as { text: string }).text
+  );
+}
+
+/** A long-running `deno run -A` child whose standard error is collected line by line. */
+class Background {
+  readonly child: Deno.ChildProcess;
+  readonly stderrLines: string[] = [];
+  readonly #drained: Promise<void>;
+  #wake: (() => void) | undefined;
+
+  constructor(args: string[], env: Record<string, string>) {
+    this.child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", ...args],
+      cwd: ROOT,
+      env,
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    this.#drained = this.#drain();
+  }
+
+  async #drain(): Promise<void> {
+    let rest = "";
+    for await (const chunk of this.child.stderr.pipeThrough(new TextDecoderStream())) {
+      const lines = (rest + chunk).split("\n");
+      rest = lines.pop()!;
+      this.stderrLines.push(...lines);
+      this.#wake?.();
+    }
+    if (rest) this.stderrLines.push(rest);
+    this.#wake?.();
+  }
+
+  /** Resolves when a standard-error line contains `text`. */
+  async waitForLine(text: string, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    let exited = false;
+    this.child.status.then(() => (exited = true));
+    while (!this.stderrLines.some((l) => l.includes(text))) {
+      const left = deadline - Date.now();
+      if (left <= 0 || exited) {
+        throw new Error(
+          `expected a line containing "${text}" on the child's stderr within ${timeoutMs} ms` +
+            `${exited ? " (it exited)" : ""}; got:\n${this.stderrLines.join("\n")}`,
+        );
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.min(left, 100));
+        this.#wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+  }
+
+  /** Sends `signal` and waits (up to `timeoutMs`) for the exit status. */
+  async stop(signal: Deno.Signal, timeoutMs: number): Promise<Deno.CommandStatus> {
+    try {
+      this.child.kill(signal);
+    } catch {
+      // already exited
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<"late">((r) => (timer = setTimeout(() => r("late"), timeoutMs)));
+    const status = await Promise.race([this.child.status, late]);
+    clearTimeout(timer);
+    if (status === "late") {
+      await this.kill();
+      throw new Error(`the child did not exit within ${timeoutMs} ms of ${signal}`);
+    }
+    await this.#drained;
+    return status;
+  }
+
+  /** SIGKILLs the child if it still runs, and waits for it. */
+  async kill(): Promise<void> {
+    try {
+      this.child.kill("SIGKILL");
+    } catch {
+      // already exited
+    }
+    await this.child.status;
+    await this.#drained;
+  }
+}
+
+Deno.test("the hello_world demo streams one item per word in one process", async () => {
+  const run = await runDeno([`${EXAMPLE}/main.ts`], EMBEDDED_ENV);
+  assert.equal(run.code, 0, `main.ts failed:\n${run.stderr}`);
+  assert.deepEqual(words(run.stdout), ["Hello,", "Dynamo!"]);
+});
+
+Deno.test("the hello_world demo sends the text given on its command line", async () => {
+  const run = await runDeno([`${EXAMPLE}/main.ts`, "one", "two  three"], EMBEDDED_ENV);
+  assert.equal(run.code, 0, `main.ts failed:\n${run.stderr}`);
+  assert.deepEqual(words(run.stdout), ["one", "two", "three"]);
+});
+
+Deno.test({
+  name: "hello_world worker and client talk across processes over etcd and NATS",
+  ignore: !haveServers(),
+  async fn() {
+    const servers = await startServers();
+    const env = {
+      ETCD_ENDPOINTS: servers.etcd.url,
+      NATS_SERVER: servers.nats.url,
+      DYN_LOG: "info",
+    };
+    const worker = new Background([`${EXAMPLE}/worker.ts`], env);
+    try {
+      await worker.waitForLine("serving", 30_000);
+      const run = await runDeno([`${EXAMPLE}/client.ts`], env);
+      assert.equal(run.code, 0, `client.ts failed:\n${run.stderr}`);
+      assert.deepEqual(words(run.stdout), ["Hello,", "Dynamo!"]);
+
+      const again = await runDeno([`${EXAMPLE}/client.ts`, "across processes"], env);
+      assert.equal(again.code, 0, `client.ts failed:\n${again.stderr}`);
+      assert.deepEqual(words(again.stdout), ["across", "processes"]);
+
+      const status = await worker.stop("SIGTERM", 15_000);
+      assert.equal(
+        status.code,
+        0,
+        `the worker should exit 0 after SIGTERM:\n${worker.stderrLines.join("\n")}`,
+      );
+      assert.ok(
+        worker.stderrLines.some((l) => l.includes("stopped")),
+        `the worker should log that its endpoint stopped:\n${worker.stderrLines.join("\n")}`,
+      );
+    } finally {
+      await worker.kill();
+      await servers.stop();
+    }
+  },
+});

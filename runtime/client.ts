@@ -3,7 +3,7 @@
 
 import type { Context } from "./context.ts";
 import type { Discovery } from "./discovery/mod.ts";
-import { DynamoError, NoInstancesError, TimeoutError } from "./errors.ts";
+import { DynamoError, NoInstancesError, RuntimeShutdownError, TimeoutError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { instancePrefix, parseInstanceRecord, recordSubject } from "./names.ts";
 import { openStream, type ResponseStream } from "./stream.ts";
@@ -139,6 +139,9 @@ export class Client {
   waitForInstances(options: WaitForInstancesOptions = {}): Promise<string[]> {
     const { signal, timeoutMs, count = 1 } = options;
     signal?.throwIfAborted();
+    if (this.#stop.signal.aborted) {
+      return Promise.reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
+    }
     if (this.#ids.length >= count) return Promise.resolve(this.instanceIds());
     return new Promise((resolve, reject) => {
       let timer: ReturnType<typeof setTimeout> | undefined;
@@ -148,7 +151,10 @@ export class Client {
         clearTimeout(timer);
       };
       const check = () => {
-        if (this.#ids.length >= count) {
+        if (this.#stop.signal.aborted) {
+          done();
+          reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
+        } else if (this.#ids.length >= count) {
           done();
           resolve(this.instanceIds());
         }

@@ -175,7 +175,8 @@ export class Endpoint {
     const onRequest = (payload: Uint8Array) => {
       const task = this.#handle(payload, handler as Handler, log, contexts);
       inflight.add(task);
-      task.finally(() => inflight.delete(task));
+      task.catch((err) => log.error("request handling failed", { error: String(err) }))
+        .finally(() => inflight.delete(task));
     };
     const sub = await rt.plane.serve(subject, onRequest);
     const record: InstanceRecord = {

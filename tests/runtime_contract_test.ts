@@ -11,6 +11,7 @@ import {
   InvalidArgumentError,
   NoInstancesError,
   RemoteError,
+  RuntimeShutdownError,
   StreamIncompleteError,
   TimeoutError,
 } from "../mod.ts";
@@ -290,6 +291,12 @@ const cases: Record<string, Case> = {
     const waiting = client.waitForInstances({ signal: abort.signal });
     abort.abort();
     await assert.rejects(waiting);
+    const closing = await (await b.runtime()).namespace("test").component("nobody").endpoint(
+      "generate",
+    ).client();
+    const pendingWait = assert.rejects(closing.waitForInstances(), RuntimeShutdownError);
+    await closing.close();
+    await pendingWait; // closing the client settles its waiters
     const later = client.waitForInstances({ timeoutMs: 5000 });
     const worker = await b.runtime();
     worker.namespace("test").component("nobody").endpoint("generate").serveEndpoint(words).catch(

@@ -8,7 +8,7 @@ import { serveWorker } from "./worker.ts";
 // fromEnv: the embedded default unless ETCD_ENDPOINTS / NATS_SERVER point at real servers.
 const runtime = await DistributedRuntime.fromEnv();
 const serving = serveWorker(runtime);
-// If serving fails (it should not), fail the client's wait at once instead of at its deadline.
+// If serving fails, shut down; the error surfaces from `await serving` below.
 serving.catch(() => runtime.shutdown());
 try {
   const text = Deno.args.length > 0 ? Deno.args.join(" ") : undefined;

@@ -3,7 +3,21 @@
 // without any runtime code, so the figures show what the socket and nats.js can do.
 
 /** Frame types used by the baselines (same numbers as the runtime's). */
-export const RawType = { Handshake: 1, Prologue: 2, Data: 3, Sentinel: 4, Request: 7 } as const;
+export const RawType = {
+  Handshake: 1,
+  Prologue: 2,
+  Data: 3,
+  Sentinel: 4,
+  /** caller -> raw stream server: `{n, mode}`. */
+  Request: 7,
+  /** caller -> echo server: answered with the server's clock (ms since the epoch, text). */
+  Clock: 8,
+} as const;
+
+/** Wall-clock ms with sub-ms resolution, comparable between processes on one machine. */
+export function clockNow(): number {
+  return performance.timeOrigin + performance.now();
+}
 
 const encoder = new TextEncoder();
 

@@ -53,6 +53,8 @@ export interface MeasureInterleavedOptions {
   rounds: number;
   /** Time cap per case and round (ms); a round stops early past it. */
   maxRoundMs: number;
+  /** Time cap for the whole measurement (ms); later rounds are skipped past it. */
+  maxTotalMs: number;
 }
 
 /**
@@ -64,6 +66,7 @@ export async function measureInterleaved(
   options: MeasureInterleavedOptions,
 ): Promise<Map<string, number[]>> {
   const out = new Map<string, number[]>();
+  const end = performance.now() + options.maxTotalMs;
   for (const c of cases) {
     out.set(c.name, []);
     const deadline = performance.now() + options.maxRoundMs;
@@ -71,7 +74,7 @@ export async function measureInterleaved(
   }
   for (const c of cases) c.startRecording?.();
   const perRound = Math.ceil(options.iterations / options.rounds);
-  for (let r = 0; r < options.rounds; r++) {
+  for (let r = 0; r < options.rounds && performance.now() < end; r++) {
     for (const c of cases) {
       const samples = out.get(c.name)!;
       const deadline = performance.now() + options.maxRoundMs;

@@ -90,6 +90,7 @@ export async function openStream<T>(
   // Everything before the prologue races against cancellation and deadlines.
   let conn: FrameConn | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  let settled = false;
   let rejectWait!: (err: unknown) => void;
   const interrupted = new Promise<never>((_, reject) => (rejectWait = reject));
   interrupted.catch(() => {});
@@ -98,6 +99,8 @@ export async function openStream<T>(
   const offStop = ctx.onStop(onAbort);
   try {
     const acked = plane.request(subject, payload, { timeoutMs, signal }).then(() => {
+      // The ack may come after the stream already opened (or failed): then no deadline.
+      if (settled) return;
       timer = setTimeout(
         () =>
           rejectWait(
@@ -128,6 +131,7 @@ export async function openStream<T>(
     }
     throw err;
   } finally {
+    settled = true;
     clearTimeout(timer);
     signal?.removeEventListener("abort", onAbort);
     offStop();

@@ -54,6 +54,8 @@ export class NatsRequestPlane implements RequestPlane {
       maxReconnectAttempts: -1,
       reconnectTimeWait: 250,
       pingInterval: 10_000,
+      // nats.js otherwise captures a stack trace on every request: half its per-call cost.
+      noAsyncTraces: true,
     };
     if (options.user !== undefined) opts.user = options.user;
     if (options.pass !== undefined) opts.pass = options.pass;

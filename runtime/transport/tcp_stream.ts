@@ -14,7 +14,10 @@ import {
 /** Largest frame accepted (a guard against garbage lengths, not a limit on items users send). */
 export const MAX_FRAME_BYTES = 256 * 1024 * 1024;
 const HIGH_WATER = 1024 * 1024;
-const READ_CHUNK = 64 * 1024;
+// Every stream has a read buffer: start small (most streams are short) and double the read
+// size, up to MAX_READ_CHUNK, while reads keep filling it.
+const READ_CHUNK = 4 * 1024;
+const MAX_READ_CHUNK = 256 * 1024;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -22,6 +25,7 @@ const decoder = new TextDecoder();
 export class TcpFrameConn implements FrameConn {
   readonly #conn: Deno.Conn;
   #buf = new Uint8Array(READ_CHUNK);
+  #readSize = READ_CHUNK;
   #start = 0;
   #end = 0;
   #eof = false;
@@ -100,6 +104,7 @@ export class TcpFrameConn implements FrameConn {
       if (this.#eof || this.#closed) return null;
       this.#reserve(0);
       let n: number | null;
+      const room = this.#buf.length - this.#end;
       try {
         n = await this.#conn.read(this.#buf.subarray(this.#end));
       } catch {
@@ -110,13 +115,14 @@ export class TcpFrameConn implements FrameConn {
         continue;
       }
       this.#end += n;
+      if (n === room && this.#readSize < MAX_READ_CHUNK) this.#readSize *= 2;
     }
   }
 
   /** Makes room for `need` bytes from #start, and some free space past #end to read into. */
   #reserve(need: number): void {
     const used = this.#end - this.#start;
-    const want = Math.max(need, used + 4096);
+    const want = Math.max(need, used + this.#readSize);
     if (this.#start + want <= this.#buf.length) return;
     if (want <= this.#buf.length) {
       this.#buf.copyWithin(0, this.#start, this.#end);

@@ -18,11 +18,13 @@ import {
   NatsRequestPlane,
   type RequestPlane,
 } from "./transport/mod.ts";
+import { MemoryObjectStore, NatsObjectStore, type ObjectStore } from "./objects/mod.ts";
 
 /** In-process state shared by runtimes of the embedded default (one per "cluster"). */
 export class EmbeddedCluster {
   readonly store: MemoryStore = new MemoryStore();
   readonly hub: LocalHub = new LocalHub();
+  readonly objects: MemoryObjectStore = new MemoryObjectStore();
 }
 
 /** Options of {@linkcode DistributedRuntime.connect}. */
@@ -69,6 +71,8 @@ export interface FromEnvOptions
 export class DistributedRuntime {
   readonly discovery: Discovery;
   readonly plane: RequestPlane;
+  /** Blobs (model files): JetStream object store with NATS, in memory otherwise. */
+  readonly objects: ObjectStore;
   readonly logger: Logger;
   /** This process's instance id: the first lease's id, in lowercase hex. */
   readonly instanceId: string;
@@ -84,12 +88,14 @@ export class DistributedRuntime {
   private constructor(
     discovery: Discovery,
     plane: RequestPlane,
+    objects: ObjectStore,
     lease: Lease,
     logger: Logger,
     connectTimeoutMs: number,
   ) {
     this.discovery = discovery;
     this.plane = plane;
+    this.objects = objects;
     this.logger = logger;
     this.#lease = lease;
     this.instanceId = lease.id;
@@ -141,9 +147,13 @@ export class DistributedRuntime {
       await discovery.close();
       throw err;
     }
+    const objects = plane instanceof NatsRequestPlane
+      ? new NatsObjectStore(plane.nc)
+      : embedded.objects;
     const rt = new DistributedRuntime(
       discovery,
       plane,
+      objects,
       lease,
       logger,
       options.connectTimeoutMs ?? 5000,

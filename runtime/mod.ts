@@ -38,3 +38,4 @@ export {
   NatsRequestPlane,
   type RequestPlane,
 } from "./transport/mod.ts";
+export { MemoryObjectStore, NatsObjectStore, type ObjectStore } from "./objects/mod.ts";

@@ -4,6 +4,7 @@
 import { Client } from "./client.ts";
 import type { Context } from "./context.ts";
 import type { Discovery } from "./discovery/mod.ts";
+import type { ObjectStore } from "./objects/mod.ts";
 import { DynamoError, InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { instanceKey, type InstanceRecord, instanceSubject, validateName } from "./names.ts";
@@ -14,6 +15,8 @@ import { decodeRequest, type RequestHeader, type RequestPlane } from "./transpor
 export interface RuntimeInternals {
   readonly discovery: Discovery;
   readonly plane: RequestPlane;
+  /** Blobs too big for discovery (model files). */
+  readonly objects: ObjectStore;
   readonly logger: Logger;
   /** This process's instance id (lowercase hex). */
   readonly instanceId: string;

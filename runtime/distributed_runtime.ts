@@ -105,6 +105,7 @@ export class DistributedRuntime {
     this.#internals = {
       discovery,
       plane,
+      objects,
       logger,
       instanceId: lease.id,
       shutdownSignal: this.#shutdown.signal,

@@ -15,3 +15,4 @@
  */
 
 export * from "./runtime/mod.ts";
+export * from "./llm/mod.ts";

@@ -2,6 +2,7 @@
 // parsing through node:util, and endpoint paths.
 
 import { parseArgs, type ParseArgsConfig } from "node:util";
+import { createLogger, type Logger } from "../runtime/logger.ts";
 
 /** Where a subcommand writes; tests pass their own. */
 export interface Io {
@@ -104,4 +105,25 @@ export function parseMs(command: string, flag: string, value: string): number {
     );
   }
   return n;
+}
+
+const LEVELS = ["debug", "info", "warn", "error"] as const;
+
+/**
+ * The logger the environment asks for: DYN_LOG (level, default info), DYN_LOG_JSON.
+ * @throws {UsageError} DYN_LOG is not a level
+ */
+export function loggerFromEnv(command: string): Logger {
+  const level = Deno.env.get("DYN_LOG") ?? "info";
+  if (!(LEVELS as readonly string[]).includes(level)) {
+    throw new UsageError(
+      `DYN_LOG must be one of ${LEVELS.join(", ")}, got ${JSON.stringify(level)}`,
+      command,
+    );
+  }
+  const json = Deno.env.get("DYN_LOG_JSON");
+  return createLogger({
+    level: level as typeof LEVELS[number],
+    json: json === "1" || json === "true",
+  });
 }

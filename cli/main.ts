@@ -13,11 +13,13 @@ import {
 } from "./_common.ts";
 import { callCommand } from "./call.ts";
 import { instancesCommand } from "./instances.ts";
+import { frontendCommand } from "./frontend.ts";
+import { runCommand } from "./run.ts";
 
 /** The version of this build of `dynamo`. */
 export const VERSION: string = denoJson.version;
 
-const commands: readonly Command[] = [instancesCommand, callCommand];
+const commands: readonly Command[] = [runCommand, frontendCommand, instancesCommand, callCommand];
 
 function usage(): string {
   const width = Math.max(...commands.map((c) => c.name.length), "help".length);

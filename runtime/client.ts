@@ -15,6 +15,8 @@ export interface GenerateOptions {
   context?: Context;
   /** Aborting cancels the request (the worker's context is stopped). */
   signal?: AbortSignal;
+  /** roundRobin/random: choose only among these instance ids (e.g. those serving one model). */
+  instances?: readonly string[];
 }
 
 /** Options of {@linkcode Client.waitForInstances}. */
@@ -221,8 +223,11 @@ export class Client {
     // An instance that did not answer (died before discovery noticed) is skipped and the
     // request, never accepted by anyone, goes to another one.
     const tried = new Set<string>();
+    const allowed = options.instances === undefined ? undefined : new Set(options.instances);
     for (;;) {
-      const ids = this.#available().filter((id) => !tried.has(id));
+      const ids = this.#available().filter((id) =>
+        !tried.has(id) && (allowed === undefined || allowed.has(id))
+      );
       if (ids.length === 0) throw new NoInstancesError(this.path);
       const id = pick(ids);
       tried.add(id);

@@ -1,0 +1,95 @@
+// Serving the OpenAI frontend on a port: shared by `dynamo frontend` and `dynamo run`.
+// Graceful stop: no new connections, in-flight streams drain (with a deadline), then the
+// model watch and the runtime stop.
+
+import {
+  createFrontend,
+  type DistributedRuntime,
+  type Logger,
+  ModelManager,
+  type RouterMode,
+} from "../mod.ts";
+import type { Io } from "./_common.ts";
+
+/** Options of {@linkcode serveFrontend}. */
+export interface ServeFrontendOptions {
+  port: number;
+  hostname: string;
+  routerMode: RouterMode;
+  logger: Logger;
+  /** Deadline for draining in-flight requests at shutdown, in ms. */
+  drainTimeoutMs?: number;
+}
+
+/** A running frontend. */
+export interface RunningFrontend {
+  readonly url: string;
+  /** Stops accepting, drains in-flight requests, stops watching models. */
+  shutdown(): Promise<void>;
+  /** Resolves when the server has stopped. */
+  readonly finished: Promise<void>;
+}
+
+/** Starts the HTTP frontend over `runtime` and prints where it listens. */
+export async function serveFrontend(
+  runtime: DistributedRuntime,
+  options: ServeFrontendOptions,
+  io: Io,
+): Promise<RunningFrontend> {
+  const models = new ModelManager(runtime, {
+    routerMode: options.routerMode,
+    logger: options.logger,
+  });
+  await models.start();
+  const frontend = createFrontend({
+    models,
+    logger: options.logger,
+  });
+  frontend.metrics.registry.setDefaultLabels({
+    dynamo_namespace: "dynamo",
+    dynamo_component: "frontend",
+    dynamo_endpoint: "http",
+  });
+  const listening = Promise.withResolvers<Deno.NetAddr>();
+  const server = Deno.serve({
+    port: options.port,
+    hostname: options.hostname,
+    onListen: (addr) => listening.resolve(addr as Deno.NetAddr),
+  }, frontend.fetch);
+  const addr = await listening.promise;
+  const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+  const url = `http://${host}:${addr.port}`;
+  io.out(`dynamo frontend listening on ${url} (router: ${options.routerMode})`);
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    finished: server.finished,
+    shutdown() {
+      stopping ??= (async () => {
+        const drain = server.shutdown();
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const deadline = new Promise<void>((
+          r,
+        ) => (timer = setTimeout(r, options.drainTimeoutMs ?? 30_000)));
+        await Promise.race([drain, deadline]);
+        clearTimeout(timer);
+        await models.close();
+      })();
+      return stopping;
+    },
+  };
+}
+
+/** Resolves on the first SIGINT or SIGTERM (the listeners are removed by `dispose`). */
+export function untilSignal(): { signalled: Promise<Deno.Signal>; dispose: () => void } {
+  const got = Promise.withResolvers<Deno.Signal>();
+  const handlers = (["SIGINT", "SIGTERM"] as Deno.Signal[]).map((s) => {
+    const h = () => got.resolve(s);
+    Deno.addSignalListener(s, h);
+    return [s, h] as const;
+  });
+  return {
+    signalled: got.promise,
+    dispose: () => handlers.forEach(([s, h]) => Deno.removeSignalListener(s, h)),
+  };
+}

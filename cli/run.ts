@@ -1,0 +1,168 @@
+// `dynamo run in=http out=ENGINE [MODEL]`: frontend and engine in one process on the
+// embedded runtime. The README's first command.
+
+import {
+  builtinTestModel,
+  DistributedRuntime,
+  echoEngine,
+  ModelInput,
+  ModelType,
+  openaiUpstream,
+  registerLlm,
+} from "../mod.ts";
+import {
+  type Command,
+  ExitCode,
+  type Io,
+  loggerFromEnv,
+  parseCommandArgs,
+  parseMs,
+  UsageError,
+} from "./_common.ts";
+import { parseHttpFlags } from "./frontend.ts";
+import { serveFrontend, untilSignal } from "./_http.ts";
+import { hubOptionsFromEnv } from "./_hub.ts";
+
+const usage = `Usage: dynamo run in=http out=ENGINE [MODEL] [options]
+
+Runs the OpenAI frontend and an engine in one process on the embedded runtime.
+
+Engines:
+  out=echo                 tokens in, the prompt's tokens back (MODEL: a folder with
+                           config.json, tokenizer.json, tokenizer_config.json, a Hugging
+                           Face repo id, or a GGUF file; default: a built-in test model
+                           made of the real Qwen3 tokenizer files)
+  out=openai:http://H:P    forward to an OpenAI-compatible server you already run (vLLM,
+                           SGLang, llama.cpp); MODEL is the model name to ask it for
+
+Options:
+  --http-port N            port (default 8000; 0 picks a free one)
+  --http-host HOST         interface (default 127.0.0.1)
+  --model-name NAME        name clients use (default: from MODEL)
+  --context-length N       override the model's context length
+  --migration-limit N      migrations per request (default 0)
+  --delay-ms N             echo: pause per token (default 0)
+  --model-path PATH        openai: card source (tokenizer, context length) instead of
+                           the built-in test model
+  -h, --help               show this help`;
+
+function parseIntFlag(name: string, value: string | undefined, min: number): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) {
+    throw new UsageError(
+      `--${name} must be a whole number >= ${min}, got ${JSON.stringify(value)}`,
+      "run",
+    );
+  }
+  return n;
+}
+
+async function run(args: string[], io: Io): Promise<number> {
+  const { values, positionals } = parseCommandArgs("run", args, {
+    "http-port": { type: "string" },
+    "http-host": { type: "string" },
+    "router-mode": { type: "string" },
+    "model-name": { type: "string" },
+    "context-length": { type: "string" },
+    "migration-limit": { type: "string" },
+    "delay-ms": { type: "string" },
+    "model-path": { type: "string" },
+    help: { type: "boolean", short: "h" },
+  });
+  if (values.help) {
+    io.out(usage);
+    return ExitCode.Ok;
+  }
+  let input = "http";
+  let output: string | undefined;
+  const rest: string[] = [];
+  for (const p of positionals) {
+    if (p.startsWith("in=")) input = p.slice(3);
+    else if (p.startsWith("out=")) output = p.slice(4);
+    else rest.push(p);
+  }
+  if (input !== "http") throw new UsageError(`only in=http is supported, got in=${input}`, "run");
+  if (output === undefined) {
+    throw new UsageError("needs out=echo or out=openai:http://HOST:PORT", "run");
+  }
+  if (rest.length > 1) throw new UsageError(`at most one MODEL, got ${rest.join(" ")}`, "run");
+  const http = parseHttpFlags("run", values, { host: "127.0.0.1" });
+  const contextLength = parseIntFlag("context-length", values["context-length"], 1);
+  const migrationLimit = parseIntFlag("migration-limit", values["migration-limit"], 0);
+  const delayMs = values["delay-ms"] === undefined
+    ? 0
+    : parseMs("run", "delay-ms", values["delay-ms"]);
+  const logger = loggerFromEnv("run");
+
+  let handler;
+  let modelInput: ModelInput;
+  let modelPath: string;
+  let modelName = values["model-name"];
+  if (output === "echo") {
+    handler = echoEngine({ delayMs });
+    modelInput = ModelInput.Tokens;
+    modelPath = rest[0] ?? await builtinTestModel();
+  } else if (output.startsWith("openai:")) {
+    const baseUrl = output.slice("openai:".length);
+    if (!/^https?:\/\/[^/]+/.test(baseUrl)) {
+      throw new UsageError(
+        `out=openai: needs a URL like openai:http://127.0.0.1:8001, got ${output}`,
+        "run",
+      );
+    }
+    handler = openaiUpstream({ baseUrl, upstreamModel: rest[0] });
+    modelInput = ModelInput.Text;
+    modelPath = values["model-path"] ?? await builtinTestModel();
+    modelName ??= rest[0];
+  } else {
+    throw new UsageError(`unknown engine out=${output} (engines: echo, openai:URL)`, "run");
+  }
+
+  const signals = untilSignal();
+  const runtime = await DistributedRuntime.connect({
+    discovery: "memory",
+    requestPlane: "local",
+    logger,
+  });
+  try {
+    const component = runtime.namespace("dynamo").component("backend");
+    await component.createService();
+    const endpoint = component.endpoint("generate");
+    const serving = endpoint.serveEndpoint(handler as never, { gracefulShutdown: true });
+    serving.catch((err) => logger.error("engine stopped", { error: String(err) }));
+    const card = await registerLlm(
+      modelInput,
+      ModelType.Chat | ModelType.Completions,
+      endpoint,
+      modelPath,
+      {
+        modelName,
+        contextLength,
+        migrationLimit,
+        hub: hubOptionsFromEnv(),
+      },
+    );
+    logger.info("model registered", {
+      model: card.display_name,
+      input: modelInput,
+      context: card.context_length,
+    });
+    const frontend = await serveFrontend(runtime, { ...http, logger }, io);
+    await signals.signalled;
+    logger.info("shutting down");
+    await frontend.shutdown();
+    return ExitCode.Ok;
+  } finally {
+    signals.dispose();
+    await runtime.shutdown();
+  }
+}
+
+/** The `run` subcommand. */
+export const runCommand: Command = {
+  name: "run",
+  summary: "frontend + engine in one process (in=http out=echo | out=openai:URL)",
+  usage,
+  run,
+};

@@ -1,0 +1,45 @@
+import assert from "node:assert/strict";
+import { Context } from "../../runtime/context.ts";
+import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
+import { echoEngine } from "./echo.ts";
+
+const req = (
+  token_ids: number[],
+  extra: Partial<PreprocessedRequest> = {},
+): PreprocessedRequest => ({
+  model: "m",
+  token_ids,
+  stop_conditions: {},
+  sampling_options: {},
+  eos_token_ids: [],
+  ...extra,
+});
+
+async function run(r: PreprocessedRequest, ctx = new Context()): Promise<LLMEngineOutput[]> {
+  const out: LLMEngineOutput[] = [];
+  for await (const x of echoEngine()(r, ctx)) out.push(x);
+  return out;
+}
+
+Deno.test("the echo engine yields the prompt's tokens one by one and stops", async () => {
+  const out = await run(req([5, 6, 7]));
+  assert.deepEqual(out.map((o) => o.token_ids[0]), [5, 6, 7]);
+  assert.equal(out.at(-1)?.finish_reason, "stop");
+});
+
+Deno.test("the echo engine honours max_tokens with finish_reason length", async () => {
+  const out = await run(req([5, 6, 7, 8], { stop_conditions: { max_tokens: 2 } }));
+  assert.deepEqual(out, [{ token_ids: [5] }, { token_ids: [6], finish_reason: "length" }]);
+});
+
+Deno.test("a migrated echo request continues where the first attempt stopped", async () => {
+  const prompt = [1, 2, 3, 4, 5];
+  const first = (await run(req(prompt))).flatMap((o) => o.token_ids);
+  const k = 2;
+  const rest = await run(req([...prompt, ...first.slice(0, k)], { migrated_tokens: k }));
+  assert.deepEqual([...first.slice(0, k), ...rest.flatMap((o) => o.token_ids)], first);
+});
+
+Deno.test("the echo engine rejects a request without token_ids", async () => {
+  await assert.rejects(run({ text: "hi" } as unknown as PreprocessedRequest), /token_ids/);
+});

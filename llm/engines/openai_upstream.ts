@@ -1,0 +1,128 @@
+// The upstream engine: forwards OpenAI requests to an OpenAI-compatible server a user
+// already runs (vLLM, SGLang, llama.cpp's server), so the frontend, routing and
+// migration can sit in front of it. A Text-input handler: OpenAI request in, chunks out.
+
+import type { Context } from "../../runtime/context.ts";
+import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
+
+/** Options of {@linkcode openaiUpstream}. */
+export interface OpenAIUpstreamOptions {
+  /** Base URL, e.g. "http://127.0.0.1:8001" (a trailing /v1 is accepted). */
+  baseUrl: string;
+  /** Model name to ask the upstream for (default: the request's). */
+  upstreamModel?: string;
+  /** Bearer token for the upstream. */
+  apiKey?: string;
+  /** Deadline for the upstream's response headers in ms (default 60000). */
+  connectTimeoutMs?: number;
+  /** fetch to use (tests). */
+  fetch?: typeof fetch;
+}
+
+/** The upstream answered with an error status; the message starts with "HTTP <status>:". */
+export class UpstreamError extends DynamoError {
+  readonly status: number;
+  constructor(status: number, message: string) {
+    super(`HTTP ${status}: ${message}`);
+    this.status = status;
+  }
+}
+
+/**
+ * Builds a Text-input handler that forwards to an OpenAI-compatible server.
+ *
+ * @example
+ * ```ts
+ * await endpoint.serveEndpoint(openaiUpstream({ baseUrl: "http://127.0.0.1:8001" }));
+ * ```
+ */
+export function openaiUpstream(
+  options: OpenAIUpstreamOptions,
+): (req: Record<string, unknown>, ctx: Context) => AsyncGenerator<Record<string, unknown>> {
+  let base: URL;
+  try {
+    base = new URL(options.baseUrl.replace(/\/+$/, "").replace(/\/v1$/, "") + "/");
+  } catch {
+    throw new InvalidArgumentError(
+      `upstream URL must be like http://HOST:PORT, got "${options.baseUrl}"`,
+    );
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new InvalidArgumentError(`upstream URL must be http(s), got "${options.baseUrl}"`);
+  }
+  const doFetch = options.fetch ?? fetch;
+  const connectTimeoutMs = options.connectTimeoutMs ?? 60_000;
+
+  return async function* upstream(req: Record<string, unknown>, ctx: Context) {
+    if (typeof req !== "object" || req === null) {
+      throw new InvalidArgumentError("upstream engine needs an OpenAI request object");
+    }
+    const isChat = Array.isArray(req.messages);
+    const url = new URL(isChat ? "v1/chat/completions" : "v1/completions", base);
+    const ourModel = req.model;
+    const body = {
+      ...req,
+      model: options.upstreamModel ?? req.model,
+      stream: true,
+      stream_options: { include_usage: true },
+    };
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      accept: "text/event-stream",
+    };
+    if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
+    const timeout = AbortSignal.timeout(connectTimeoutMs);
+    const signal = AbortSignal.any([ctx.signal, timeout]);
+    let res: Response;
+    try {
+      res = await doFetch(url, { method: "POST", headers, body: JSON.stringify(body), signal });
+    } catch (err) {
+      if (timeout.aborted) {
+        throw new DynamoError(
+          `upstream ${url.origin} did not answer within ${connectTimeoutMs} ms`,
+        );
+      }
+      throw new DynamoError(`cannot reach upstream ${url.origin}: ${(err as Error).message}`);
+    }
+    if (!res.ok) {
+      const text = await res.text().catch(() => "");
+      let message = text;
+      try {
+        message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
+      } catch {
+        // not JSON: keep the text
+      }
+      throw new UpstreamError(res.status, message || res.statusText);
+    }
+    if (!res.body) throw new DynamoError(`upstream ${url.origin} sent no body`);
+    const wantUsage =
+      (req.stream_options as { include_usage?: boolean } | undefined)?.include_usage === true;
+    let buffer = "";
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let sep;
+        while ((sep = buffer.search(/\r?\n\r?\n/)) >= 0) {
+          const event = buffer.slice(0, sep);
+          buffer = buffer.slice(sep).replace(/^\r?\n\r?\n/, "");
+          const data = event.split(/\r?\n/).filter((l) => l.startsWith("data:")).map((l) =>
+            l.slice(5).trimStart()
+          )
+            .join("\n");
+          if (data === "" || data === "[DONE]") continue;
+          const chunk = JSON.parse(data) as Record<string, unknown>;
+          if (chunk.error) throw new UpstreamError(502, JSON.stringify(chunk.error));
+          const choices = chunk.choices as unknown[] | undefined;
+          if (!wantUsage && chunk.usage && (!choices || choices.length === 0)) continue;
+          if (!wantUsage) delete chunk.usage;
+          yield { ...chunk, model: ourModel };
+        }
+      }
+    } finally {
+      await reader.cancel().catch(() => {});
+    }
+  };
+}

@@ -1,0 +1,58 @@
+// Reading a request body with a size limit: 413 past it, 400 for malformed JSON.
+
+import { RequestError } from "../openai.ts";
+
+/** Reads and parses a JSON body of at most `limit` bytes. */
+export async function readJsonBody(request: Request, limit: number): Promise<unknown> {
+  const declared = Number(request.headers.get("content-length") ?? NaN);
+  if (declared > limit) throw tooLarge(limit);
+  if (!request.body) {
+    throw new RequestError(400, "request body is empty; expected JSON", { code: "invalid_json" });
+  }
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = request.body.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.length;
+      if (size > limit) {
+        await reader.cancel().catch(() => {});
+        throw tooLarge(limit);
+      }
+      chunks.push(value);
+    }
+  } finally {
+    reader.releaseLock();
+  }
+  const bytes = new Uint8Array(size);
+  let off = 0;
+  for (const c of chunks) {
+    bytes.set(c, off);
+    off += c.length;
+  }
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new RequestError(400, "request body is not valid UTF-8", { code: "invalid_json" });
+  }
+  if (text.trim() === "") {
+    throw new RequestError(400, "request body is empty; expected JSON", { code: "invalid_json" });
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new RequestError(400, `request body is not valid JSON: ${(err as Error).message}`, {
+      code: "invalid_json",
+    });
+  }
+}
+
+function tooLarge(limit: number): RequestError {
+  return new RequestError(413, `request body is larger than the limit of ${limit} bytes`, {
+    type: "invalid_request_error",
+    code: "request_too_large",
+  });
+}

@@ -1,0 +1,118 @@
+// The frontend's Prometheus metrics (names and labels of DESIGN.md §5), on a registry of
+// its own so several frontends in one process do not collide.
+
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+
+const LATENCY_BUCKETS = [
+  0.001,
+  0.0025,
+  0.005,
+  0.01,
+  0.025,
+  0.05,
+  0.1,
+  0.25,
+  0.5,
+  1,
+  2.5,
+  5,
+  10,
+  30,
+  60,
+  120,
+];
+const TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144];
+
+/** Labels every request metric carries. */
+export interface RequestLabels {
+  model: string;
+  /** "chat_completions" or "completions". */
+  endpoint: string;
+  /** "stream" or "unary". */
+  request_type: string;
+}
+
+/** The frontend's metrics. */
+export class FrontendMetrics {
+  readonly registry: Registry = new Registry();
+  readonly requests: Counter<string>;
+  readonly inflight: Gauge<string>;
+  readonly duration: Histogram<string>;
+  readonly ttft: Histogram<string>;
+  readonly itl: Histogram<string>;
+  readonly inputTokens: Histogram<string>;
+  readonly outputTokens: Histogram<string>;
+  readonly migrations: Counter<string>;
+  readonly disconnected: Counter<string>;
+
+  /** @param constLabels labels added to every series (e.g. dynamo_namespace) */
+  constructor(constLabels: Record<string, string> = {}) {
+    const registers = [this.registry];
+    this.registry.setDefaultLabels(constLabels);
+    const p = "dynamo_frontend_";
+    this.requests = new Counter({
+      name: `${p}requests_total`,
+      help: "Requests handled, by final status",
+      labelNames: ["model", "endpoint", "request_type", "status"],
+      registers,
+    });
+    this.inflight = new Gauge({
+      name: `${p}inflight_requests`,
+      help: "Requests being handled now",
+      labelNames: ["model"],
+      registers,
+    });
+    this.duration = new Histogram({
+      name: `${p}request_duration_seconds`,
+      help: "Time from request to last byte",
+      labelNames: ["model"],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.ttft = new Histogram({
+      name: `${p}time_to_first_token_seconds`,
+      help: "Time from request to first generated token",
+      labelNames: ["model"],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.itl = new Histogram({
+      name: `${p}inter_token_latency_seconds`,
+      help: "Time between generated tokens",
+      labelNames: ["model"],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.inputTokens = new Histogram({
+      name: `${p}input_sequence_tokens`,
+      help: "Prompt length in tokens",
+      labelNames: ["model"],
+      buckets: TOKEN_BUCKETS,
+      registers,
+    });
+    this.outputTokens = new Histogram({
+      name: `${p}output_sequence_tokens`,
+      help: "Generated tokens per request",
+      labelNames: ["model"],
+      buckets: TOKEN_BUCKETS,
+      registers,
+    });
+    this.migrations = new Counter({
+      name: `${p}model_migration_total`,
+      help: "Requests moved to another instance after a worker failed",
+      labelNames: ["model"],
+      registers,
+    });
+    this.disconnected = new Counter({
+      name: `${p}disconnected_clients`,
+      help: "Clients that went away before their response was complete",
+      labelNames: ["model"],
+      registers,
+    });
+  }
+
+  /** The text exposition of every metric. */
+  render(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

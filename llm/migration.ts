@@ -1,0 +1,144 @@
+// Request migration (DESIGN.md §4): when a worker dies or asks to be left
+// (EngineShutdownError), re-send the request to another instance with the tokens already
+// streamed appended, so the caller sees one seamless stream. Cancellation never migrates.
+
+import { Context } from "../runtime/context.ts";
+import {
+  CancelledError,
+  DynamoError,
+  EngineShutdownError,
+  NoInstancesError,
+  StreamIncompleteError,
+  TimeoutError,
+} from "../runtime/errors.ts";
+import type { Logger } from "../runtime/logger.ts";
+import type { ResponseStream } from "../runtime/stream.ts";
+import type { LLMEngineOutput, PreprocessedRequest } from "./protocols.ts";
+
+/** Sends one attempt of a request with the given context. */
+export type SendTokens = (
+  request: PreprocessedRequest,
+  context: Context,
+) => Promise<ResponseStream<LLMEngineOutput>>;
+
+/** Options of {@linkcode openMigrating}. */
+export interface MigrationOptions {
+  /** How many times the request may move to another instance (the card's migration_limit). */
+  limit: number;
+  /** Called before each migration (for metrics and logs). */
+  onMigrate?: (attempt: number, cause: unknown) => void;
+  logger?: Logger;
+}
+
+/** The error when a request still fails after `limit` migrations. */
+export class MigrationExhaustedError extends DynamoError {
+  readonly attempts: number;
+  constructor(limit: number, cause: unknown) {
+    super(
+      limit === 0
+        ? `the worker failed mid-request and migration is disabled (migration_limit 0): ${
+          errorText(cause)
+        }`
+        : `migration limit exhausted after ${limit} migration(s): ${errorText(cause)}`,
+      { cause },
+    );
+    this.attempts = limit;
+  }
+}
+
+function errorText(e: unknown): string {
+  return e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+}
+
+/** True for failures that another instance may not have: the worker, not the request. */
+export function isMigratable(err: unknown): boolean {
+  if (err instanceof CancelledError) return false;
+  if (err instanceof StreamIncompleteError || err instanceof EngineShutdownError) return true;
+  if (err instanceof NoInstancesError) return err.instanceId !== undefined;
+  if (err instanceof TimeoutError) return true;
+  // Transport failures (connection refused, NATS gone) are DynamoErrors of the plane.
+  return err instanceof DynamoError && err.constructor === DynamoError;
+}
+
+/**
+ * Opens a request that migrates on worker failure. Resolves once the first attempt is
+ * accepted (errors before that, such as no instances at all, reject here).
+ *
+ * @param parent the request's context: stopping it stops whichever attempt runs
+ */
+export async function openMigrating(
+  send: SendTokens,
+  request: PreprocessedRequest,
+  parent: Context,
+  options: MigrationOptions,
+): Promise<AsyncIterable<LLMEngineOutput>> {
+  const generated: number[] = [];
+  let migrations = 0;
+  const maxTokens = request.stop_conditions.max_tokens;
+
+  const attempt = (): Promise<ResponseStream<LLMEngineOutput>> => {
+    const ctx = new Context(parent.id);
+    const unlink = parent.linkChild(ctx);
+    const req: PreprocessedRequest = generated.length === 0 ? request : {
+      ...request,
+      token_ids: [...request.token_ids, ...generated],
+      stop_conditions: {
+        ...request.stop_conditions,
+        ...(maxTokens === undefined ? {} : { max_tokens: maxTokens - generated.length }),
+      },
+      migrated_tokens: generated.length,
+    };
+    return send(req, ctx).finally(unlink);
+  };
+
+  // Opening may itself hit a dead instance (it died after discovery listed it).
+  const open = async (): Promise<ResponseStream<LLMEngineOutput>> => {
+    for (;;) {
+      try {
+        return await attempt();
+      } catch (err) {
+        if (parent.isStopped() || !isMigratable(err)) throw err;
+        if (migrations >= options.limit) throw new MigrationExhaustedError(options.limit, err);
+        migrations++;
+        options.onMigrate?.(migrations, err);
+        options.logger?.warn("migrating request", {
+          request: parent.id,
+          attempt: migrations,
+          cause: errorText(err),
+        });
+      }
+    }
+  };
+
+  let stream = await open();
+  return {
+    async *[Symbol.asyncIterator]() {
+      for (;;) {
+        try {
+          for await (const out of stream) {
+            generated.push(...out.token_ids);
+            yield out;
+            if (out.finish_reason) return;
+          }
+          return;
+        } catch (err) {
+          if (parent.isStopped() || !isMigratable(err)) throw err;
+          if (maxTokens !== undefined && generated.length >= maxTokens) {
+            yield { token_ids: [], finish_reason: "length" };
+            return;
+          }
+          if (migrations >= options.limit) throw new MigrationExhaustedError(options.limit, err);
+          migrations++;
+          options.onMigrate?.(migrations, err);
+          options.logger?.warn("migrating request", {
+            request: parent.id,
+            attempt: migrations,
+            generated: generated.length,
+            cause: errorText(err),
+          });
+          stream = await open();
+        }
+      }
+    },
+  };
+}

@@ -1,0 +1,286 @@
+// The frontend's view of the models on the network: watches model entries, groups them
+// by name, keeps a client per serving endpoint, and loads each model's card, tokenizer
+// and preprocessor once. A model exists while at least one instance registers it.
+
+import type { Client } from "../runtime/client.ts";
+import type { Context } from "../runtime/context.ts";
+import type { DistributedRuntime } from "../runtime/distributed_runtime.ts";
+import { DynamoError, InvalidArgumentError, NoInstancesError } from "../runtime/errors.ts";
+import { type Logger, silentLogger } from "../runtime/logger.ts";
+import type { ResponseStream } from "../runtime/stream.ts";
+import { fetchCardFiles } from "./model_card.ts";
+import { Preprocessor } from "./preprocessor.ts";
+import {
+  MODEL_ENTRY_PREFIX,
+  type ModelDeploymentCard,
+  type ModelEntry,
+  ModelInput,
+  type ModelType,
+} from "./protocols.ts";
+import { Tokenizer } from "./tokenizer.ts";
+
+/** How the frontend spreads requests over a model's instances. */
+export type RouterMode = "round-robin" | "random";
+
+/** Options of {@linkcode ModelManager}. */
+export interface ModelManagerOptions {
+  routerMode?: RouterMode;
+  logger?: Logger;
+}
+
+/** Loaded once per card: what preprocessing needs. */
+export interface ModelPipeline {
+  card: ModelDeploymentCard;
+  tokenizer: Tokenizer;
+  preprocessor: Preprocessor;
+}
+
+interface EndpointGroup {
+  path: string;
+  client: Promise<Client>;
+  instances: Set<string>;
+}
+
+/** One model name served by one or more endpoints. */
+export class ServedModel {
+  readonly name: string;
+  readonly created: number = Math.floor(Date.now() / 1000);
+  modelInput: ModelInput;
+  modelType: ModelType;
+  /** Card key of any live instance (cards of one model are expected to agree). */
+  cardKey: string;
+  readonly endpoints: Map<string, EndpointGroup> = new Map();
+  readonly #manager: ModelManager;
+  #pipeline: Promise<ModelPipeline> | undefined;
+  #pipelineSum: string | undefined;
+  #next = 0;
+
+  /** @internal */
+  constructor(manager: ModelManager, entry: ModelEntry) {
+    this.#manager = manager;
+    this.name = entry.name;
+    this.modelInput = entry.model_input;
+    this.modelType = entry.model_type;
+    this.cardKey = entry.card_key;
+  }
+
+  /** Live instances across the model's endpoints. */
+  get instanceCount(): number {
+    let n = 0;
+    for (const g of this.endpoints.values()) n += g.instances.size;
+    return n;
+  }
+
+  /** The model's card, tokenizer and preprocessor (loaded once per card checksum). */
+  pipeline(): Promise<ModelPipeline> {
+    const sum = this.cardKey;
+    if (!this.#pipeline || this.#pipelineSum !== sum) {
+      this.#pipelineSum = sum;
+      this.#pipeline = this.#manager.loadPipeline(this.cardKey).catch((err) => {
+        this.#pipeline = undefined;
+        throw err;
+      });
+    }
+    return this.#pipeline;
+  }
+
+  /** The card of a live instance. */
+  async card(): Promise<ModelDeploymentCard> {
+    return await this.#manager.loadCard(this.cardKey);
+  }
+
+  /**
+   * Sends `request` to one of the model's instances, by the manager's router mode.
+   * @throws {NoInstancesError} no instance is live
+   */
+  async generate<T>(request: unknown, context: Context): Promise<ResponseStream<T>> {
+    const groups = [...this.endpoints.values()].filter((g) => g.instances.size > 0);
+    if (groups.length === 0) throw new NoInstancesError(this.name);
+    const group = groups[this.#next++ % groups.length]!;
+    const client = await group.client;
+    // Only the instances that registered this model: an endpoint may serve several.
+    const options = { context, instances: [...group.instances] };
+    return this.#manager.routerMode === "random"
+      ? await client.random<T>(request, options)
+      : await client.roundRobin<T>(request, options);
+  }
+}
+
+/** Watches `v1/models/` and serves the frontend's model lookups. */
+export class ModelManager {
+  readonly routerMode: RouterMode;
+  readonly #runtime: DistributedRuntime;
+  readonly #log: Logger;
+  readonly #models = new Map<string, ServedModel>();
+  readonly #entries = new Map<string, ModelEntry>(); // key -> entry
+  readonly #clients = new Map<string, Promise<Client>>();
+  readonly #stop = new AbortController();
+  #synced = false;
+  #watching: Promise<void> | undefined;
+
+  constructor(runtime: DistributedRuntime, options: ModelManagerOptions = {}) {
+    const mode = options.routerMode ?? "round-robin";
+    if (mode !== "round-robin" && mode !== "random") {
+      throw new InvalidArgumentError(
+        `router mode must be round-robin or random, got ${JSON.stringify(mode)}`,
+      );
+    }
+    this.routerMode = mode;
+    this.#runtime = runtime;
+    this.#log = options.logger ?? silentLogger;
+  }
+
+  /** True once the first listing of model entries was applied. */
+  get synced(): boolean {
+    return this.#synced;
+  }
+
+  /** Starts watching; resolves after the first listing. */
+  start(): Promise<void> {
+    const ready = Promise.withResolvers<void>();
+    this.#watching = this.#watch(ready.resolve).catch((err) => ready.reject(err));
+    return ready.promise;
+  }
+
+  async #watch(onSynced: () => void): Promise<void> {
+    let backoff = 100;
+    while (!this.#stop.signal.aborted) {
+      try {
+        const seen = new Set<string>();
+        let syncing = true;
+        for await (
+          const ev of this.#runtime.discovery.watch(MODEL_ENTRY_PREFIX, {
+            signal: this.#stop.signal,
+          })
+        ) {
+          backoff = 100;
+          if (ev.type === "synced") {
+            // Entries that vanished while the watch was down.
+            for (const key of [...this.#entries.keys()]) if (!seen.has(key)) this.#remove(key);
+            syncing = false;
+            this.#synced = true;
+            onSynced();
+          } else if (ev.type === "put") {
+            if (syncing) seen.add(ev.key);
+            this.#put(ev.key, ev.value);
+          } else {
+            this.#remove(ev.key);
+          }
+        }
+      } catch (err) {
+        if (this.#stop.signal.aborted) return;
+        this.#log.warn("model watch failed; retrying", { error: String(err) });
+      }
+      if (this.#stop.signal.aborted) return;
+      await new Promise((r) => setTimeout(r, backoff));
+      backoff = Math.min(backoff * 2, 2000);
+    }
+  }
+
+  #put(key: string, value: string): void {
+    let entry: ModelEntry;
+    try {
+      entry = JSON.parse(value) as ModelEntry;
+      if (typeof entry.name !== "string" || typeof entry.endpoint?.namespace !== "string") {
+        throw new Error("bad shape");
+      }
+    } catch {
+      this.#log.warn("ignoring malformed model entry", { key });
+      return;
+    }
+    this.#remove(key, false);
+    this.#entries.set(key, entry);
+    const instance = key.slice(key.lastIndexOf("/") + 1);
+    let model = this.#models.get(entry.name);
+    if (!model) {
+      model = new ServedModel(this, entry);
+      this.#models.set(entry.name, model);
+      this.#log.info("model added", { model: entry.name, input: entry.model_input });
+    }
+    model.modelInput = entry.model_input;
+    model.modelType = entry.model_type;
+    model.cardKey = entry.card_key;
+    const { namespace, component, name } = entry.endpoint;
+    const path = `${namespace}/${component}/${name}`;
+    let group = model.endpoints.get(path);
+    if (!group) {
+      let client = this.#clients.get(path);
+      if (!client) {
+        client = this.#runtime.namespace(namespace).component(component).endpoint(name).client();
+        client.catch(() => this.#clients.delete(path));
+        this.#clients.set(path, client);
+      }
+      group = { path, client, instances: new Set() };
+      model.endpoints.set(path, group);
+    }
+    group.instances.add(instance);
+  }
+
+  #remove(key: string, log = true): void {
+    const entry = this.#entries.get(key);
+    if (!entry) return;
+    this.#entries.delete(key);
+    const model = this.#models.get(entry.name);
+    if (!model) return;
+    const path = `${entry.endpoint.namespace}/${entry.endpoint.component}/${entry.endpoint.name}`;
+    const group = model.endpoints.get(path);
+    group?.instances.delete(key.slice(key.lastIndexOf("/") + 1));
+    if (group && group.instances.size === 0) model.endpoints.delete(path);
+    if (model.endpoints.size === 0) {
+      this.#models.delete(entry.name);
+      if (log) this.#log.info("model removed", { model: entry.name });
+    } else if (model.cardKey === entry.card_key) {
+      // Point at a card that is still registered.
+      for (const e of this.#entries.values()) {
+        if (e.name === entry.name) {
+          model.cardKey = e.card_key;
+          break;
+        }
+      }
+    }
+  }
+
+  /** Models with at least one live instance, sorted by name. */
+  list(): ServedModel[] {
+    return [...this.#models.values()].sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /** The model of that name, if any instance serves it. */
+  get(name: string): ServedModel | undefined {
+    return this.#models.get(name);
+  }
+
+  /** @internal */
+  async loadCard(cardKey: string): Promise<ModelDeploymentCard> {
+    const raw = await this.#runtime.discovery.get(cardKey);
+    if (raw === undefined) throw new DynamoError(`model card ${cardKey} is gone`);
+    return JSON.parse(raw) as ModelDeploymentCard;
+  }
+
+  /** @internal */
+  async loadPipeline(cardKey: string): Promise<ModelPipeline> {
+    const card = await this.loadCard(cardKey);
+    if (card.model_input !== ModelInput.Tokens) {
+      throw new DynamoError(
+        `model ${card.display_name} takes text; it has no preprocessing pipeline`,
+      );
+    }
+    const files = await fetchCardFiles(this.#runtime.objects, card);
+    const tj = files.get("tokenizer.json");
+    const tc = files.get("tokenizer_config.json");
+    if (!tj || !tc) {
+      throw new DynamoError(
+        `model ${card.display_name} has no tokenizer.json/tokenizer_config.json to preprocess with`,
+      );
+    }
+    const tokenizer = Tokenizer.fromBytes(tj, tc);
+    return { card, tokenizer, preprocessor: new Preprocessor({ card, tokenizer }) };
+  }
+
+  /** Stops watching and closes the clients. */
+  async close(): Promise<void> {
+    this.#stop.abort();
+    await this.#watching;
+    await Promise.allSettled([...this.#clients.values()].map(async (c) => (await c).close()));
+  }
+}

@@ -1,0 +1,305 @@
+// Turns validated OpenAI requests into PreprocessedRequests for `ModelInput.Tokens` engines:
+// chat template, tokenization, stop conditions, sampling options, context-length checks.
+//
+// What the token path cannot honour is refused with a 400 rather than silently dropped:
+// - `logprobs` / `top_logprobs` (chat) and `logprobs` (completions): PreprocessedRequest has
+//   no field to ask the engine for them.
+// - `response_format` other than "text": no guided decoding.
+// - `logit_bias`: no wire field.
+// - `tools` (unless tool_choice is "none"): no tool-call parser turns the model's output into
+//   `tool_calls`. With `renderTools: true` tools are rendered into the template ("auto" only)
+//   and parsing the output is the caller's job. Tool messages and earlier tool calls in the
+//   conversation are always rendered.
+// - completions `echo`, `suffix`, `best_of` > n, and prompt lists with more than one entry.
+// - non-text content parts (the chat template only takes text).
+// `n` is not sent to the engine: PreprocessResult.n tells the caller how many requests to
+// issue (see choiceRequest for giving each its own seed).
+
+import { ChatTemplate } from "./chat_template.ts";
+import {
+  type ChatCompletionRequest,
+  type CommonRequestFields,
+  type CompletionRequest,
+  RequestError,
+} from "./openai.ts";
+import type {
+  ModelDeploymentCard,
+  PreprocessedRequest,
+  SamplingOptions,
+  StopConditions,
+} from "./protocols.ts";
+import type { Tokenizer } from "./tokenizer.ts";
+
+/** Options of {@linkcode Preprocessor}. */
+export interface PreprocessorOptions {
+  /** The model's card: name, context length, eos ids, chat template. */
+  card: ModelDeploymentCard;
+  /** The model's tokenizer. */
+  tokenizer: Tokenizer;
+  /**
+   * Render `tools` into the chat template for `tool_choice` "auto" (or unset). The caller
+   * must then parse tool calls out of the output. Default false: such requests get a 400.
+   */
+  renderTools?: boolean;
+}
+
+/** A pre-processed request and what the caller needs to answer it. */
+export interface PreprocessResult {
+  /** What the engine receives. Its `model` is the card's display name. */
+  request: PreprocessedRequest;
+  /** Number of prompt tokens (`usage.prompt_tokens`). */
+  promptTokens: number;
+  /** Choices asked for: the caller issues this many requests (see {@linkcode choiceRequest}). */
+  n: number;
+  /** The rendered chat prompt, or the completion prompt text (undefined for token prompts). */
+  promptText?: string;
+}
+
+/**
+ * Chat template + tokenizer + request mapping for one model.
+ *
+ * @example
+ * ```ts ignore
+ * const pre = new Preprocessor({ card, tokenizer });
+ * const { request, promptTokens } = pre.chat(validateChatRequest(body));
+ * ```
+ */
+export class Preprocessor {
+  readonly #card: ModelDeploymentCard;
+  readonly #tokenizer: Tokenizer;
+  readonly #renderTools: boolean;
+  readonly #template: ChatTemplate | undefined;
+
+  /**
+   * @param options The card, the tokenizer and whether to render tools.
+   * @throws {ChatTemplateError} When the card's chat template does not parse.
+   */
+  constructor(options: PreprocessorOptions) {
+    this.#card = options.card;
+    this.#tokenizer = options.tokenizer;
+    this.#renderTools = options.renderTools ?? false;
+    const source = options.card.chat_template;
+    this.#template = source === undefined || source === "" ? undefined : new ChatTemplate(source);
+  }
+
+  /** The card this preprocessor serves. */
+  get card(): ModelDeploymentCard {
+    return this.#card;
+  }
+
+  /**
+   * Pre-processes a chat request.
+   *
+   * @param req A request from {@linkcode validateChatRequest}.
+   * @returns The engine request, the prompt token count and the number of choices.
+   * @throws {RequestError} 400 for what the model cannot do or a prompt over the context.
+   */
+  chat(req: ChatCompletionRequest): PreprocessResult {
+    if (this.#template === undefined) {
+      throw new RequestError(
+        400,
+        `The model \`${this.#card.display_name}\` has no chat template; use /v1/completions.`,
+        { param: "messages" },
+      );
+    }
+    if (req.logprobs === true || req.top_logprobs !== undefined) {
+      throw unsupported(
+        req.logprobs === true ? "logprobs" : "top_logprobs",
+        "this server cannot return log probabilities",
+      );
+    }
+    if (req.response_format !== undefined && req.response_format.type !== "text") {
+      throw new RequestError(
+        400,
+        `\`response_format\` of type ${
+          JSON.stringify(req.response_format.type)
+        } is not supported: this server has no guided decoding.`,
+        { param: "response_format" },
+      );
+    }
+    const tools = this.#toolsToRender(req);
+    const kwargs = { ...req.chat_template_args, ...req.chat_template_kwargs };
+    const prompt = this.#template.render({
+      ...kwargs,
+      messages: req.messages,
+      tools,
+      bos_token: this.#card.bos_token ?? "",
+      eos_token: this.#card.eos_token ?? "",
+    });
+    // The template already holds BOS and friends.
+    const ids = this.#tokenizer.encode(prompt, { addSpecialTokens: false });
+    const result = this.#build(req, ids, "messages", req.max_completion_tokens ?? req.max_tokens);
+    result.promptText = prompt;
+    return result;
+  }
+
+  /**
+   * Pre-processes a completion request. A text prompt is tokenized with the tokenizer's
+   * special tokens; a token-id prompt goes to the engine as it came.
+   *
+   * @param req A request from {@linkcode validateCompletionRequest}.
+   * @returns The engine request, the prompt token count and the number of choices.
+   * @throws {RequestError} 400 for batched prompts, unsupported fields, or a prompt over the context.
+   */
+  completion(req: CompletionRequest): PreprocessResult {
+    if (req.logprobs !== undefined) {
+      throw unsupported("logprobs", "this server cannot return log probabilities");
+    }
+    if (req.echo === true) throw unsupported("echo", "this server does not echo the prompt");
+    if (req.suffix !== undefined && req.suffix !== "") {
+      throw unsupported("suffix", "this server does not insert text before a suffix");
+    }
+    if (req.best_of !== undefined && req.best_of > (req.n ?? 1)) {
+      throw unsupported("best_of", "this server cannot generate more candidates than `n`");
+    }
+    const prompt = req.prompt;
+    let single: string | number[];
+    if (typeof prompt === "string") {
+      single = prompt;
+    } else if (prompt.length > 1 && (typeof prompt[0] === "string" || Array.isArray(prompt[0]))) {
+      throw new RequestError(
+        400,
+        `batched prompts are not supported: send one prompt per request (got ${prompt.length}).`,
+        { param: "prompt" },
+      );
+    } else if (typeof prompt[0] === "string" || Array.isArray(prompt[0])) {
+      single = prompt[0];
+    } else {
+      single = prompt as number[];
+    }
+    const ids = typeof single === "string" ? this.#tokenizer.encode(single) : [...single];
+    const result = this.#build(req, ids, "prompt", req.max_tokens);
+    if (typeof single === "string") result.promptText = single;
+    return result;
+  }
+
+  #toolsToRender(req: ChatCompletionRequest): ChatCompletionRequest["tools"] {
+    const tools = req.tools ?? [];
+    const choice = req.tool_choice;
+    if (tools.length === 0 || choice === "none") return undefined;
+    if (!this.#renderTools) {
+      throw new RequestError(
+        400,
+        'Tool calling is not supported by this server: send `tools` with `tool_choice: "none"` or without `tools`.',
+        { param: "tools" },
+      );
+    }
+    if (choice !== undefined && choice !== "auto") {
+      throw new RequestError(
+        400,
+        `\`tool_choice\` ${
+          JSON.stringify(choice)
+        } is not supported: this server cannot force a tool call; use "auto" or "none".`,
+        { param: "tool_choice" },
+      );
+    }
+    return tools;
+  }
+
+  #build(
+    req: CommonRequestFields,
+    ids: number[],
+    promptParam: "messages" | "prompt",
+    requestedMax: number | undefined,
+  ): PreprocessResult {
+    if (req.logit_bias !== undefined && Object.keys(req.logit_bias).length > 0) {
+      throw unsupported("logit_bias", "the engine request has no logit bias");
+    }
+    const promptTokens = ids.length;
+    const context = this.#card.context_length;
+    const noun = promptParam === "messages" ? "messages" : "prompt";
+    const maxParam = "max_completion_tokens" in req && req.max_completion_tokens !== undefined
+      ? "max_completion_tokens"
+      : "max_tokens";
+    let maxTokens = requestedMax;
+    if (context > 0) {
+      if (promptTokens > context || (promptTokens === context && requestedMax === undefined)) {
+        throw new RequestError(
+          400,
+          `This model's maximum context length is ${context} tokens. However, your ${noun} resulted in ${promptTokens} tokens${
+            promptTokens === context ? ", which leaves no room for the completion" : ""
+          }. Please reduce the length of the ${noun}.`,
+          { param: promptParam, code: "context_length_exceeded" },
+        );
+      }
+      if (maxTokens !== undefined && promptTokens + maxTokens > context) {
+        throw new RequestError(
+          400,
+          `This model's maximum context length is ${context} tokens. However, you requested ${
+            promptTokens + maxTokens
+          } tokens (${promptTokens} in the ${noun}, ${maxTokens} in the completion). Please reduce the length of the ${noun} or completion.`,
+          { param: maxParam, code: "context_length_exceeded" },
+        );
+      }
+      maxTokens ??= context - promptTokens;
+    }
+    if (req.min_tokens !== undefined && maxTokens !== undefined && req.min_tokens > maxTokens) {
+      throw new RequestError(
+        400,
+        `\`min_tokens\` (${req.min_tokens}) is more than the ${maxTokens} tokens left for the completion.`,
+        { param: "min_tokens" },
+      );
+    }
+
+    const stop_conditions: StopConditions = {};
+    if (maxTokens !== undefined) stop_conditions.max_tokens = maxTokens;
+    const stops = req.stop === undefined
+      ? []
+      : typeof req.stop === "string"
+      ? [req.stop]
+      : req.stop;
+    if (stops.length > 0) stop_conditions.stop = [...stops];
+    if (req.stop_token_ids !== undefined && req.stop_token_ids.length > 0) {
+      stop_conditions.stop_token_ids_hidden = [...req.stop_token_ids];
+    }
+    if (req.min_tokens !== undefined && req.min_tokens > 0) {
+      stop_conditions.min_tokens = req.min_tokens;
+    }
+    if (req.ignore_eos !== undefined) stop_conditions.ignore_eos = req.ignore_eos;
+
+    const sampling_options: SamplingOptions = {};
+    for (
+      const key of [
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "seed",
+      ] as const
+    ) {
+      const value = req[key];
+      if (value !== undefined) sampling_options[key] = value;
+    }
+
+    const request: PreprocessedRequest = {
+      model: this.#card.display_name,
+      token_ids: ids,
+      stop_conditions,
+      sampling_options,
+      eos_token_ids: [...this.#card.eos_token_ids],
+      mdc_sum: this.#card.mdcsum,
+    };
+    return { request, promptTokens, n: req.n ?? 1 };
+  }
+}
+
+/**
+ * The request for choice `index` of an `n > 1` request: a copy whose seed, when one was set,
+ * is `seed + index`, so the choices differ yet stay reproducible.
+ *
+ * @param request The pre-processed request.
+ * @param index The choice index (0 gives the request unchanged).
+ * @returns The request for that choice.
+ */
+export function choiceRequest(request: PreprocessedRequest, index: number): PreprocessedRequest {
+  const seed = request.sampling_options.seed;
+  if (index === 0 || seed === undefined) return request;
+  return { ...request, sampling_options: { ...request.sampling_options, seed: seed + index } };
+}
+
+function unsupported(param: string, why: string): RequestError {
+  return new RequestError(400, `\`${param}\` is not supported: ${why}.`, { param });
+}

@@ -1,0 +1,147 @@
+// registerLlm (seeds 001/002): loads a model's card, uploads its files to the object store,
+// and publishes the card and a model entry under the worker's lease so frontends find it.
+
+import type { Endpoint } from "../runtime/component.ts";
+import { InvalidArgumentError } from "../runtime/errors.ts";
+import {
+  MODEL_CARD_PREFIX,
+  MODEL_ENTRY_PREFIX,
+  type ModelDeploymentCard,
+  type ModelEntry,
+  type ModelInput,
+  type ModelType,
+} from "./protocols.ts";
+import {
+  cardObjectName,
+  computeMdcsum,
+  type HubOptions,
+  loadModelSource,
+  validateModelInput,
+  validateModelType,
+} from "./model_card.ts";
+
+/** Options of {@linkcode registerLlm} (the seeds' register_llm kwargs). */
+export interface RegisterLlmOptions {
+  /** Name clients use; default the repo id, the folder name, or the GGUF file stem. */
+  modelName?: string;
+  /** Max tokens per sequence; default the model's own. */
+  contextLength?: number;
+  /** KV block size in tokens (default 16). */
+  kvCacheBlockSize?: number;
+  /** Times a request may migrate to another instance (default 0). */
+  migrationLimit?: number;
+  /** Free-form data for the worker's users (e.g. LoRA settings). */
+  userData?: Record<string, unknown>;
+  /** Download settings for repo ids (the library reads no env: `dynamoWorker` and the CLI pass them). */
+  hub?: HubOptions;
+  signal?: AbortSignal;
+}
+
+/** Discovery key of an instance's model card. */
+export function modelCardKey(endpoint: Endpoint): string {
+  return `${MODEL_CARD_PREFIX}${endpoint.path}/${endpoint.instanceId}`;
+}
+
+/** Discovery key of an instance's model entry. */
+export function modelEntryKey(endpoint: Endpoint): string {
+  return `${MODEL_ENTRY_PREFIX}${endpoint.path}/${endpoint.instanceId}`;
+}
+
+/**
+ * Registers a model served by this worker's endpoint: builds the model deployment card
+ * from `modelPath` (folder, Hugging Face repo id, or GGUF file), uploads its files to the
+ * object store (content-addressed: `sha256/{hex}`), and puts the card
+ * (`v1/mdc/{ns}/{component}/{endpoint}/{instance}`) and the model entry
+ * (`v1/models/...`) on the runtime's lease: they vanish when the worker stops and come
+ * back by themselves after a lease loss. Nothing is registered when an argument is bad
+ * or the model cannot be loaded.
+ *
+ * @param modelInput `ModelInput.Tokens` (Dynamo pre-processes) or `ModelInput.Text`
+ * @param modelType `ModelType` flags, e.g. `ModelType.Chat | ModelType.Completions`
+ * @param endpoint the endpoint the worker serves the model on
+ * @param modelPath folder, `org/name` or `hf://org/name[@revision]`, or `.gguf` file
+ * @param options the seeds' kwargs: modelName, contextLength, kvCacheBlockSize, ...
+ * @returns the published card
+ * @throws {InvalidArgumentError} bad modelInput, modelType, endpoint or options
+ * @throws {ModelSourceError} the model path is missing or incomplete
+ * @throws {HubError} a repo download failed
+ *
+ * @example
+ * ```ts
+ * const endpoint = runtime.namespace("demo").component("backend").endpoint("generate");
+ * await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, endpoint,
+ *   "Qwen/Qwen3-0.6B", { kvCacheBlockSize: 16 });
+ * ```
+ */
+export async function registerLlm(
+  modelInput: ModelInput,
+  modelType: ModelType,
+  endpoint: Endpoint,
+  modelPath: string,
+  options: RegisterLlmOptions = {},
+): Promise<ModelDeploymentCard> {
+  validateModelInput(modelInput);
+  validateModelType(modelType);
+  const rt = (endpoint as Partial<Endpoint> | null)?.component?.runtimeInternals;
+  if (!rt) {
+    throw new InvalidArgumentError(
+      `endpoint must be an Endpoint (component.endpoint(name)), got ${
+        endpoint === null ? "null" : typeof endpoint
+      }`,
+    );
+  }
+  if (options === null || typeof options !== "object") {
+    throw new InvalidArgumentError(`options must be an object, got ${JSON.stringify(options)}`);
+  }
+
+  const loaded = await loadModelSource(modelPath, {
+    modelInput,
+    modelType,
+    modelName: options.modelName,
+    contextLength: options.contextLength,
+    kvCacheBlockSize: options.kvCacheBlockSize,
+    migrationLimit: options.migrationLimit,
+    userData: options.userData,
+    hub: options.hub,
+    signal: options.signal,
+  });
+
+  for (const [name, bytes] of loaded.files) {
+    options.signal?.throwIfAborted();
+    const file = loaded.card.files[name];
+    if (!file) continue;
+    const objectName = cardObjectName(file.sha256);
+    if (!(await rt.objects.has(objectName))) await rt.objects.put(objectName, bytes);
+  }
+
+  const card: ModelDeploymentCard = { ...loaded.card, mdcsum: computeMdcsum(loaded.card) };
+  const cardKey = modelCardKey(endpoint);
+  const entry: ModelEntry = {
+    name: card.display_name,
+    endpoint: {
+      namespace: endpoint.component.namespace.name,
+      component: endpoint.component.name,
+      name: endpoint.name,
+    },
+    model_type: card.model_type,
+    model_input: card.model_input,
+    card_key: cardKey,
+    mdcsum: card.mdcsum,
+  };
+  options.signal?.throwIfAborted();
+  // The card goes first: a frontend that sees the entry must find its card.
+  await rt.registerKey(cardKey, JSON.stringify(card));
+  try {
+    await rt.registerKey(modelEntryKey(endpoint), JSON.stringify(entry));
+  } catch (err) {
+    await rt.unregisterKey(cardKey).catch(() => {});
+    throw err;
+  }
+  rt.logger.info("model registered", {
+    model: card.display_name,
+    endpoint: endpoint.path,
+    instance: endpoint.instanceId,
+    mdcsum: card.mdcsum,
+  });
+  return card;
+}

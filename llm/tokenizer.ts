@@ -1,0 +1,308 @@
+// Tokenization for the serving path: a thin wrapper over `@huggingface/tokenizers` (the
+// model's tokenizer.json + tokenizer_config.json) and an incremental detokenizer for streams.
+
+import { Tokenizer as HfTokenizer } from "@huggingface/tokenizers";
+
+/** Options of {@linkcode Tokenizer.encode}. */
+export interface EncodeOptions {
+  /** Add the special tokens the tokenizer's post-processor defines (BOS, ...). Default true. */
+  addSpecialTokens?: boolean;
+}
+
+/** Options of {@linkcode Tokenizer.decode}. */
+export interface DecodeOptions {
+  /** Leave special tokens (`<|im_end|>`, ...) out of the text. Default false. */
+  skipSpecialTokens?: boolean;
+  /**
+   * Apply the legacy "clean up tokenization spaces" pass (`" ."` -> `"."`, ...). Default: the
+   * tokenizer config's `clean_up_tokenization_spaces` (true when the config does not say).
+   */
+  cleanUpTokenizationSpaces?: boolean;
+}
+
+/** Thrown when tokenizer files cannot be parsed or do not describe a tokenizer. */
+export class TokenizerLoadError extends Error {
+  override name = "TokenizerLoadError";
+  /**
+   * @param message What was wrong.
+   * @param options The underlying cause.
+   */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
+/**
+ * A Hugging Face tokenizer (BPE, byte-level BPE, SentencePiece-style, WordPiece, ...) built
+ * from `tokenizer.json` and `tokenizer_config.json`.
+ *
+ * @example
+ * ```ts ignore
+ * const tokenizer = Tokenizer.fromBytes(
+ *   await Deno.readFile("model/tokenizer.json"),
+ *   await Deno.readFile("model/tokenizer_config.json"),
+ * );
+ * const ids = tokenizer.encode("Hello world");
+ * tokenizer.decode(ids); // "Hello world"
+ * ```
+ */
+export class Tokenizer {
+  readonly #hf: HfTokenizer;
+  readonly #config: Record<string, unknown>;
+  #vocabSize: number | undefined;
+
+  private constructor(hf: HfTokenizer, config: Record<string, unknown>) {
+    this.#hf = hf;
+    this.#config = config;
+  }
+
+  /**
+   * Builds a tokenizer from the parsed JSON of its two files.
+   *
+   * @param tokenizerJson Parsed `tokenizer.json`.
+   * @param tokenizerConfig Parsed `tokenizer_config.json` (`{}` when the model has none).
+   * @returns The tokenizer.
+   * @throws {TokenizerLoadError} When the JSON does not describe a supported tokenizer.
+   */
+  static fromJson(tokenizerJson: unknown, tokenizerConfig: unknown = {}): Tokenizer {
+    if (!isRecord(tokenizerJson) || !isRecord(tokenizerJson.model)) {
+      throw new TokenizerLoadError("tokenizer.json must be an object with a `model` section");
+    }
+    if (tokenizerConfig !== null && tokenizerConfig !== undefined && !isRecord(tokenizerConfig)) {
+      throw new TokenizerLoadError(
+        `tokenizer_config.json must be an object, got ${describeType(tokenizerConfig)}`,
+      );
+    }
+    const config = tokenizerConfig ?? {};
+    try {
+      // The library reads `added_tokens` unconditionally.
+      const json = { added_tokens: [], ...tokenizerJson };
+      return new Tokenizer(new HfTokenizer(json, config), config);
+    } catch (err) {
+      throw new TokenizerLoadError(`cannot build tokenizer: ${errorMessage(err)}`, { cause: err });
+    }
+  }
+
+  /**
+   * Builds a tokenizer from the raw bytes of its two files.
+   *
+   * @param tokenizerJson Bytes of `tokenizer.json`.
+   * @param tokenizerConfig Bytes of `tokenizer_config.json`, if the model has one.
+   * @returns The tokenizer.
+   * @throws {TokenizerLoadError} When a file is not valid JSON or not a tokenizer.
+   */
+  static fromBytes(tokenizerJson: Uint8Array, tokenizerConfig?: Uint8Array): Tokenizer {
+    return Tokenizer.fromJson(
+      parseJson(tokenizerJson, "tokenizer.json"),
+      tokenizerConfig === undefined ? {} : parseJson(tokenizerConfig, "tokenizer_config.json"),
+    );
+  }
+
+  /** The parsed `tokenizer_config.json` this tokenizer was built with. */
+  get config(): Readonly<Record<string, unknown>> {
+    return this.#config;
+  }
+
+  /** Number of token ids, added tokens included (the highest id + 1). */
+  get vocabSize(): number {
+    if (this.#vocabSize === undefined) {
+      let max = -1;
+      for (const id of this.#hf.get_vocab(true).values()) if (id > max) max = id;
+      this.#vocabSize = max + 1;
+    }
+    return this.#vocabSize;
+  }
+
+  /**
+   * Turns text into token ids.
+   *
+   * @param text The text.
+   * @param options Whether to add special tokens.
+   * @returns The token ids.
+   */
+  encode(text: string, options: EncodeOptions = {}): number[] {
+    return this.#hf.encode(text, { add_special_tokens: options.addSpecialTokens ?? true }).ids;
+  }
+
+  /**
+   * Turns token ids into text. Bytes that do not form complete UTF-8 characters decode to
+   * U+FFFD; ids outside the vocabulary decode to the unknown token (or nothing).
+   *
+   * @param ids The token ids.
+   * @param options Whether to skip special tokens and clean up spaces.
+   * @returns The text.
+   */
+  decode(ids: readonly number[], options: DecodeOptions = {}): string {
+    if (ids.length === 0) return "";
+    const opts: { skip_special_tokens: boolean; clean_up_tokenization_spaces?: boolean } = {
+      skip_special_tokens: options.skipSpecialTokens ?? false,
+    };
+    if (options.cleanUpTokenizationSpaces !== undefined) {
+      opts.clean_up_tokenization_spaces = options.cleanUpTokenizationSpaces;
+    }
+    return this.#hf.decode(ids as number[], opts);
+  }
+
+  /**
+   * @param token A token string as it appears in the vocabulary (`"Ġhello"`, `"<|im_end|>"`).
+   * @returns Its id, or undefined when it is not in the vocabulary.
+   */
+  tokenToId(token: string): number | undefined {
+    return this.#hf.token_to_id(token);
+  }
+
+  /**
+   * @param id A token id.
+   * @returns Its token string, or undefined when the id is not in the vocabulary.
+   */
+  idToToken(id: number): string | undefined {
+    return this.#hf.id_to_token(id);
+  }
+}
+
+/** Options of {@linkcode IncrementalDetokenizer}. */
+export interface IncrementalDetokenizerOptions {
+  /**
+   * Ids that precede the generated ones (usually the prompt). The last few give the first
+   * generated tokens their context, so a leading space decodes as it would mid-text.
+   */
+  promptIds?: readonly number[];
+  /** Leave special tokens out of the text. Default true. */
+  skipSpecialTokens?: boolean;
+}
+
+/** How many trailing prompt ids give context to the first generated token (as vLLM). */
+const PROMPT_CONTEXT_IDS = 5;
+const REPLACEMENT_CHAR = "\uFFFD";
+
+/**
+ * Turns a stream of token ids into a stream of text, emitting each character once and
+ * only when it is complete.
+ *
+ * A token need not end on a character boundary (byte-level BPE splits multi-byte UTF-8
+ * characters), and a token's text can depend on its neighbours (SentencePiece's leading
+ * space). So, as vLLM's `detokenize_incrementally`, it decodes a sliding window of ids: from
+ * `prefixOffset` (context already emitted) to the end, and emits what goes past the text of
+ * the window's emitted part. Text ending in U+FFFD is held back until the next id completes
+ * the character; {@linkcode IncrementalDetokenizer.flush} releases it at the end.
+ *
+ * Space clean-up (`clean_up_tokenization_spaces`) is never applied: it rewrites text
+ * already emitted.
+ *
+ * @example
+ * ```ts ignore
+ * const detok = new IncrementalDetokenizer(tokenizer);
+ * let text = "";
+ * for await (const ids of stream) text += detok.push(ids);
+ * text += detok.flush();
+ * ```
+ */
+export class IncrementalDetokenizer {
+  readonly #tokenizer: Tokenizer;
+  readonly #skipSpecialTokens: boolean;
+  readonly #ids: number[];
+  /** Start of the decoded window. */
+  #prefixOffset: number;
+  /** End of the window part whose text was fully emitted at the last clean boundary. */
+  #readOffset: number;
+  /** Length of decode(ids[prefixOffset, readOffset)). */
+  #prefixLength: number;
+  /** Characters emitted beyond #prefixLength while a trailing partial character is held. */
+  #extraEmitted = 0;
+
+  /**
+   * @param tokenizer The model's tokenizer.
+   * @param options Prompt context and special-token handling.
+   */
+  constructor(tokenizer: Tokenizer, options: IncrementalDetokenizerOptions = {}) {
+    this.#tokenizer = tokenizer;
+    this.#skipSpecialTokens = options.skipSpecialTokens ?? true;
+    const prompt = options.promptIds ?? [];
+    this.#ids = prompt.slice(Math.max(0, prompt.length - PROMPT_CONTEXT_IDS));
+    this.#prefixOffset = 0;
+    this.#readOffset = this.#ids.length;
+    this.#prefixLength = this.#decode(0, this.#readOffset).length;
+  }
+
+  /**
+   * Adds generated ids.
+   *
+   * @param ids The next token ids (any number, including none).
+   * @returns The text they complete, possibly empty.
+   */
+  push(ids: readonly number[]): string {
+    for (const id of ids) this.#ids.push(id);
+    if (ids.length === 0) return "";
+    const text = this.#decode(this.#prefixOffset, this.#ids.length);
+    const start = this.#prefixLength + this.#extraEmitted;
+    if (text.endsWith(REPLACEMENT_CHAR)) {
+      // The tail may be a character still missing bytes: emit only what comes before it.
+      let end = text.length;
+      while (end > start && text[end - 1] === REPLACEMENT_CHAR) end--;
+      if (end <= start) return "";
+      this.#extraEmitted += end - start;
+      return text.slice(start, end);
+    }
+    const out = text.length > start ? text.slice(start) : "";
+    this.#advance();
+    return out;
+  }
+
+  /**
+   * Releases held-back text (an incomplete character at the very end decodes to U+FFFD).
+   *
+   * @returns The held-back text, possibly empty.
+   */
+  flush(): string {
+    if (this.#readOffset === this.#ids.length) return "";
+    const text = this.#decode(this.#prefixOffset, this.#ids.length);
+    const start = this.#prefixLength + this.#extraEmitted;
+    const out = text.length > start ? text.slice(start) : "";
+    this.#advance();
+    return out;
+  }
+
+  /** Everything decoded cleanly: the ids just emitted become the next window's context. */
+  #advance(): void {
+    this.#prefixOffset = this.#readOffset;
+    this.#readOffset = this.#ids.length;
+    this.#extraEmitted = 0;
+    this.#prefixLength = this.#decode(this.#prefixOffset, this.#readOffset).length;
+    // Drop ids that will never be decoded again.
+    if (this.#prefixOffset > 0) {
+      this.#ids.splice(0, this.#prefixOffset);
+      this.#readOffset -= this.#prefixOffset;
+      this.#prefixOffset = 0;
+    }
+  }
+
+  #decode(from: number, to: number): string {
+    if (to <= from) return "";
+    return this.#tokenizer.decode(this.#ids.slice(from, to), {
+      skipSpecialTokens: this.#skipSpecialTokens,
+      cleanUpTokenizationSpaces: false,
+    });
+  }
+}
+
+function parseJson(bytes: Uint8Array, name: string): unknown {
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch (err) {
+    throw new TokenizerLoadError(`${name} is not valid JSON: ${errorMessage(err)}`, {
+      cause: err,
+    });
+  }
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function describeType(value: unknown): string {
+  return Array.isArray(value) ? "an array" : value === null ? "null" : typeof value;
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,230 @@
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { IncrementalDetokenizer, Tokenizer, TokenizerLoadError } from "./tokenizer.ts";
+import {
+  QWEN3_ENDOFTEXT,
+  QWEN3_IM_END,
+  qwen3Tokenizer,
+  qwen3TokenizerConfig,
+  qwen3TokenizerJson,
+} from "../tests/_helpers/qwen3.ts";
+
+/** A Llama-style tokenizer: Metaspace (`▁`) words, byte fallback, leading space stripped. */
+function sentencePieceLike(): Tokenizer {
+  const special = { single_word: false, lstrip: false, rstrip: false, normalized: false };
+  return Tokenizer.fromJson({
+    version: "1.0",
+    added_tokens: [
+      { id: 0, content: "<unk>", special: true, ...special },
+      { id: 1, content: "</s>", special: true, ...special },
+    ],
+    normalizer: {
+      type: "Sequence",
+      normalizers: [
+        { type: "Prepend", prepend: "▁" },
+        { type: "Replace", pattern: { String: " " }, content: "▁" },
+      ],
+    },
+    pre_tokenizer: null,
+    post_processor: null,
+    decoder: {
+      type: "Sequence",
+      decoders: [
+        { type: "Replace", pattern: { String: "▁" }, content: " " },
+        { type: "ByteFallback" },
+        { type: "Fuse" },
+        { type: "Strip", content: " ", start: 1, stop: 0 },
+      ],
+    },
+    model: {
+      type: "BPE",
+      unk_token: "<unk>",
+      fuse_unk: true,
+      byte_fallback: true,
+      vocab: {
+        "<unk>": 0,
+        "</s>": 1,
+        "<0xE2>": 2,
+        "<0x82>": 3,
+        "<0xAC>": 4,
+        "▁Hello": 5,
+        "▁world": 6,
+      },
+      merges: [],
+    },
+  }, {});
+}
+
+function detokenizeInChunks(
+  tokenizer: Tokenizer,
+  ids: readonly number[],
+  cuts: readonly number[],
+): string[] {
+  const detok = new IncrementalDetokenizer(tokenizer);
+  const pieces: string[] = [];
+  let from = 0;
+  for (const cut of [...cuts, ids.length]) {
+    pieces.push(detok.push(ids.slice(from, cut)));
+    from = cut;
+  }
+  pieces.push(detok.flush());
+  return pieces;
+}
+
+Deno.test("Tokenizer encodes and decodes text with the real Qwen3 vocabulary", () => {
+  const tok = qwen3Tokenizer();
+  const ids = tok.encode("Hello world");
+  assert.deepEqual(ids, [9707, 1879]);
+  assert.equal(tok.decode(ids), "Hello world");
+  assert.equal(tok.decode([]), "");
+});
+
+Deno.test("Tokenizer keeps special tokens whole and can skip them when decoding", () => {
+  const tok = qwen3Tokenizer();
+  const ids = tok.encode("Hi<|im_end|>");
+  assert.equal(ids.at(-1), QWEN3_IM_END);
+  assert.equal(tok.decode(ids), "Hi<|im_end|>");
+  assert.equal(tok.decode(ids, { skipSpecialTokens: true }), "Hi");
+  assert.equal(tok.decode([QWEN3_ENDOFTEXT]), "<|endoftext|>");
+});
+
+Deno.test("Tokenizer maps tokens to ids and back and knows its vocabulary size", () => {
+  const tok = qwen3Tokenizer();
+  assert.equal(tok.tokenToId("<|im_end|>"), QWEN3_IM_END);
+  assert.equal(tok.idToToken(QWEN3_IM_END), "<|im_end|>");
+  assert.equal(tok.tokenToId("Hello"), 9707);
+  assert.equal(tok.tokenToId("no-such-token-anywhere"), undefined);
+  assert.equal(tok.idToToken(10_000_000), undefined);
+  // 151643 BPE entries plus 26 added tokens.
+  assert.equal(tok.vocabSize, 151669);
+});
+
+Deno.test("Tokenizer.fromBytes reads the same tokenizer as fromJson", () => {
+  const enc = new TextEncoder();
+  const tok = Tokenizer.fromBytes(
+    enc.encode(JSON.stringify(qwen3TokenizerJson)),
+    enc.encode(JSON.stringify(qwen3TokenizerConfig)),
+  );
+  const text = "Détokenize 你好 🦜!";
+  assert.deepEqual(tok.encode(text), qwen3Tokenizer().encode(text));
+});
+
+Deno.test("Tokenizer.fromBytes names the file that is not JSON", () => {
+  const enc = new TextEncoder();
+  assert.throws(
+    () => Tokenizer.fromBytes(enc.encode("{not json"), enc.encode("{}")),
+    (err: unknown) =>
+      err instanceof TokenizerLoadError && err.message.startsWith("tokenizer.json is not valid"),
+  );
+  assert.throws(
+    () => Tokenizer.fromBytes(enc.encode('{"model": {"type": "BPE"}}'), enc.encode("[")),
+    (err: unknown) => err instanceof TokenizerLoadError && err.message.includes("tokenizer_config"),
+  );
+  assert.throws(() => Tokenizer.fromJson([], {}), TokenizerLoadError);
+});
+
+Deno.test("IncrementalDetokenizer holds back a character split across tokens until it is whole", () => {
+  const tok = qwen3Tokenizer();
+  const ids = tok.encode("a🦜b");
+  // Precondition: the parrot's four bytes span two tokens.
+  const parrot = tok.encode("🦜");
+  assert.equal(parrot.length, 2);
+  assert.equal(tok.decode([parrot[0]!]), "\uFFFD");
+
+  const detok = new IncrementalDetokenizer(tok);
+  const pieces = ids.map((id) => detok.push([id]));
+  assert.deepEqual(pieces, ["a", "", "🦜", "b"]);
+  assert.equal(detok.flush(), "");
+});
+
+Deno.test("IncrementalDetokenizer.flush releases an incomplete character at the end", () => {
+  const tok = qwen3Tokenizer();
+  const [first] = tok.encode("🦜");
+  const detok = new IncrementalDetokenizer(tok);
+  assert.equal(detok.push([tok.encode("x")[0]!, first!]), "x");
+  assert.equal(detok.flush(), "\uFFFD");
+  assert.equal(detok.flush(), "");
+});
+
+Deno.test("IncrementalDetokenizer skips special tokens by default and keeps them when asked", () => {
+  const tok = qwen3Tokenizer();
+  const ids = tok.encode("done<|im_end|>");
+  assert.equal(detokenizeInChunks(tok, ids, []).join(""), "done");
+  const keep = new IncrementalDetokenizer(tok, { skipSpecialTokens: false });
+  assert.equal(keep.push(ids) + keep.flush(), "done<|im_end|>");
+});
+
+Deno.test("IncrementalDetokenizer gives SentencePiece words their leading space after the first", () => {
+  const tok = sentencePieceLike();
+  assert.equal(tok.decode([6]), "world");
+  const detok = new IncrementalDetokenizer(tok);
+  assert.equal(detok.push([5]), "Hello");
+  assert.equal(detok.push([6]), " world");
+  // "€" as three byte-fallback tokens: nothing until the last byte.
+  assert.equal(detok.push([2]), "");
+  assert.equal(detok.push([3]), "");
+  assert.equal(detok.push([4]), "€");
+  assert.equal(detok.flush(), "");
+});
+
+Deno.test("IncrementalDetokenizer uses the prompt as context for the first generated token", () => {
+  const tok = sentencePieceLike();
+  const withPrompt = new IncrementalDetokenizer(tok, { promptIds: [5] });
+  assert.equal(withPrompt.push([6]), " world");
+  const without = new IncrementalDetokenizer(tok);
+  assert.equal(without.push([6]), "world");
+});
+
+const pieces = fc.constantFrom(
+  "😀",
+  "🦜",
+  "👨‍👩‍👧",
+  "🇯🇵",
+  "你好",
+  "龘",
+  "𓀀",
+  "e\u0301",
+  "a\u0308\u0323",
+  "Ꙭ",
+  " ",
+  "  ",
+  "\n",
+  "<|im_end|>",
+  "don't",
+  "\uFFFD",
+);
+const texts = fc.array(
+  fc.oneof(
+    pieces,
+    fc.string({ unit: "binary", maxLength: 6 }),
+    fc.string({ unit: "grapheme", maxLength: 6 }),
+    fc.string({ maxLength: 8 }),
+  ),
+  { maxLength: 12 },
+).map((parts) => parts.join(""));
+
+Deno.test("IncrementalDetokenizer output over any chunking equals decoding all ids at once", () => {
+  const tok = qwen3Tokenizer();
+  fc.assert(
+    fc.property(texts, fc.array(fc.nat(), { maxLength: 10 }), (text, rawCuts) => {
+      const ids = tok.encode(text);
+      const cuts = [...new Set(rawCuts.map((c) => c % (ids.length + 1)))].sort((a, b) => a - b);
+      const got = detokenizeInChunks(tok, ids, cuts).join("");
+      assert.equal(got, tok.decode(ids, { skipSpecialTokens: true }));
+    }),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("IncrementalDetokenizer never emits a replacement character that decoding all ids lacks", () => {
+  const tok = qwen3Tokenizer();
+  fc.assert(
+    fc.property(texts, (text) => {
+      fc.pre(!text.includes("\uFFFD"));
+      const ids = tok.encode(text);
+      const pieces = detokenizeInChunks(tok, ids, ids.map((_, i) => i));
+      for (const piece of pieces) assert.ok(!piece.includes("\uFFFD"), JSON.stringify(pieces));
+    }),
+    { numRuns: 200 },
+  );
+});

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { builtinTestModel, Tokenizer } from "../mod.ts";
+import { builtinTestModel, DistributedRuntime, Tokenizer } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
@@ -408,6 +408,62 @@ Deno.test({
           );
         },
       );
+
+      await t.step("the example workers (tokens and text) serve through the frontend", async () => {
+        const tokens = spawnDeno(
+          new URL("../examples/llm/tokens_worker.ts", import.meta.url).pathname,
+          env,
+        );
+        const text = spawnDeno(
+          new URL("../examples/llm/text_worker.ts", import.meta.url).pathname,
+          env,
+        );
+        children.push(tokens, text);
+        await eventually(
+          async () => (await client.models.list()).data.some((m) => m.id === "reverser"),
+          30_000,
+          "the text worker's model appears",
+        );
+        const r = await client.chat.completions.create({
+          model: "reverser",
+          messages: [{ role: "user", content: "one two three" }],
+        });
+        assert.equal(r.choices[0]!.message.content, "three two one");
+        const s = await client.chat.completions.create({
+          model: "reverser",
+          messages: [{ role: "user", content: "a b" }],
+          stream: true,
+        });
+        let streamed = "";
+        for await (const c of s) streamed += c.choices[0]?.delta.content ?? "";
+        assert.equal(streamed, "b a");
+        // The tokens example registers Qwen3-0.6B too (namespace dynamo): the model now has
+        // instances on two endpoints, and answers stay the same wherever they go.
+        const probe = await DistributedRuntime.connect({
+          discovery: "etcd",
+          requestPlane: "nats",
+          etcdEndpoints: servers.etcd.url,
+          natsServer: servers.nats.url,
+        });
+        try {
+          await eventually(
+            async () =>
+              (await probe.discovery.list("v1/models/dynamo/backend/generate/")).length === 1,
+            30_000,
+            "the tokens example registers its model",
+          );
+        } finally {
+          await probe.shutdown();
+        }
+        for (let i = 0; i < 4; i++) {
+          const c = await client.completions.create({
+            model: MODEL,
+            prompt: "alpha beta gamma",
+            max_tokens: 3,
+          });
+          assert.equal(c.choices[0]!.text, await echoOf("alpha beta gamma", 3));
+        }
+      });
 
       await t.step(
         "with migration_limit 0 a killed worker gives the client a clear error",

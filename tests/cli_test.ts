@@ -5,42 +5,19 @@ import assert from "node:assert/strict";
 import { DistributedRuntime } from "../mod.ts";
 import { serveWorker } from "../examples/hello_world/worker.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
+import { runDeno, type RunResult } from "./_helpers/process.ts";
 
-const ROOT = new URL("..", import.meta.url).pathname;
 /** Empty values make DistributedRuntime.fromEnv() pick the embedded default. */
+const ROOT = new URL("..", import.meta.url).pathname;
 const EMBEDDED_ENV = { ETCD_ENDPOINTS: "", NATS_SERVER: "" };
 
-interface RunResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs `dynamo ...args` (cli/main.ts) from the repository root; killed after `timeoutMs`. */
-async function dynamo(
+function dynamo(
   args: string[],
   env: Record<string, string> = EMBEDDED_ENV,
   timeoutMs = 30_000,
 ): Promise<RunResult> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "cli/main.ts", ...args],
-    cwd: ROOT,
-    env,
-    stdin: "null",
-    signal: AbortSignal.timeout(timeoutMs),
-  }).output();
-  const result = {
-    code: out.code,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr),
-  };
-  assert.equal(
-    out.signal,
-    null,
-    `dynamo ${args.join(" ")} was killed by ${out.signal} (deadline ${timeoutMs} ms)\n` +
-      result.stderr,
-  );
-  return result;
+  return runDeno(["cli/main.ts", ...args], env, timeoutMs);
 }
 
 function jsonLines(stdout: string): unknown[] {

@@ -3,44 +3,12 @@
 
 import assert from "node:assert/strict";
 import { haveServers, startServers } from "./_helpers/servers.ts";
+import { runDeno } from "./_helpers/process.ts";
 
-const ROOT = new URL("..", import.meta.url).pathname;
 const EXAMPLE = "examples/hello_world";
 /** Empty values make DistributedRuntime.fromEnv() pick the embedded default. */
+const ROOT = new URL("..", import.meta.url).pathname;
 const EMBEDDED_ENV = { ETCD_ENDPOINTS: "", NATS_SERVER: "" };
-
-interface RunResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `deno run -A ...args` from the repository root; killed after `timeoutMs`. */
-async function runDeno(
-  args: string[],
-  env: Record<string, string>,
-  timeoutMs = 30_000,
-): Promise<RunResult> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", ...args],
-    cwd: ROOT,
-    env,
-    stdin: "null",
-    signal: AbortSignal.timeout(timeoutMs),
-  }).output();
-  const result = {
-    code: out.code,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr),
-  };
-  assert.equal(
-    out.signal,
-    null,
-    `deno run ${args.join(" ")} was killed by ${out.signal} (deadline ${timeoutMs} ms)\n` +
-      result.stderr,
-  );
-  return result;
-}
 
 /** The `text` of each JSON line of `stdout`. */
 function words(stdout: string): string[] {

@@ -91,3 +91,43 @@ export function spawnDeno(
     },
   };
 }
+
+/** What a finished process printed. */
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+const ROOT = new URL("../..", import.meta.url).pathname;
+
+/**
+ * Runs `deno run -A ...args` from the repository root to completion; fails the test if
+ * it is still running after `timeoutMs`.
+ */
+export async function runDeno(
+  args: string[],
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+): Promise<RunResult> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", ...args],
+    cwd: ROOT,
+    env,
+    stdin: "null",
+    signal: AbortSignal.timeout(timeoutMs),
+  }).output();
+  const result = {
+    code: out.code,
+    stdout: new TextDecoder().decode(out.stdout),
+    stderr: new TextDecoder().decode(out.stderr),
+  };
+  if (out.signal !== null) {
+    throw new Error(
+      `deno run ${
+        args.join(" ")
+      } was killed by ${out.signal} (deadline ${timeoutMs} ms)\n${result.stderr}`,
+    );
+  }
+  return result;
+}

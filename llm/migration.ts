@@ -91,21 +91,27 @@ export async function openMigrating(
     return send(req, ctx).finally(unlink);
   };
 
+  /** Rethrows what must not migrate; otherwise counts one migration. */
+  const migrateOrThrow = (err: unknown) => {
+    if (parent.isStopped() || !isMigratable(err)) throw err;
+    if (migrations >= options.limit) throw new MigrationExhaustedError(options.limit, err);
+    migrations++;
+    options.onMigrate?.(migrations, err);
+    options.logger?.warn("migrating request", {
+      request: parent.id,
+      attempt: migrations,
+      generated: generated.length,
+      cause: errorText(err),
+    });
+  };
+
   // Opening may itself hit a dead instance (it died after discovery listed it).
   const open = async (): Promise<ResponseStream<LLMEngineOutput>> => {
     for (;;) {
       try {
         return await attempt();
       } catch (err) {
-        if (parent.isStopped() || !isMigratable(err)) throw err;
-        if (migrations >= options.limit) throw new MigrationExhaustedError(options.limit, err);
-        migrations++;
-        options.onMigrate?.(migrations, err);
-        options.logger?.warn("migrating request", {
-          request: parent.id,
-          attempt: migrations,
-          cause: errorText(err),
-        });
+        migrateOrThrow(err);
       }
     }
   };
@@ -122,20 +128,14 @@ export async function openMigrating(
           }
           return;
         } catch (err) {
-          if (parent.isStopped() || !isMigratable(err)) throw err;
-          if (maxTokens !== undefined && generated.length >= maxTokens) {
+          if (
+            !parent.isStopped() && isMigratable(err) && maxTokens !== undefined &&
+            generated.length >= maxTokens
+          ) {
             yield { token_ids: [], finish_reason: "length" };
             return;
           }
-          if (migrations >= options.limit) throw new MigrationExhaustedError(options.limit, err);
-          migrations++;
-          options.onMigrate?.(migrations, err);
-          options.logger?.warn("migrating request", {
-            request: parent.id,
-            attempt: migrations,
-            generated: generated.length,
-            cause: errorText(err),
-          });
+          migrateOrThrow(err);
           stream = await open();
         }
       }

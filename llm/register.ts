@@ -15,27 +15,14 @@ import {
   cardObjectName,
   computeMdcsum,
   type HubOptions,
+  type LoadModelOptions,
   loadModelSource,
   validateModelInput,
   validateModelType,
 } from "./model_card.ts";
 
 /** Options of {@linkcode registerLlm} (the seeds' register_llm kwargs). */
-export interface RegisterLlmOptions {
-  /** Name clients use; default the repo id, the folder name, or the GGUF file stem. */
-  modelName?: string;
-  /** Max tokens per sequence; default the model's own. */
-  contextLength?: number;
-  /** KV block size in tokens (default 16). */
-  kvCacheBlockSize?: number;
-  /** Times a request may migrate to another instance (default 0). */
-  migrationLimit?: number;
-  /** Free-form data for the worker's users (e.g. LoRA settings). */
-  userData?: Record<string, unknown>;
-  /** Download settings for repo ids (the library reads no env: `dynamoWorker` and the CLI pass them). */
-  hub?: HubOptions;
-  signal?: AbortSignal;
-}
+export type RegisterLlmOptions = Omit<LoadModelOptions, "modelInput" | "modelType">;
 
 /** Discovery key of an instance's model card. */
 export function modelCardKey(endpoint: Endpoint): string {

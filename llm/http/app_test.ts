@@ -1,0 +1,91 @@
+import assert from "node:assert/strict";
+import { DistributedRuntime, EmbeddedCluster } from "../../runtime/mod.ts";
+import { echoEngine } from "../engines/echo.ts";
+import { ModelManager } from "../model_manager.ts";
+import { ModelInput, ModelType } from "../protocols.ts";
+import { registerLlm } from "../register.ts";
+import { builtinTestModel } from "../test_model.ts";
+import { createFrontend } from "./app.ts";
+
+async function eventually(check: () => Promise<boolean>, what: string, ms = 3000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+async function worker(cluster: EmbeddedCluster, name: string) {
+  const rt = await DistributedRuntime.connect({ embedded: cluster });
+  const endpoint = rt.namespace("ns").component("backend").endpoint("generate");
+  endpoint.serveEndpoint(echoEngine()).catch(() => {});
+  await registerLlm(
+    ModelInput.Tokens,
+    ModelType.Chat | ModelType.Completions,
+    endpoint,
+    await builtinTestModel(),
+    {
+      modelName: name,
+    },
+  );
+  return rt;
+}
+
+Deno.test("a model is listed while at least one worker registers it, and /health waits for discovery", async () => {
+  const cluster = new EmbeddedCluster();
+  const front = await DistributedRuntime.connect({ embedded: cluster });
+  const models = new ModelManager(front);
+  const app = createFrontend({ models });
+  const get = (path: string) => app.fetch(new Request(`http://x${path}`));
+  const ids = async () =>
+    ((await (await get("/v1/models")).json()).data as { id: string }[]).map((m) => m.id);
+  try {
+    assert.equal((await get("/health")).status, 503, "unhealthy before the first discovery sync");
+    await models.start();
+    assert.equal((await get("/health")).status, 200);
+    assert.deepEqual(await ids(), []);
+    const a = await worker(cluster, "m1");
+    const b = await worker(cluster, "m1");
+    await eventually(async () => (await ids()).includes("m1"), "m1 is listed");
+    await a.shutdown();
+    assert.deepEqual(await ids(), ["m1"], "still served by the second worker");
+    const r = await app.fetch(
+      new Request("http://x/v1/completions", {
+        method: "POST",
+        body: JSON.stringify({ model: "m1", prompt: "hello world", max_tokens: 2 }),
+      }),
+    );
+    assert.equal(r.status, 200);
+    assert.equal((await r.json()).choices[0].text, "hello world");
+    await b.shutdown();
+    await eventually(async () => (await ids()).length === 0, "m1 disappears with its last worker");
+    const gone = await app.fetch(
+      new Request("http://x/v1/completions", {
+        method: "POST",
+        body: JSON.stringify({ model: "m1", prompt: "x" }),
+      }),
+    );
+    assert.equal(gone.status, 404);
+    assert.equal((await gone.json()).error.code, "model_not_found");
+  } finally {
+    await models.close();
+    await front.shutdown();
+  }
+});
+
+Deno.test("unknown routes are 404 and wrong methods 405, as OpenAI error objects", async () => {
+  const front = await DistributedRuntime.connect();
+  const models = new ModelManager(front);
+  const app = createFrontend({ models });
+  try {
+    const missing = await app.fetch(new Request("http://x/v2/nothing"));
+    assert.equal(missing.status, 404);
+    assert.equal(typeof (await missing.json()).error.message, "string");
+    const wrong = await app.fetch(new Request("http://x/v1/chat/completions"));
+    assert.equal(wrong.status, 405);
+    assert.match((await wrong.json()).error.message, /POST/);
+  } finally {
+    await models.close();
+    await front.shutdown();
+  }
+});

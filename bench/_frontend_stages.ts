@@ -1,0 +1,210 @@
+// Isolated stage timings for `bench:frontend`'s profile: what each step of the dynamo
+// frontend's path costs for the bench's request, each timed alone in a tight loop in this
+// process (no sockets, warm JIT): a best case next to the CPU profile taken under load.
+
+import {
+  builtinTestModel,
+  ChatTemplate,
+  Context,
+  DistributedRuntime,
+  echoEngine,
+  FrontendMetrics,
+  type LLMEngineOutput,
+  ModelInput,
+  ModelManager,
+  ModelType,
+  openMigrating,
+  OutputProcessor,
+  type PreprocessedRequest,
+  registerLlm,
+} from "../mod.ts";
+import { validateChatRequest } from "../llm/openai.ts";
+import type { BareArgs } from "./_frontend_bare.ts";
+
+/** One timed stage: microseconds per request (median over batches). */
+export interface StageRow {
+  key: string;
+  label: string;
+  /** Wall-clock time per call. */
+  us: number;
+}
+
+/** Options of {@linkcode measureStages}. */
+export interface MeasureStagesOptions {
+  /** Request body the bench sends (JSON text). */
+  body: string;
+  /** What the bare server answers with. */
+  bare: BareArgs;
+  /** Time budget per stage (ms); each stage stops after its batches or this. */
+  budgetMs: number;
+}
+
+const encoder = new TextEncoder();
+
+/** Median per-call time (µs) of `fn` over batches, after a warm-up batch. */
+async function timeIt(fn: () => unknown, budgetMs: number, batches = 7): Promise<number> {
+  // Size a batch to about budget / (batches + 1), from calls past the first (cold) ones.
+  for (let i = 0; i < 10; i++) await fn();
+  const probe0 = performance.now();
+  for (let i = 0; i < 10; i++) await fn();
+  const one = Math.max((performance.now() - probe0) / 10, 0.001);
+  const n = Math.max(1, Math.min(20_000, Math.floor(budgetMs / (batches + 1) / one)));
+  const per: number[] = [];
+  const deadline = performance.now() + budgetMs * 2;
+  for (let b = 0; b <= batches && performance.now() < deadline; b++) {
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) {
+      const r = fn();
+      if (r instanceof Promise) await r;
+    }
+    if (b > 0) per.push((performance.now() - t0) * 1000 / n);
+  }
+  per.sort((a, b) => a - b);
+  return per[per.length >> 1] ?? Number.NaN;
+}
+
+/**
+ * Times the frontend's stages for one streaming chat request, in process.
+ * @returns rows in path order
+ */
+export async function measureStages(options: MeasureStagesOptions): Promise<StageRow[]> {
+  const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+  const models = new ModelManager(runtime);
+  try {
+    const component = runtime.namespace("dynamo").component("backend");
+    const endpoint = component.endpoint("generate");
+    const serving = endpoint.serveEndpoint(echoEngine() as never);
+    serving.catch(() => {});
+    await registerLlm(
+      ModelInput.Tokens,
+      ModelType.Chat | ModelType.Completions,
+      endpoint,
+      await builtinTestModel(),
+    );
+    await models.start();
+    const bodyJson = JSON.parse(options.body) as { model: string };
+    const model = models.get(bodyJson.model);
+    if (!model) throw new Error(`model ${bodyJson.model} is not served in process`);
+    const { card, tokenizer, preprocessor } = await model.pipeline();
+    const template = new ChatTemplate(card.chat_template ?? "");
+    const req = validateChatRequest(JSON.parse(options.body));
+    const pre = preprocessor.chat(req).request;
+    const prompt = template.render({
+      messages: req.messages,
+      bos_token: card.bos_token ?? "",
+      eos_token: card.eos_token ?? "",
+    });
+    const send = (r: PreprocessedRequest, c: Context) => model.generate<LLMEngineOutput>(r, c);
+
+    // The engine outputs the frontend consumes: up to the first stop id (eos), as it does.
+    const stopIds = new Set(pre.eos_token_ids);
+    const outputs: LLMEngineOutput[] = [];
+    for await (const o of await openMigrating(send, pre, new Context(), { limit: 0 })) {
+      outputs.push(o);
+      if (o.token_ids.some((id) => stopIds.has(id))) break;
+    }
+    // The same request, cut by max_tokens so the engine itself ends the stream.
+    const preSelfEnding: PreprocessedRequest = {
+      ...pre,
+      stop_conditions: { ...pre.stop_conditions, max_tokens: outputs.length },
+    };
+
+    const metrics = new FrontendMetrics();
+    const base = {
+      id: "chatcmpl-x",
+      object: "chat.completion.chunk",
+      created: 0,
+      model: model.name,
+    };
+
+    const stages: Array<[string, string, () => unknown]> = [
+      ["validate", "JSON.parse + validateChatRequest", () => {
+        validateChatRequest(JSON.parse(options.body));
+      }],
+      ["template", "chat template (jinja render)", () => {
+        template.render({
+          messages: req.messages,
+          bos_token: card.bos_token ?? "",
+          eos_token: card.eos_token ?? "",
+        });
+      }],
+      ["tokenize", `tokenize the prompt (${pre.token_ids.length} tokens)`, () => {
+        tokenizer.encode(prompt, { addSpecialTokens: false });
+      }],
+      ["preprocess", "preprocessor.chat (template + tokenize + build)", () => {
+        preprocessor.chat(req);
+      }],
+      [
+        "engine_cut",
+        `local plane + echo, ${outputs.length} outputs, cut at eos (as the frontend)`,
+        async () => {
+          const it = (await openMigrating(send, pre, new Context(), { limit: 0 }))[
+            Symbol.asyncIterator
+          ]();
+          for (let i = 0; i < outputs.length; i++) await it.next();
+          await it.return?.();
+        },
+      ],
+      [
+        "engine_self",
+        `local plane + echo, ${outputs.length} outputs, engine ends the stream`,
+        async () => {
+          for await (
+            const _ of await openMigrating(send, preSelfEnding, new Context(), {
+              limit: 0,
+            })
+          );
+        },
+      ],
+      ["detokenize", `OutputProcessor: ${outputs.length} outputs (detokenize, stops)`, () => {
+        const p = OutputProcessor.forRequest(tokenizer, pre);
+        for (const o of outputs) p.push(o);
+      }],
+      [
+        "sse",
+        `SSE encode: ${options.bare.contents.length + 1} chunks + [DONE]`,
+        () => {
+          const n = options.bare.contents.length;
+          for (let i = 0; i <= n; i++) {
+            const choice = i === n
+              ? { index: 0, delta: {}, logprobs: null, finish_reason: "stop" }
+              : {
+                index: 0,
+                delta: i === 0
+                  ? { role: "assistant", content: options.bare.contents[i] }
+                  : { content: options.bare.contents[i] },
+                logprobs: null,
+                finish_reason: null,
+              };
+            encoder.encode(`data: ${JSON.stringify({ ...base, choices: [choice] })}\n\n`);
+          }
+          encoder.encode("data: [DONE]\n\n");
+        },
+      ],
+      ["metrics", `prom-client updates (${outputs.length + 5} per request)`, () => {
+        const m = { model: model.name };
+        metrics.inflight.inc(m);
+        metrics.inputTokens.observe(m, pre.token_ids.length);
+        metrics.ttft.observe(m, 0.0004);
+        for (let i = 1; i < outputs.length; i++) metrics.itl.observe(m, 0.00005);
+        metrics.outputTokens.observe(m, outputs.length);
+        metrics.inflight.dec(m);
+        metrics.requests.inc({
+          model: model.name,
+          endpoint: "chat_completions",
+          request_type: "stream",
+          status: "success",
+        });
+        metrics.duration.observe(m, 0.0006);
+      }],
+    ];
+    const rows: StageRow[] = [];
+    for (const [key, label, fn] of stages) {
+      rows.push({ key, label, us: await timeIt(fn, options.budgetMs) });
+    }
+    return rows;
+  } finally {
+    await models.close();
+    await runtime.shutdown();
+  }
+}

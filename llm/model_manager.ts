@@ -26,6 +26,8 @@ export type RouterMode = "round-robin" | "random";
 export interface ModelManagerOptions {
   routerMode?: RouterMode;
   logger?: Logger;
+  /** How long a request waits for a registered model's endpoint to be served (ms, default 5000). */
+  instanceWaitMs?: number;
 }
 
 /** Loaded once per card: what preprocessing needs. */
@@ -99,7 +101,16 @@ export class ServedModel {
     const group = groups[this.#next++ % groups.length]!;
     const client = await group.client;
     // Only the instances that registered this model: an endpoint may serve several.
-    const options = { context, instances: [...group.instances] };
+    const instances = [...group.instances];
+    // Workers register the model before they serve (seed 001's order): give the endpoint's
+    // instance a moment to appear instead of failing a request in that window.
+    await client.waitForInstances({
+      among: instances,
+      timeoutMs: this.#manager.instanceWaitMs,
+      signal: context.signal,
+    })
+      .catch(() => {});
+    const options = { context, instances };
     return this.#manager.routerMode === "random"
       ? await client.random<T>(request, options)
       : await client.roundRobin<T>(request, options);
@@ -109,6 +120,7 @@ export class ServedModel {
 /** Watches `v1/models/` and serves the frontend's model lookups. */
 export class ModelManager {
   readonly routerMode: RouterMode;
+  readonly instanceWaitMs: number;
   readonly #runtime: DistributedRuntime;
   readonly #log: Logger;
   readonly #models = new Map<string, ServedModel>();
@@ -126,6 +138,7 @@ export class ModelManager {
       );
     }
     this.routerMode = mode;
+    this.instanceWaitMs = options.instanceWaitMs ?? 5000;
     this.#runtime = runtime;
     this.#log = options.logger ?? silentLogger;
   }

@@ -14,7 +14,6 @@ import {
 import {
   cardObjectName,
   computeMdcsum,
-  type HubOptions,
   type LoadModelOptions,
   loadModelSource,
   validateModelInput,

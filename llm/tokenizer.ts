@@ -50,10 +50,51 @@ export class Tokenizer {
   readonly #hf: HfTokenizer;
   readonly #config: Record<string, unknown>;
   #vocabSize: number | undefined;
+  /** Added tokens by id (decoded verbatim, not through the byte-level map). */
+  readonly #added: Map<number, { content: string; special: boolean }>;
+  /** True when decoding is plain byte-level BPE (GPT-2 style): ids map to fixed bytes. */
+  readonly byteLevel: boolean;
+  readonly #bytes = new Map<number, Uint8Array>();
 
-  private constructor(hf: HfTokenizer, config: Record<string, unknown>) {
+  private constructor(
+    hf: HfTokenizer,
+    config: Record<string, unknown>,
+    json: Record<string, unknown>,
+  ) {
     this.#hf = hf;
     this.#config = config;
+    this.byteLevel = isRecord(json.decoder) && json.decoder.type === "ByteLevel";
+    this.#added = new Map();
+    for (const t of Array.isArray(json.added_tokens) ? json.added_tokens : []) {
+      if (isRecord(t) && typeof t.id === "number" && typeof t.content === "string") {
+        this.#added.set(t.id, { content: t.content, special: t.special === true });
+      }
+    }
+  }
+
+  /**
+   * Byte-level tokenizers only: the bytes token `id` stands for, or a string for an added
+   * token (decoded verbatim), or null when it is skipped (special, with `skipSpecial`) or
+   * unknown.
+   */
+  tokenPiece(id: number, skipSpecial: boolean): Uint8Array | string | null {
+    const added = this.#added.get(id);
+    if (added) return added.special && skipSpecial ? null : added.content;
+    let bytes = this.#bytes.get(id);
+    if (bytes === undefined) {
+      const token = this.#hf.id_to_token(id);
+      if (token === undefined) return null;
+      bytes = new Uint8Array(token.length);
+      let n = 0;
+      for (const ch of token) {
+        const b = BYTE_DECODER.get(ch);
+        if (b === undefined) return null; // not a byte-level token: let the full decoder handle it
+        bytes[n++] = b;
+      }
+      bytes = bytes.subarray(0, n);
+      this.#bytes.set(id, bytes);
+    }
+    return bytes;
   }
 
   /**
@@ -77,7 +118,7 @@ export class Tokenizer {
     try {
       // The library reads `added_tokens` unconditionally.
       const json = { added_tokens: [], ...tokenizerJson };
-      return new Tokenizer(new HfTokenizer(json, config), config);
+      return new Tokenizer(new HfTokenizer(json, config), config, json);
     } catch (err) {
       throw new TokenizerLoadError(`cannot build tokenizer: ${errorMessage(err)}`, { cause: err });
     }
@@ -173,6 +214,21 @@ export interface IncrementalDetokenizerOptions {
 
 /** How many trailing prompt ids give context to the first generated token (as vLLM). */
 const PROMPT_CONTEXT_IDS = 5;
+
+/** GPT-2's bytes_to_unicode, inverted: the character each byte is written as -> the byte. */
+const BYTE_DECODER: Map<string, number> = (() => {
+  const printable: number[] = [];
+  for (let b = 0x21; b <= 0x7e; b++) printable.push(b);
+  for (let b = 0xa1; b <= 0xac; b++) printable.push(b);
+  for (let b = 0xae; b <= 0xff; b++) printable.push(b);
+  const map = new Map<string, number>();
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    if (printable.includes(b)) map.set(String.fromCharCode(b), b);
+    else map.set(String.fromCharCode(256 + extra++), b);
+  }
+  return map;
+})();
 const REPLACEMENT_CHAR = "\uFFFD";
 
 /**
@@ -209,6 +265,11 @@ export class IncrementalDetokenizer {
   #prefixLength: number;
   /** Characters emitted beyond #prefixLength while a trailing partial character is held. */
   #extraEmitted = 0;
+  /**
+   * Byte-level tokenizers: ids map to fixed bytes, so a streaming UTF-8 decoder does the
+   * whole job (it holds back partial characters itself) at a fraction of the window cost.
+   */
+  readonly #utf8: TextDecoder | undefined;
 
   /**
    * @param tokenizer The model's tokenizer.
@@ -217,6 +278,7 @@ export class IncrementalDetokenizer {
   constructor(tokenizer: Tokenizer, options: IncrementalDetokenizerOptions = {}) {
     this.#tokenizer = tokenizer;
     this.#skipSpecialTokens = options.skipSpecialTokens ?? true;
+    this.#utf8 = tokenizer.byteLevel ? new TextDecoder("utf-8") : undefined;
     const prompt = options.promptIds ?? [];
     this.#ids = prompt.slice(Math.max(0, prompt.length - PROMPT_CONTEXT_IDS));
     this.#prefixOffset = 0;
@@ -231,6 +293,7 @@ export class IncrementalDetokenizer {
    * @returns The text they complete, possibly empty.
    */
   push(ids: readonly number[]): string {
+    if (this.#utf8) return this.#pushBytes(ids, this.#utf8);
     for (const id of ids) this.#ids.push(id);
     if (ids.length === 0) return "";
     const text = this.#decode(this.#prefixOffset, this.#ids.length);
@@ -254,11 +317,24 @@ export class IncrementalDetokenizer {
    * @returns The held-back text, possibly empty.
    */
   flush(): string {
+    if (this.#utf8) return this.#utf8.decode();
     if (this.#readOffset === this.#ids.length) return "";
     const text = this.#decode(this.#prefixOffset, this.#ids.length);
     const start = this.#prefixLength + this.#extraEmitted;
     const out = text.length > start ? text.slice(start) : "";
     this.#advance();
+    return out;
+  }
+
+  #pushBytes(ids: readonly number[], utf8: TextDecoder): string {
+    let out = "";
+    for (const id of ids) {
+      const piece = this.#tokenizer.tokenPiece(id, this.#skipSpecialTokens);
+      if (piece === null) continue;
+      // Added tokens are text of their own: bytes before them end there (as in decode()).
+      if (typeof piece === "string") out += utf8.decode() + piece;
+      else out += utf8.decode(piece, { stream: true });
+    }
     return out;
   }
 

@@ -228,3 +228,25 @@ Deno.test("IncrementalDetokenizer never emits a replacement character that decod
     { numRuns: 200 },
   );
 });
+
+Deno.test("byte-level fast path: added tokens, skipped specials and split characters match decode()", async () => {
+  const tok = await qwen3Tokenizer();
+  assert.equal(tok.byteLevel, true);
+  const emoji = tok.encode("🦕");
+  const ids = [
+    ...tok.encode("héllo "),
+    151644,
+    ...emoji,
+    151645,
+    ...emoji.slice(0, 1),
+    151645,
+    ...tok.encode(" 世界"),
+  ];
+  for (const skip of [true, false]) {
+    const d = new IncrementalDetokenizer(tok, { skipSpecialTokens: skip });
+    let out = "";
+    for (const id of ids) out += d.push([id]);
+    out += d.flush();
+    assert.equal(out, tok.decode(ids, { skipSpecialTokens: skip }), `skipSpecialTokens ${skip}`);
+  }
+});

@@ -26,6 +26,8 @@ export interface WaitForInstancesOptions {
   timeoutMs?: number;
   /** How many instances to wait for (default 1). */
   count?: number;
+  /** Count only these instance ids (e.g. those a model entry names). */
+  among?: readonly string[];
 }
 
 /** @internal What a client needs from its runtime. */
@@ -140,11 +142,14 @@ export class Client {
    */
   waitForInstances(options: WaitForInstancesOptions = {}): Promise<string[]> {
     const { signal, timeoutMs, count = 1 } = options;
+    const among = options.among === undefined ? undefined : new Set(options.among);
+    const known = () =>
+      among === undefined ? this.#ids.length : this.#ids.filter((id) => among.has(id)).length;
     signal?.throwIfAborted();
     if (this.#stop.signal.aborted) {
       return Promise.reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
     }
-    if (this.#ids.length >= count) return Promise.resolve(this.instanceIds());
+    if (known() >= count) return Promise.resolve(this.instanceIds());
     return new Promise((resolve, reject) => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const done = () => {
@@ -156,7 +161,7 @@ export class Client {
         if (this.#stop.signal.aborted) {
           done();
           reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
-        } else if (this.#ids.length >= count) {
+        } else if (known() >= count) {
           done();
           resolve(this.instanceIds());
         }
@@ -172,7 +177,7 @@ export class Client {
           done();
           reject(
             new TimeoutError(
-              `no ${count} instance(s) of ${this.path} within ${timeoutMs} ms (have ${this.#ids.length})`,
+              `no ${count} instance(s) of ${this.path} within ${timeoutMs} ms (have ${known()})`,
             ),
           );
         }, timeoutMs);

@@ -4,6 +4,9 @@
 /** Why a context ended. */
 export type StopReason = "stop" | "kill";
 
+const STOPPED = new DOMException("context stopped", "AbortError");
+const KILLED = new DOMException("context killed", "AbortError");
+
 /**
  * The context of one request. The caller's context and the worker's context of the same
  * request are linked through the response stream: stopping one stops the other.
@@ -93,7 +96,8 @@ export class Context {
       return;
     }
     if (!wasStopped) {
-      this.#controller.abort(new DOMException(`context ${reason}`, "AbortError"));
+      // One shared reason per kind: a DOMException per request costs a stack trace.
+      this.#controller.abort(reason === "kill" ? KILLED : STOPPED);
       this.#resolveStopped();
     }
     for (const fn of [...this.#listeners]) fn(reason);

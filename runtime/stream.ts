@@ -24,7 +24,8 @@ import {
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
-const SENTINEL: Frame = { type: FrameType.Sentinel, payload: new Uint8Array(0) };
+const EMPTY = new Uint8Array(0);
+const SENTINEL: Frame = { type: FrameType.Sentinel, payload: EMPTY };
 
 /** A handler's error as it travels: message and class name. */
 interface WireError {
@@ -144,6 +145,7 @@ export async function openStream<T>(
 }
 
 function sendControl(conn: FrameConn, what: "stop" | "kill"): void {
+  if (conn.closed) return;
   try {
     void conn.send(jsonFrame(FrameType.Control, what));
   } catch {
@@ -188,7 +190,7 @@ async function* receiveItems<T>(
       switch (frame.type) {
         case FrameType.Data:
           received++;
-          yield JSON.parse(decoder.decode(frame.payload)) as T;
+          yield ("value" in frame ? frame.value : JSON.parse(decoder.decode(frame.payload))) as T;
           break;
         case FrameType.Sentinel:
           finished = true;
@@ -230,7 +232,8 @@ export async function serveRequest(
 ): Promise<void> {
   const ctx = new Context(header.id);
   options.onContext?.(ctx);
-  void readControls(conn, ctx);
+  const state = { complete: false };
+  void readControls(conn, ctx, state);
   let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined;
   let step: IteratorResult<unknown>;
   try {
@@ -240,22 +243,28 @@ export async function serveRequest(
       : produced[Symbol.iterator]();
     step = await iterator.next();
   } catch (err) {
+    state.complete = true;
     await sendFinal(conn, jsonFrame(FrameType.Prologue, { error: wireError(err) }));
     return;
   }
   try {
     const p = conn.send(jsonFrame(FrameType.Prologue, {}));
     if (p) await p;
+    const byValue = conn.carriesValues === true;
     while (!step.done) {
       if (ctx.isKilled()) break;
-      const sent = conn.send({
-        type: FrameType.Data,
-        payload: encoder.encode(JSON.stringify(step.value ?? null)),
-      });
+      const sent = conn.send(
+        byValue
+          ? { type: FrameType.Data, payload: EMPTY, value: step.value ?? null }
+          : { type: FrameType.Data, payload: encoder.encode(JSON.stringify(step.value ?? null)) },
+      );
       if (sent) await sent;
       step = await iterator.next();
     }
-    if (step.done && !ctx.isKilled()) await sendFinal(conn, SENTINEL);
+    if (step.done && !ctx.isKilled()) {
+      state.complete = true;
+      await sendFinal(conn, SENTINEL);
+    }
   } catch (err) {
     if (conn.closed) {
       ctx.kill(); // the caller hung up
@@ -264,6 +273,7 @@ export async function serveRequest(
         request: header.id,
         error: String(err),
       });
+      state.complete = true;
       await sendFinal(conn, jsonFrame(FrameType.Error, wireError(err)));
       step = { done: true, value: undefined };
     }
@@ -288,12 +298,17 @@ async function sendFinal(conn: FrameConn, frame: Frame): Promise<void> {
   }
 }
 
-async function readControls(conn: FrameConn, ctx: Context): Promise<void> {
+async function readControls(
+  conn: FrameConn,
+  ctx: Context,
+  state: { complete: boolean },
+): Promise<void> {
   try {
     for (;;) {
       const frame = await conn.receive();
       if (frame === null) {
-        ctx.kill(); // the caller is gone: nobody reads what we would produce
+        // The caller is gone before the end: nobody reads what we would produce.
+        if (!state.complete) ctx.kill();
         return;
       }
       if (frame.type !== FrameType.Control) continue;
@@ -302,7 +317,7 @@ async function readControls(conn: FrameConn, ctx: Context): Promise<void> {
       else ctx.stopGenerating();
     }
   } catch {
-    ctx.kill();
+    if (!state.complete) ctx.kill();
   }
 }
 

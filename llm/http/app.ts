@@ -227,6 +227,9 @@ export function createFrontend(options: FrontendOptions): Frontend {
     started: number,
   ): Promise<Run> {
     const { card, tokenizer, preprocessor } = await model.pipeline();
+    const ttft = metrics.ttft.labels({ model: model.name });
+    const itl = metrics.itl.labels({ model: model.name });
+    const outputTokens = metrics.outputTokens.labels({ model: model.name });
     const { request: pre, promptTokens, n } = kind === "chat"
       ? preprocessor.chat(req as ChatCompletionRequest)
       : preprocessor.completion(req as CompletionRequest);
@@ -274,55 +277,71 @@ export function createFrontend(options: FrontendOptions): Frontend {
     };
     const base = { id, object, created, model: model.name };
 
-    // One merged, ordered iterable of (choice, delta) events from the n streams.
-    async function* events(): AsyncGenerator<
-      { index: number; text: string; reason: FinishReason | null }
-    > {
+    const observeToken = (() => {
       let firstAt = 0;
       let lastAt = 0;
-      const iterators = streams.map((s) => s[Symbol.asyncIterator]());
-      const pending = new Map<
-        number,
-        Promise<{ index: number; r: IteratorResult<LLMEngineOutput> }>
-      >();
-      const pull = (index: number) =>
-        pending.set(index, iterators[index]!.next().then((r) => ({ index, r })));
-      iterators.forEach((_, i) => pull(i));
+      return () => {
+        const now = performance.now();
+        if (firstAt === 0) {
+          firstAt = now;
+          ttft.observe((now - started) / 1000);
+        } else {
+          itl.observe((now - lastAt) / 1000);
+        }
+        lastAt = now;
+      };
+    })();
+
+    /** One choice's (delta, finish) events. */
+    async function* choiceEvents(index: number): AsyncGenerator<ChoiceEvent> {
+      const proc = processors[index]!;
+      for await (const out of streams[index]!) {
+        if (out.token_ids.length > 0) observeToken();
+        const delta = proc.push(out);
+        if (delta.finishReason) {
+          yield { index, text: delta.text, reason: openaiReason(delta.finishReason) };
+          return;
+        }
+        if (delta.text !== "") yield { index, text: delta.text, reason: null };
+      }
+      const tail = proc.finish();
+      yield {
+        index,
+        text: tail.text,
+        reason: tail.finishReason ? openaiReason(tail.finishReason) : "stop",
+      };
+    }
+
+    // All choices' events, merged in arrival order (one choice: no merging needed).
+    async function* events(): AsyncGenerator<ChoiceEvent> {
       try {
-        while (pending.size > 0) {
-          const { index, r } = await Promise.race(pending.values());
-          const proc = processors[index]!;
-          if (r.done) {
-            pending.delete(index);
-            const tail = proc.finish();
-            if (!proc.finishReason || tail.text !== "") {
-              yield { index, text: tail.text, reason: tail.finishReason ?? "stop" };
+        if (n === 1) {
+          yield* choiceEvents(0);
+          return;
+        }
+        const iterators = processors.map((_, i) => choiceEvents(i));
+        const pending = new Map<
+          number,
+          Promise<{ index: number; r: IteratorResult<ChoiceEvent> }>
+        >();
+        const pull = (i: number) =>
+          pending.set(i, iterators[i]!.next().then((r) => ({ index: i, r })));
+        iterators.forEach((_, i) => pull(i));
+        try {
+          while (pending.size > 0) {
+            const { index, r } = await Promise.race(pending.values());
+            if (r.done) {
+              pending.delete(index);
+              continue;
             }
-            continue;
-          }
-          const now = performance.now();
-          if (r.value.token_ids.length > 0) {
-            if (firstAt === 0) {
-              firstAt = now;
-              metrics.ttft.observe({ model: model.name }, (now - started) / 1000);
-            } else {
-              metrics.itl.observe({ model: model.name }, (now - lastAt) / 1000);
-            }
-            lastAt = now;
-          }
-          const out = proc.push(r.value);
-          if (out.finishReason) {
-            pending.delete(index);
-            void iterators[index]!.return?.();
-            yield { index, text: out.text, reason: openaiReason(out.finishReason) };
-          } else {
             pull(index);
-            if (out.text !== "") yield { index, text: out.text, reason: null };
+            yield r.value;
           }
+        } finally {
+          for (const [i] of pending) void iterators[i]!.return(undefined);
         }
       } finally {
-        for (const [i] of pending) void iterators[i]!.return?.();
-        metrics.outputTokens.observe({ model: model.name }, usage().completion_tokens);
+        outputTokens.observe(usage().completion_tokens);
       }
     }
 
@@ -412,6 +431,13 @@ export function createFrontend(options: FrontendOptions): Frontend {
       }
     },
   };
+}
+
+/** One piece of one choice's answer. */
+interface ChoiceEvent {
+  index: number;
+  text: string;
+  reason: FinishReason | null;
 }
 
 /** OpenAI has no "cancelled" or "error": a cancelled choice just stopped; an error is an error. */

@@ -89,3 +89,42 @@ Deno.test("unknown routes are 404 and wrong methods 405, as OpenAI error objects
     await front.shutdown();
   }
 });
+
+Deno.test("a request for a model registered before its endpoint serves waits for the endpoint", async () => {
+  const cluster = new EmbeddedCluster();
+  const front = await DistributedRuntime.connect({ embedded: cluster });
+  const models = new ModelManager(front);
+  await models.start();
+  const app = createFrontend({ models });
+  const rt = await DistributedRuntime.connect({ embedded: cluster });
+  try {
+    const endpoint = rt.namespace("ns").component("late").endpoint("generate");
+    // Seed 001's order: register_llm first, serve_endpoint after.
+    await registerLlm(
+      ModelInput.Tokens,
+      ModelType.Completions,
+      endpoint,
+      await builtinTestModel(),
+      { modelName: "late" },
+    );
+    await eventually(
+      () => Promise.resolve(models.get("late") !== undefined),
+      "the model is listed",
+    );
+    const answer = app.fetch(
+      new Request("http://x/v1/completions", {
+        method: "POST",
+        body: JSON.stringify({ model: "late", prompt: "on time" }),
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    endpoint.serveEndpoint(echoEngine()).catch(() => {});
+    const r = await answer;
+    assert.equal(r.status, 200);
+    assert.equal((await r.json()).choices[0].text, "on time");
+  } finally {
+    await rt.shutdown();
+    await models.close();
+    await front.shutdown();
+  }
+});

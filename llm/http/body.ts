@@ -6,12 +6,32 @@ import { RequestError } from "../openai.ts";
 export async function readJsonBody(request: Request, limit: number): Promise<unknown> {
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (declared > limit) throw tooLarge(limit);
-  if (!request.body) {
-    throw new RequestError(400, "request body is empty; expected JSON", { code: "invalid_json" });
+  if (!request.body) throw empty();
+  // A declared length within the limit: take the body in one operation (the common case).
+  // A client that sends more than it declared is cut off by the HTTP server itself.
+  const bytes = declared >= 0 ? await request.bytes() : await readLimited(request.body, limit);
+  if (bytes.length > limit) throw tooLarge(limit);
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new RequestError(400, "request body is not valid UTF-8", { code: "invalid_json" });
   }
+  if (text.trim() === "") throw empty();
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new RequestError(400, `request body is not valid JSON: ${(err as Error).message}`, {
+      code: "invalid_json",
+    });
+  }
+}
+
+/** Reads a body of unknown length (chunked), stopping past `limit`. */
+async function readLimited(body: ReadableStream<Uint8Array>, limit: number): Promise<Uint8Array> {
   const chunks: Uint8Array[] = [];
   let size = 0;
-  const reader = request.body.getReader();
+  const reader = body.getReader();
   try {
     for (;;) {
       const { done, value } = await reader.read();
@@ -32,22 +52,11 @@ export async function readJsonBody(request: Request, limit: number): Promise<unk
     bytes.set(c, off);
     off += c.length;
   }
-  let text: string;
-  try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
-  } catch {
-    throw new RequestError(400, "request body is not valid UTF-8", { code: "invalid_json" });
-  }
-  if (text.trim() === "") {
-    throw new RequestError(400, "request body is empty; expected JSON", { code: "invalid_json" });
-  }
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw new RequestError(400, `request body is not valid JSON: ${(err as Error).message}`, {
-      code: "invalid_json",
-    });
-  }
+  return bytes;
+}
+
+function empty(): RequestError {
+  return new RequestError(400, "request body is empty; expected JSON", { code: "invalid_json" });
 }
 
 function tooLarge(limit: number): RequestError {

@@ -17,8 +17,12 @@ import type {
 /** Frames a local stream holds before the sender must wait. */
 const LOCAL_STREAM_CAPACITY = 256;
 
-/** One side of an in-process stream. */
+/**
+ * One side of an in-process stream. Items travel by reference (no JSON): a handler must
+ * not change an object after yielding it.
+ */
 class LocalFrameConn implements FrameConn {
+  readonly carriesValues = true;
   readonly inbound = new AsyncQueue<Frame>({ capacity: LOCAL_STREAM_CAPACITY });
   peer!: LocalFrameConn;
   #closed = false;

@@ -25,6 +25,11 @@ export const FrameType = {
 export interface Frame {
   type: number;
   payload: Uint8Array;
+  /**
+   * A Data frame's item itself, on connections that carry values (`carriesValues`):
+   * the in-process plane skips JSON and hands the object over.
+   */
+  value?: unknown;
 }
 
 /**
@@ -44,6 +49,8 @@ export interface FrameConn {
   /** Closes at once, dropping unsent frames. */
   close(): void;
   readonly closed: boolean;
+  /** True when Data frames may carry `value` instead of JSON bytes (same process). */
+  readonly carriesValues?: boolean;
 }
 
 /** Where a worker sends a request's response stream; travels in the request header. */

@@ -9,7 +9,12 @@ import { DynamoError, InvalidArgumentError, RuntimeShutdownError } from "./error
 import type { Logger } from "./logger.ts";
 import { instanceKey, type InstanceRecord, instanceSubject, validateName } from "./names.ts";
 import { type Handler, serveRequest } from "./stream.ts";
-import { decodeRequest, type RequestHeader, type RequestPlane } from "./transport/mod.ts";
+import {
+  decodeRequest,
+  type RequestHeader,
+  type RequestPayload,
+  type RequestPlane,
+} from "./transport/mod.ts";
 
 /** @internal What namespaces, components and endpoints need from their runtime. */
 export interface RuntimeInternals {
@@ -175,7 +180,7 @@ export class Endpoint {
     const inflight = new Set<Promise<void>>();
     const contexts = new Set<Context>();
 
-    const onRequest = (payload: Uint8Array) => {
+    const onRequest = (payload: RequestPayload) => {
       const task = this.#handle(payload, handler as Handler, log, contexts);
       inflight.add(task);
       task.catch((err) => log.error("request handling failed", { error: String(err) }))
@@ -236,7 +241,7 @@ export class Endpoint {
   }
 
   async #handle(
-    payload: Uint8Array,
+    payload: RequestPayload,
     handler: Handler,
     log: Logger,
     contexts: Set<Context>,

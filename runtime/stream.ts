@@ -86,7 +86,7 @@ export async function openStream<T>(
     response_type: "many_out",
     connection_info: pending.connectionInfo,
   };
-  const payload = encodeRequest(header, body);
+  const payload = plane.carriesValues ? { header, body } : encodeRequest(header, body);
 
   // Everything before the prologue races against cancellation and deadlines.
   let conn: FrameConn | undefined;
@@ -253,6 +253,10 @@ export async function serveRequest(
     const byValue = conn.carriesValues === true;
     while (!step.done) {
       if (ctx.isKilled()) break;
+      if (conn.closed) {
+        ctx.kill(); // the caller hung up (checked here: a throw per abandoned stream is costly)
+        break;
+      }
       const sent = conn.send(
         byValue
           ? { type: FrameType.Data, payload: EMPTY, value: step.value ?? null }

@@ -348,10 +348,14 @@ export function createFrontend(options: FrontendOptions): Frontend {
     return {
       chunks: (async function* () {
         const first = new Set<number>();
+        // Every chunk of a request starts the same: serialize that part once.
+        const head = JSON.stringify(base).slice(0, -1) + ',"choices":[';
         for await (const ev of events()) {
           const isFirst = !first.has(ev.index);
           first.add(ev.index);
-          yield { ...base, choices: [choiceOf(ev.index, ev.text, ev.reason, isFirst)] };
+          yield new RawJson(
+            head + JSON.stringify(choiceOf(ev.index, ev.text, ev.reason, isFirst)) + "]}",
+          );
         }
         if (includeUsage) yield { ...base, choices: [], usage: usage() };
       })(),
@@ -431,6 +435,11 @@ export function createFrontend(options: FrontendOptions): Frontend {
       }
     },
   };
+}
+
+/** A chunk already serialized to JSON. */
+class RawJson {
+  constructor(readonly json: string) {}
 }
 
 /** One piece of one choice's answer. */
@@ -517,7 +526,8 @@ function streamResponse(
           controller.close();
           return;
         }
-        controller.enqueue(encoder.encode(`data: ${JSON.stringify(r.value)}\n\n`));
+        const data = r.value instanceof RawJson ? r.value.json : JSON.stringify(r.value);
+        controller.enqueue(encoder.encode(`data: ${data}\n\n`));
       } catch (err) {
         if (done) return;
         done = true;

@@ -10,6 +10,7 @@ import type {
   PendingStream,
   RawRequestHandler,
   RequestOptions,
+  RequestPayload,
   RequestPlane,
   Subscription,
 } from "./mod.ts";
@@ -27,8 +28,9 @@ class LocalFrameConn implements FrameConn {
   peer!: LocalFrameConn;
   #closed = false;
 
+  /** True once either side closed: nothing sent now would be read. */
   get closed(): boolean {
-    return this.#closed;
+    return this.#closed || this.peer.inbound.closed;
   }
 
   send(frame: Frame): Promise<void> | void {
@@ -74,6 +76,8 @@ export class LocalHub {
 /** The in-process request plane (embedded default). */
 export class LocalRequestPlane implements RequestPlane {
   readonly kind = "local";
+  /** Requests may travel as values (no encoding) on this plane. */
+  readonly carriesValues = true;
   readonly hub: LocalHub;
   #subs = new Set<Subscription>();
   #closed = false;
@@ -103,15 +107,16 @@ export class LocalRequestPlane implements RequestPlane {
     return Promise.resolve(sub);
   }
 
-  request(subject: string, payload: Uint8Array, options: RequestOptions = {}): Promise<void> {
+  request(subject: string, payload: RequestPayload, options: RequestOptions = {}): Promise<void> {
     this.#open();
     options.signal?.throwIfAborted();
     const handlers = this.hub.subjects.get(subject);
     if (!handlers || handlers.size === 0) return Promise.reject(new NoInstancesError(subject));
     // Queue groups pick one member; one subject per instance makes this the only one.
     const handler = handlers.values().next().value as RawRequestHandler;
-    const copy = payload.slice(); // nothing shared across the "wire"
-    queueMicrotask(() => handler(copy));
+    // Bytes are copied (nothing shared across the "wire"); values are handed over as they are.
+    const delivered = payload instanceof Uint8Array ? payload.slice() : payload;
+    queueMicrotask(() => handler(delivered));
     return Promise.resolve();
   }
 

@@ -75,8 +75,17 @@ export interface RequestHeader {
   connection_info: ConnectionInfo;
 }
 
+/** A request as values: what in-process planes hand over without encoding. */
+export interface RequestMessage {
+  header: RequestHeader;
+  body: unknown;
+}
+
+/** A request on the wire: encoded bytes, or the values themselves on an in-process plane. */
+export type RequestPayload = Uint8Array | RequestMessage;
+
 /** A handler of raw requests arriving on a subject. */
-export type RawRequestHandler = (payload: Uint8Array) => void;
+export type RawRequestHandler = (payload: RequestPayload) => void;
 
 /** A live subscription. */
 export interface Subscription {
@@ -94,6 +103,8 @@ export interface RequestOptions {
 /** Requests in, acknowledgements back, and the response streams' connections. */
 export interface RequestPlane {
   readonly kind: "nats" | "local";
+  /** True when requests may be sent as values ({@linkcode RequestMessage}), in process. */
+  readonly carriesValues?: boolean;
   /** Delivers every request sent to `subject` to `handler`; the plane acknowledges it. */
   serve(subject: string, handler: RawRequestHandler): Promise<Subscription>;
   /**
@@ -101,7 +112,7 @@ export interface RequestPlane {
    * @throws {NoInstancesError} nobody serves `subject`
    * @throws {TimeoutError} no acknowledgement in time
    */
-  request(subject: string, payload: Uint8Array, options?: RequestOptions): Promise<void>;
+  request(subject: string, payload: RequestPayload, options?: RequestOptions): Promise<void>;
   /** Caller side: reserves a response stream. */
   expectStream(streamId: string): PendingStream;
   /** Worker side: connects to the caller for a response stream (handshake done). */
@@ -123,8 +134,9 @@ export function encodeRequest(header: RequestHeader, body: unknown): Uint8Array 
   return out;
 }
 
-/** Decodes {@linkcode encodeRequest}'s output; throws on malformed input. */
-export function decodeRequest(payload: Uint8Array): { header: RequestHeader; body: unknown } {
+/** Decodes {@linkcode encodeRequest}'s output (values pass through); throws on malformed input. */
+export function decodeRequest(payload: RequestPayload): RequestMessage {
+  if (!(payload instanceof Uint8Array)) return payload;
   if (payload.length < 4) throw new Error(`request too short: ${payload.length} bytes`);
   const len = new DataView(payload.buffer, payload.byteOffset, payload.byteLength).getUint32(0);
   if (4 + len > payload.length) throw new Error(`request header length ${len} exceeds payload`);

@@ -9,9 +9,11 @@ import type {
   PendingStream,
   RawRequestHandler,
   RequestOptions,
+  RequestPayload,
   RequestPlane,
   Subscription,
 } from "./mod.ts";
+import { encodeRequest } from "./mod.ts";
 import { dialTcp, TcpResponseServer, type TcpResponseServerOptions } from "./tcp_stream.ts";
 
 /** Options of {@linkcode NatsRequestPlane.connect}. */
@@ -92,7 +94,14 @@ export class NatsRequestPlane implements RequestPlane {
     });
   }
 
-  async request(subject: string, payload: Uint8Array, options: RequestOptions = {}): Promise<void> {
+  async request(
+    subject: string,
+    message: RequestPayload,
+    options: RequestOptions = {},
+  ): Promise<void> {
+    const payload = message instanceof Uint8Array
+      ? message
+      : encodeRequest(message.header, message.body);
     options.signal?.throwIfAborted();
     const timeout = options.timeoutMs ?? 5000;
     try {

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { DistributedRuntime, StreamIncompleteError } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
-import { spawnDeno } from "./_helpers/process.ts";
+import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 import { bigString } from "./_helpers/worker_proc.ts";
 
@@ -30,22 +30,27 @@ Deno.test({
     });
     const client = await caller.namespace("xproc").component("worker").endpoint("generate")
       .client();
+    /** Waits until `worker` serves and the client sees it; returns its instance id. */
+    const untilServing = async (worker: ChildHandle): Promise<string> => {
+      const { ready } = await worker.waitFor<{ ready: string }>(
+        (l) => "ready" in l,
+        20_000,
+        "the worker to serve",
+      );
+      await eventually(
+        () => client.instanceIds().includes(ready),
+        5000,
+        "the client sees the worker",
+      );
+      return ready;
+    };
     try {
       await t.step(
         "a worker killed with SIGKILL mid-stream fails the caller within 1 s and leaves discovery within the lease TTL",
         async () => {
           const worker = spawnDeno(WORKER, env);
           try {
-            const { ready } = await worker.waitFor<{ ready: string }>(
-              (l) => "ready" in l,
-              20_000,
-              "the worker to serve",
-            );
-            await eventually(
-              () => client.instanceIds().includes(ready),
-              5000,
-              "the client sees the worker",
-            );
+            const ready = await untilServing(worker);
             const stream = await client.direct({ n: 1_000_000, delayMs: 2 }, ready);
             let killedAt = 0;
             let n = 0;
@@ -79,16 +84,7 @@ Deno.test({
 
       const worker = spawnDeno(WORKER, env);
       try {
-        const { ready } = await worker.waitFor<{ ready: string }>(
-          (l) => "ready" in l,
-          20_000,
-          "the worker to serve",
-        );
-        await eventually(
-          () => client.instanceIds().includes(ready),
-          5000,
-          "the client sees the worker",
-        );
+        const ready = await untilServing(worker);
 
         await t.step("the worker observes a caller's cancellation within 50 ms", async () => {
           for (let round = 0; round < 5; round++) {

@@ -40,6 +40,17 @@ async function collect<T>(stream: AsyncIterable<T>): Promise<T[]> {
   return out;
 }
 
+/** Serves `handler` on `rt` and returns a client that already sees the instance. */
+async function serveAndConnect(
+  rt: DistributedRuntime,
+  handler: (req: never, ctx: Context) => AsyncIterable<unknown>,
+) {
+  const { endpoint } = serve(rt, handler);
+  const client = await endpoint.client();
+  await client.waitForInstances({ timeoutMs: 5000 });
+  return { endpoint, client };
+}
+
 /** A handler that records the contexts it ran with and yields `n` items slowly. */
 function recorder() {
   const contexts: Context[] = [];
@@ -68,22 +79,18 @@ const cases: Record<string, Case> = {
 
   async "a handler that takes no context still works"(b) {
     const rt = await b.runtime();
-    const { endpoint } = await serve(rt, async function* (req: { n: number }) {
+    const { client } = await serveAndConnect(rt, async function* (req: { n: number }) {
       for (let i = 0; i < req.n; i++) yield i;
     });
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
     assert.deepEqual(await collect(await client.generate({ n: 3 })), [0, 1, 2]);
   },
 
   async "a handler that throws before its first item rejects generate() with RemoteError"(b) {
     const rt = await b.runtime();
     // deno-lint-ignore require-yield
-    const { endpoint } = await serve(rt, async function* () {
+    const { client } = await serveAndConnect(rt, async function* () {
       throw new TypeError("bad request: no text");
     });
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
     await assert.rejects(client.generate({}), (err: unknown) => {
       assert.ok(err instanceof RemoteError);
       assert.equal(err.message, "bad request: no text");
@@ -96,13 +103,11 @@ const cases: Record<string, Case> = {
     b,
   ) {
     const rt = await b.runtime();
-    const { endpoint } = await serve(rt, async function* () {
+    const { client } = await serveAndConnect(rt, async function* () {
       yield 1;
       yield 2;
       throw new Error("engine exploded");
     });
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
     const got: unknown[] = [];
     await assert.rejects(async () => {
       for await (const x of await client.generate({})) got.push(x);
@@ -112,12 +117,10 @@ const cases: Record<string, Case> = {
 
   async "EngineShutdownError from a handler reaches the caller as EngineShutdownError"(b) {
     const rt = await b.runtime();
-    const { endpoint } = await serve(rt, async function* () {
+    const { client } = await serveAndConnect(rt, async function* () {
       yield "partial";
       throw new EngineShutdownError("worker shutting down, migrating request");
     });
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
     const got: unknown[] = [];
     await assert.rejects(async () => {
       for await (const x of await client.generate({})) got.push(x);
@@ -128,9 +131,7 @@ const cases: Record<string, Case> = {
   async "breaking out of the caller's loop stops the worker's context"(b) {
     const rt = await b.runtime();
     const rec = recorder();
-    const { endpoint } = await serve(rt, rec.handler);
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
+    const { client } = await serveAndConnect(rt, rec.handler);
     const stream = await client.generate({ n: 100000, delayMs: 1 });
     for await (const i of stream) if (i === 2) break;
     const ctx = await within(rec.started, 1000, "the handler to start");
@@ -141,9 +142,7 @@ const cases: Record<string, Case> = {
   async "aborting the caller's signal stops the worker and fails iteration with CancelledError"(b) {
     const rt = await b.runtime();
     const rec = recorder();
-    const { endpoint } = await serve(rt, rec.handler);
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
+    const { client } = await serveAndConnect(rt, rec.handler);
     const abort = new AbortController();
     const stream = await client.generate({ n: 100000, delayMs: 1 }, { signal: abort.signal });
     await assert.rejects(async () => {
@@ -157,13 +156,11 @@ const cases: Record<string, Case> = {
     const rt = await b.runtime();
     const gate = Promise.withResolvers<void>();
     const seen = Promise.withResolvers<Context>();
-    const { endpoint } = await serve(rt, async function* (_req: unknown, ctx: Context) {
+    const { client } = await serveAndConnect(rt, async function* (_req: unknown, ctx: Context) {
       seen.resolve(ctx);
       await Promise.race([gate.promise, ctx.stopped()]);
       yield "late";
     });
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
     const abort = new AbortController();
     const pending = client.generate({}, { signal: abort.signal });
     const ctx = await within(seen.promise, 2000, "the handler to start");
@@ -176,9 +173,7 @@ const cases: Record<string, Case> = {
   async "stopping a parent context stops the remote context"(b) {
     const rt = await b.runtime();
     const rec = recorder();
-    const { endpoint } = await serve(rt, rec.handler);
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
+    const { client } = await serveAndConnect(rt, rec.handler);
     const parent = new Ctx();
     const child = new Ctx();
     parent.linkChild(child);
@@ -195,7 +190,7 @@ const cases: Record<string, Case> = {
 
   async "stopGenerating() lets the handler finish gracefully with a last item"(b) {
     const rt = await b.runtime();
-    const { endpoint } = await serve(rt, async function* (_req: unknown, ctx: Context) {
+    const { client } = await serveAndConnect(rt, async function* (_req: unknown, ctx: Context) {
       let i = 0;
       while (!ctx.isStopped()) {
         yield i++;
@@ -203,8 +198,6 @@ const cases: Record<string, Case> = {
       }
       yield "bye";
     });
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
     const stream = await client.generate({});
     const got: unknown[] = [];
     for await (const x of stream) {
@@ -218,9 +211,7 @@ const cases: Record<string, Case> = {
   async "kill() ends the caller's stream at once and kills the worker context"(b) {
     const rt = await b.runtime();
     const rec = recorder();
-    const { endpoint } = await serve(rt, rec.handler);
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
+    const { client } = await serveAndConnect(rt, rec.handler);
     const stream = await client.generate({ n: 100000, delayMs: 1 });
     const got: unknown[] = [];
     for await (const x of stream) {
@@ -308,12 +299,10 @@ const cases: Record<string, Case> = {
   async "a 4 MiB item arrives intact"(b) {
     const rt = await b.runtime();
     const big = "x".repeat(4 * 1024 * 1024 - 10) + "0123456789";
-    const { endpoint } = await serve(rt, async function* () {
+    const { client } = await serveAndConnect(rt, async function* () {
       yield { big };
       yield "after";
     });
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
     const items = await collect(await client.generate({})) as [{ big: string }, string];
     assert.equal(items[0].big.length, big.length);
     assert.equal(items[0].big, big);
@@ -348,14 +337,12 @@ const cases: Record<string, Case> = {
     const rt = await b.runtime();
     let produced = 0;
     const chunk = "y".repeat(64 * 1024);
-    const { endpoint } = await serve(rt, async function* () {
+    const { client } = await serveAndConnect(rt, async function* () {
       for (let i = 0; i < 5000; i++) {
         produced++;
         yield chunk; // 5000 x 64 KiB = 320 MiB if nothing pushed back
       }
     });
-    const client = await endpoint.client();
-    await client.waitForInstances({ timeoutMs: 5000 });
     const stream = await client.generate({});
     const it = stream[Symbol.asyncIterator]();
     await it.next();

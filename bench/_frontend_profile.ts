@@ -9,12 +9,8 @@
 import { bareArgsFrom, chatBody, streamOnce, streamShape } from "./_frontend_client.ts";
 import { measureStages } from "./_frontend_stages.ts";
 import { startServer, withTimeout } from "./_frontend_proc.ts";
-import { measureConcurrent, rate } from "./_stats.ts";
+import { flag, measureConcurrent, rate } from "./_stats.ts";
 
-function flag(name: string): string | undefined {
-  const i = Deno.args.indexOf(name);
-  return i >= 0 ? Deno.args[i + 1] : undefined;
-}
 const REQUESTS = Number(flag("--requests") ?? 4_000);
 const CONCURRENCY = Number(flag("--concurrency") ?? 32);
 const SAMPLING_US = Number(flag("--sampling-us") ?? 200);

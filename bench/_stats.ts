@@ -120,3 +120,9 @@ export function ms(x: number): string {
 export function rate(x: number): string {
   return Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "-";
 }
+
+/** The value after `--name` on the command line, if any. */
+export function flag(name: string): string | undefined {
+  const i = Deno.args.indexOf(name);
+  return i >= 0 ? Deno.args[i + 1] : undefined;
+}

@@ -21,13 +21,9 @@ import {
   startServer,
 } from "./_frontend_proc.ts";
 import { type LoadCommand, runLoad } from "./_frontend_loadgen.ts";
-import { ms, rate, summarize, type Summary } from "./_stats.ts";
+import { flag, ms, rate, summarize, type Summary } from "./_stats.ts";
 
 // --- flags ----------------------------------------------------------------------------------
-function flag(name: string): string | undefined {
-  const i = Deno.args.indexOf(name);
-  return i >= 0 ? Deno.args[i + 1] : undefined;
-}
 const quick = Deno.args.includes("--quick");
 const jsonPath = flag("--json");
 const CONCURRENCY = Number(flag("--concurrency") ?? 32);

@@ -23,6 +23,7 @@ import { startServers } from "../tests/_helpers/servers.ts";
 import { clockNow, RawFrameReader, rawJsonFrame, RawType, writeAll } from "./_raw.ts";
 import type { WorkerArgs, WorkerReady } from "./_runtime_worker.ts";
 import {
+  flag,
   type LatencyCase,
   measureConcurrent,
   measureInterleaved,
@@ -33,10 +34,6 @@ import {
 } from "./_stats.ts";
 
 // --- flags ----------------------------------------------------------------------------------
-function flag(name: string): string | undefined {
-  const i = Deno.args.indexOf(name);
-  return i >= 0 ? Deno.args[i + 1] : undefined;
-}
 const quick = Deno.args.includes("--quick");
 const jsonPath = flag("--json");
 const ITERATIONS = Number(flag("--iterations") ?? (quick ? 300 : 2500));
@@ -213,13 +210,15 @@ async function run(
   cleanups.push(() => worker.stop());
   const w = worker.ready;
 
+  const connectReal = () =>
+    DistributedRuntime.connect({
+      discovery: "etcd",
+      requestPlane: "nats",
+      etcdEndpoints: etcdUrl,
+      natsServer: natsUrl,
+    });
   // Caller runtime (etcd + NATS), clients of the subprocess worker's endpoints.
-  const caller = await DistributedRuntime.connect({
-    discovery: "etcd",
-    requestPlane: "nats",
-    etcdEndpoints: etcdUrl,
-    natsServer: natsUrl,
-  });
+  const caller = await connectReal();
   cleanups.push(() => caller.shutdown());
   const remote = caller.namespace(ns).component("worker");
   const pingClient = await remote.endpoint("ping").client();
@@ -228,12 +227,7 @@ async function run(
   await streamClient.waitForInstances({ timeoutMs: 15_000 });
 
   // Same-process worker on etcd + NATS (its own runtime, its own connections).
-  const local = await DistributedRuntime.connect({
-    discovery: "etcd",
-    requestPlane: "nats",
-    etcdEndpoints: etcdUrl,
-    natsServer: natsUrl,
-  });
+  const local = await connectReal();
   cleanups.push(() => local.shutdown());
   const localComp = local.namespace(`${ns}-local`).component("worker");
   const localServing = [

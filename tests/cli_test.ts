@@ -102,15 +102,12 @@ Deno.test({
   ignore: !haveServers(),
   async fn(t) {
     const servers = await startServers();
-    const env = { ETCD_ENDPOINTS: servers.etcd.url, NATS_SERVER: servers.nats.url };
+    const env = { ...servers.env };
     let worker: DistributedRuntime | undefined;
     let serving: Promise<void> | undefined;
     try {
       worker = await DistributedRuntime.connect({
-        discovery: "etcd",
-        requestPlane: "nats",
-        etcdEndpoints: servers.etcd.url,
-        natsServer: servers.nats.url,
+        ...servers.runtimeOptions,
       });
       serving = serveWorker(worker);
       const client = await worker.namespace("hello_world").component("YourWorker")

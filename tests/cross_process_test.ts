@@ -17,16 +17,12 @@ Deno.test({
   async fn(t) {
     const servers = await startServers();
     const env = {
-      ETCD_ENDPOINTS: servers.etcd.url,
-      NATS_SERVER: servers.nats.url,
+      ...servers.env,
       DYN_LEASE_TTL: String(TTL),
       DYN_LOG: "warn",
     };
     const caller = await DistributedRuntime.connect({
-      discovery: "etcd",
-      requestPlane: "nats",
-      etcdEndpoints: servers.etcd.url,
-      natsServer: servers.nats.url,
+      ...servers.runtimeOptions,
     });
     const client = await caller.namespace("xproc").component("worker").endpoint("generate")
       .client();

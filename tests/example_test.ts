@@ -120,8 +120,7 @@ Deno.test({
   async fn() {
     const servers = await startServers();
     const env = {
-      ETCD_ENDPOINTS: servers.etcd.url,
-      NATS_SERVER: servers.nats.url,
+      ...servers.env,
       DYN_LOG: "info",
     };
     const worker = new Background([`${EXAMPLE}/worker.ts`], env);

@@ -46,10 +46,7 @@ Deno.test({
     const servers = await startServers();
     const connect = () =>
       DistributedRuntime.connect({
-        discovery: "etcd",
-        requestPlane: "nats",
-        etcdEndpoints: servers.etcd.url,
-        natsServer: servers.nats.url,
+        ...servers.runtimeOptions,
         leaseTtlSeconds: 2,
       });
     const worker = await connect();

@@ -275,8 +275,7 @@ Deno.test({
   async fn(t) {
     const servers = await startServers();
     const env = {
-      ETCD_ENDPOINTS: servers.etcd.url,
-      NATS_SERVER: servers.nats.url,
+      ...servers.env,
       DYN_LOG: "warn",
       DYN_LEASE_TTL: "3",
     };
@@ -440,10 +439,7 @@ Deno.test({
         // The tokens example registers Qwen3-0.6B too (namespace dynamo): the model now has
         // instances on two endpoints, and answers stay the same wherever they go.
         const probe = await DistributedRuntime.connect({
-          discovery: "etcd",
-          requestPlane: "nats",
-          etcdEndpoints: servers.etcd.url,
-          natsServer: servers.nats.url,
+          ...servers.runtimeOptions,
         });
         try {
           await eventually(

@@ -61,10 +61,7 @@ export async function openReal(): Promise<Backend> {
   const servers = await startServers();
   return tracker("etcd + NATS", (o) =>
     DistributedRuntime.connect({
-      discovery: "etcd",
-      requestPlane: "nats",
-      etcdEndpoints: servers.etcd.url,
-      natsServer: servers.nats.url,
+      ...servers.runtimeOptions,
       ...o,
     }), servers);
 }

@@ -198,6 +198,15 @@ export async function startNats(options: StartNatsOptions = {}): Promise<ServerP
 export interface Servers {
   etcd: ServerProcess;
   nats: ServerProcess;
+  /** The environment that points a worker process (`DistributedRuntime.fromEnv`) at them. */
+  env: { ETCD_ENDPOINTS: string; NATS_SERVER: string };
+  /** `DistributedRuntime.connect` options for them. */
+  runtimeOptions: {
+    discovery: "etcd";
+    requestPlane: "nats";
+    etcdEndpoints: string;
+    natsServer: string;
+  };
   stop(): Promise<void>;
 }
 
@@ -207,6 +216,13 @@ export async function startServers(): Promise<Servers> {
   return {
     etcd,
     nats,
+    env: { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+    runtimeOptions: {
+      discovery: "etcd",
+      requestPlane: "nats",
+      etcdEndpoints: etcd.url,
+      natsServer: nats.url,
+    },
     stop: async () => void (await Promise.all([etcd.stop(), nats.stop()])),
   };
 }

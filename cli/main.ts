@@ -11,6 +11,7 @@ import {
   processIo,
   UsageError,
 } from "./_common.ts";
+import { benchCommand } from "./bench.ts";
 import { callCommand } from "./call.ts";
 import { instancesCommand } from "./instances.ts";
 import { frontendCommand } from "./frontend.ts";
@@ -19,7 +20,13 @@ import { runCommand } from "./run.ts";
 /** The version of this build of `dynamo`. */
 export const VERSION: string = denoJson.version;
 
-const commands: readonly Command[] = [runCommand, frontendCommand, instancesCommand, callCommand];
+const commands: readonly Command[] = [
+  runCommand,
+  frontendCommand,
+  instancesCommand,
+  callCommand,
+  benchCommand,
+];
 
 function usage(): string {
   const width = Math.max(...commands.map((c) => c.name.length), "help".length);

@@ -72,6 +72,11 @@ export interface LLMEngineOutput {
   finish_reason?: FinishReason | null;
   /** Log probability per token in token_ids, when asked for. */
   log_probs?: number[];
+  /**
+   * Prompt tokens the engine found in its prefix cache (sent once, with the first output);
+   * the frontend reports it as `usage.prompt_tokens_details.cached_tokens`.
+   */
+  cached_tokens?: number;
 }
 
 /** Hashes and sizes of the files a card was built from. */

@@ -267,12 +267,18 @@ export function createFrontend(options: FrontendOptions): Frontend {
           finish_reason: finishReason,
         }
         : { index, text, logprobs: null, finish_reason: finishReason };
+    // Prompt tokens served from an engine's prefix cache, when the engine says (choice 0's:
+    // every choice has the same prompt).
+    let cachedTokens: number | undefined;
     const usage = () => {
       const completion = processors.reduce((s, p) => s + p.completionTokens, 0);
       return {
         prompt_tokens: promptTokens,
         completion_tokens: completion,
         total_tokens: promptTokens + completion,
+        ...(cachedTokens === undefined
+          ? {}
+          : { prompt_tokens_details: { cached_tokens: cachedTokens } }),
       };
     };
     const base = { id, object, created, model: model.name };
@@ -297,6 +303,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
       const proc = processors[index]!;
       for await (const out of streams[index]!) {
         if (out.token_ids.length > 0) observeToken();
+        if (index === 0 && out.cached_tokens !== undefined) cachedTokens ??= out.cached_tokens;
         const delta = proc.push(out);
         if (delta.finishReason) {
           yield { index, text: delta.text, reason: openaiReason(delta.finishReason) };

@@ -128,3 +128,39 @@ Deno.test("a request for a model registered before its endpoint serves waits for
     await front.shutdown();
   }
 });
+
+Deno.test("usage reports the prompt tokens an engine found in its prefix cache", async () => {
+  const cluster = new EmbeddedCluster();
+  const rt = await DistributedRuntime.connect({ embedded: cluster });
+  const endpoint = rt.namespace("ns").component("backend").endpoint("generate");
+  endpoint.serveEndpoint(async function* () {
+    yield { token_ids: [9707], cached_tokens: 2 };
+    yield { token_ids: [1879], finish_reason: "length" };
+  }).catch(() => {});
+  await registerLlm(ModelInput.Tokens, ModelType.Completions, endpoint, await builtinTestModel(), {
+    modelName: "cached",
+  });
+  const models = new ModelManager(rt);
+  await models.start();
+  const app = createFrontend({ models });
+  try {
+    await eventually(() => Promise.resolve(models.get("cached") !== undefined), "model is listed");
+    const r = await app.fetch(
+      new Request("http://x/v1/completions", {
+        method: "POST",
+        body: JSON.stringify({ model: "cached", prompt: [1, 2, 3], max_tokens: 2 }),
+      }),
+    );
+    assert.equal(r.status, 200);
+    const usage = (await r.json()).usage;
+    assert.deepEqual(usage, {
+      prompt_tokens: 3,
+      completion_tokens: 2,
+      total_tokens: 5,
+      prompt_tokens_details: { cached_tokens: 2 },
+    });
+  } finally {
+    await models.close();
+    await rt.shutdown();
+  }
+});

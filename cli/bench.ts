@@ -1,0 +1,320 @@
+// `dynamo bench`: replays a Mooncake-format trace against a fleet of mocker workers behind
+// the real frontend, once per router mode, and compares the modes.
+
+import { type Command, ExitCode, type Io, parseCommandArgs, UsageError } from "./_common.ts";
+import { replayTrace } from "./_bench/replay.ts";
+import { formatTable, type ModeSummary, renderChart, summarizeMode } from "./_bench/report.ts";
+import { loadTrace, prefixCeiling } from "./_bench/trace.ts";
+
+const MODES = ["kv", "round-robin", "random"] as const;
+
+const usage = `Usage: dynamo bench --trace FILE --out DIR [options]
+
+Replays a trace in the Mooncake format (one JSON object per line: timestamp, input_length,
+output_length, hash_ids) against N mocker workers behind the OpenAI frontend, once per
+router mode, each mode on a fresh server process (\`dynamo run in=http out=mocker\`).
+Requests are streaming completions whose prompts are token ids (each hash id is a fixed
+512-token block), sent open-loop at their arrival times divided by --speedup.
+Writes DIR/results.json and DIR/chart.svg and prints a table.
+
+Options:
+  --trace FILE                 the trace (required)
+  --out DIR                    where results go (required)
+  --workers N                  mocker workers (default 8)
+  --router-modes LIST          comma-separated: kv, round-robin, random (default all three)
+  --speedup X                  divides arrival times (default 1)
+  --engine-speedup R           the mockers' speedup ratio (default: --speedup), so
+                               --speedup above --engine-speedup raises the load
+  --max-requests N             replay only the first N requests
+  --duration-s S               replay only requests arriving in the first S trace seconds
+  --block-size N               KV block size of the mockers (default 16)
+  --num-gpu-blocks N           KV blocks per mocker (default: the mocker's)
+  --kv-overlap-score-weight W  kv mode's weight of cached blocks (default 1)
+  --router-temperature T       kv mode's sampling temperature (default 0)
+  --request-timeout-s S        deadline per request (default 600)
+  -h, --help                   show this help`;
+
+interface BenchFlags {
+  trace: string;
+  out: string;
+  workers: number;
+  modes: string[];
+  speedup: number;
+  engineSpeedup: number;
+  maxRequests?: number;
+  durationS?: number;
+  blockSize: number;
+  numGpuBlocks?: number;
+  overlapWeight?: number;
+  temperature?: number;
+  requestTimeoutS: number;
+}
+
+function positive(flag: string, value: string | undefined, integer: boolean): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (value.trim() === "" || !(n > 0) || (integer && !Number.isInteger(n))) {
+    throw new UsageError(
+      `--${flag} must be a ${integer ? "whole number" : "number"} > 0, got ${
+        JSON.stringify(value)
+      }`,
+      "bench",
+    );
+  }
+  return n;
+}
+
+function parseFlags(args: string[]): BenchFlags | undefined {
+  const { values, positionals } = parseCommandArgs("bench", args, {
+    trace: { type: "string" },
+    out: { type: "string" },
+    workers: { type: "string" },
+    "router-modes": { type: "string" },
+    speedup: { type: "string" },
+    "engine-speedup": { type: "string" },
+    "max-requests": { type: "string" },
+    "duration-s": { type: "string" },
+    "block-size": { type: "string" },
+    "num-gpu-blocks": { type: "string" },
+    "kv-overlap-score-weight": { type: "string" },
+    "router-temperature": { type: "string" },
+    "request-timeout-s": { type: "string" },
+    help: { type: "boolean", short: "h" },
+  });
+  if (values.help) return undefined;
+  if (positionals.length > 0) {
+    throw new UsageError(`takes no positional arguments, got ${positionals.join(" ")}`, "bench");
+  }
+  if (!values.trace) throw new UsageError("--trace FILE is required", "bench");
+  if (!values.out) throw new UsageError("--out DIR is required", "bench");
+  const modes = (values["router-modes"] ?? MODES.join(",")).split(",").map((m) => m.trim());
+  for (const m of modes) {
+    if (!(MODES as readonly string[]).includes(m)) {
+      throw new UsageError(
+        `--router-modes takes ${MODES.join(", ")}; got ${JSON.stringify(m)}`,
+        "bench",
+      );
+    }
+  }
+  if (new Set(modes).size !== modes.length) {
+    throw new UsageError(`--router-modes lists a mode twice: ${modes.join(",")}`, "bench");
+  }
+  const speedup = positive("speedup", values.speedup, false) ?? 1;
+  const weight = values["kv-overlap-score-weight"];
+  const temperature = values["router-temperature"];
+  for (
+    const [flag, v] of [["kv-overlap-score-weight", weight], ["router-temperature", temperature]]
+  ) {
+    if (v !== undefined && !(Number(v) >= 0)) {
+      throw new UsageError(`--${flag} must be a number >= 0, got ${JSON.stringify(v)}`, "bench");
+    }
+  }
+  return {
+    trace: values.trace,
+    out: values.out,
+    workers: positive("workers", values.workers, true) ?? 8,
+    modes,
+    speedup,
+    engineSpeedup: positive("engine-speedup", values["engine-speedup"], false) ?? speedup,
+    maxRequests: positive("max-requests", values["max-requests"], true),
+    durationS: positive("duration-s", values["duration-s"], false),
+    blockSize: positive("block-size", values["block-size"], true) ?? 16,
+    numGpuBlocks: positive("num-gpu-blocks", values["num-gpu-blocks"], true),
+    overlapWeight: weight === undefined ? undefined : Number(weight),
+    temperature: temperature === undefined ? undefined : Number(temperature),
+    requestTimeoutS: positive("request-timeout-s", values["request-timeout-s"], false) ?? 600,
+  };
+}
+
+/** A `dynamo run in=http out=mocker` server for one mode. */
+interface Server {
+  url: string;
+  model: string;
+  stop(): Promise<void>;
+}
+
+async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Server> {
+  const args = [
+    "run",
+    "-A",
+    new URL("./main.ts", import.meta.url).pathname,
+    "run",
+    "in=http",
+    "out=mocker",
+    "--http-port",
+    "0",
+    "--http-host",
+    "127.0.0.1",
+    "--router-mode",
+    mode,
+    "--num-workers",
+    String(flags.workers),
+    "--speedup-ratio",
+    String(flags.engineSpeedup),
+    "--block-size",
+    String(flags.blockSize),
+  ];
+  if (flags.numGpuBlocks !== undefined) args.push("--num-gpu-blocks", String(flags.numGpuBlocks));
+  if (mode === "kv" && flags.overlapWeight !== undefined) {
+    args.push("--kv-overlap-score-weight", String(flags.overlapWeight));
+  }
+  if (mode === "kv" && flags.temperature !== undefined) {
+    args.push("--router-temperature", String(flags.temperature));
+  }
+  const child = new Deno.Command(Deno.execPath(), {
+    args,
+    stdout: "piped",
+    stderr: "piped",
+    stdin: "null",
+    env: { DYN_LOG: "warn", NO_COLOR: "1" },
+  }).spawn();
+  const exited = child.status;
+  const tail: string[] = [];
+  const listening = Promise.withResolvers<string>();
+  const pump = async (stream: ReadableStream<Uint8Array>) => {
+    let buf = "";
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      buf += chunk;
+      let nl;
+      while ((nl = buf.indexOf("\n")) !== -1) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        const m = /listening on (http:\/\/\S+)/.exec(line);
+        if (m) listening.resolve(m[1]!);
+        tail.push(line);
+        if (tail.length > 20) tail.shift();
+      }
+    }
+  };
+  const pumps = Promise.all([pump(child.stdout), pump(child.stderr)]);
+  const stop = async () => {
+    try {
+      child.kill("SIGINT");
+    } catch { /* already gone */ }
+    const timer = setTimeout(() => {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* gone */ }
+    }, 10_000);
+    await exited;
+    clearTimeout(timer);
+    await pumps.catch(() => {});
+  };
+  const deadline = AbortSignal.timeout(120_000);
+  try {
+    const url = await Promise.race([
+      listening.promise,
+      exited.then((s) => {
+        throw new Error(`the ${mode} server exited (code ${s.code}): ${tail.join("\n")}`);
+      }),
+      new Promise<never>((_, reject) =>
+        deadline.addEventListener(
+          "abort",
+          () => reject(new Error(`the ${mode} server did not start within 120 s`)),
+          { once: true },
+        )
+      ),
+    ]);
+    // Wait for the workers' model to be listed.
+    for (;;) {
+      deadline.throwIfAborted();
+      const res = await fetch(`${url}/v1/models`).catch(() => undefined);
+      const models = res?.ok ? ((await res.json()).data as { id: string }[]) : [];
+      if (models.length > 0) {
+        io.err(`[bench] ${mode}: server at ${url}, model ${models[0]!.id}`);
+        return { url, model: models[0]!.id, stop };
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+async function run(args: string[], io: Io): Promise<number> {
+  const flags = parseFlags(args);
+  if (!flags) {
+    io.out(usage);
+    return ExitCode.Ok;
+  }
+  const requests = await loadTrace(flags.trace, {
+    maxRequests: flags.maxRequests,
+    maxTimestampMs: flags.durationS === undefined ? undefined : flags.durationS * 1000,
+  });
+  if (requests.length === 0) throw new UsageError(`no requests in ${flags.trace}`, "bench");
+  const ceiling = prefixCeiling(requests);
+  const span = (requests[requests.length - 1]!.timestamp - requests[0]!.timestamp) / 1000;
+  io.err(
+    `[bench] ${requests.length} requests over ${span.toFixed(0)} trace s (${
+      (span / flags.speedup).toFixed(0)
+    } s per mode at speedup ${flags.speedup}); prefix ceiling ${
+      (ceiling.tokens * 100).toFixed(1)
+    }% of prompt tokens`,
+  );
+  await Deno.mkdir(flags.out, { recursive: true });
+  const modes: Record<string, ModeSummary> = {};
+  for (const mode of flags.modes) {
+    const server = await startServer(flags, mode, io);
+    try {
+      const { results, seconds } = await replayTrace(requests, {
+        baseUrl: server.url,
+        model: server.model,
+        speedup: flags.speedup,
+        requestTimeoutMs: flags.requestTimeoutS * 1000,
+        onProgress: (p) =>
+          io.err(
+            `[bench] ${mode}: ${p.done}/${p.total} done, ${
+              p.sent - p.done
+            } in flight, ${p.failed} failed`,
+          ),
+      });
+      modes[mode] = summarizeMode(results, seconds);
+    } finally {
+      await server.stop();
+    }
+  }
+  const results = {
+    trace: flags.trace,
+    workers: flags.workers,
+    speedup: flags.speedup,
+    engine_speedup: flags.engineSpeedup,
+    block_size: flags.blockSize,
+    requests: requests.length,
+    prefix_ceiling: ceiling,
+    modes,
+  };
+  await Deno.writeTextFile(`${flags.out}/results.json`, JSON.stringify(results, null, 2) + "\n");
+  await Deno.writeTextFile(
+    `${flags.out}/chart.svg`,
+    renderChart(
+      modes,
+      `dynamo bench: ${requests.length} requests, ${flags.workers} mocker workers, speedup ${flags.speedup}`,
+    ),
+  );
+  io.out(formatTable(modes));
+  io.out(`prefix-hit ceiling of the replayed requests: ${(ceiling.tokens * 100).toFixed(1)}%`);
+  const kv = modes["kv"];
+  const rr = modes["round-robin"];
+  if (kv) {
+    io.out(
+      `kv prefix hit rate: ${(kv.prefix_hit_rate * 100).toFixed(1)}% = ${
+        (kv.prefix_hit_rate / ceiling.tokens * 100).toFixed(0)
+      }% of the ceiling`,
+    );
+  }
+  if (kv && rr) {
+    io.out(`TTFT p90: round-robin / kv = ${(rr.ttft_ms.p90 / kv.ttft_ms.p90).toFixed(2)}x`);
+  }
+  io.out(`wrote ${flags.out}/results.json and ${flags.out}/chart.svg`);
+  const failed = Object.values(modes).reduce((s, m) => s + m.failed, 0);
+  return failed > 0 ? ExitCode.Failure : ExitCode.Ok;
+}
+
+/** `dynamo bench`. */
+export const benchCommand: Command = {
+  name: "bench",
+  summary: "replay a Mooncake trace against mocker workers, comparing router modes",
+  usage,
+  run,
+};

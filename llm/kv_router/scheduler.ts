@@ -1,0 +1,206 @@
+/**
+ * The KV router's worker selection: the cost of sending a request to each worker from its
+ * cached prefix and its predicted load, and the router's own book of the requests it has
+ * in flight per worker (load between metric updates).
+ *
+ * Cost (lower is better), per worker:
+ * `overlapScoreWeight * prefillBlocks + decodeBlocks`, where `prefillBlocks` is what the
+ * worker would still have to prefill (the request's uncached blocks plus the uncached
+ * blocks of its own requests whose first token has not come yet) and `decodeBlocks` is
+ * the KV blocks its active requests hold plus this request's.
+ *
+ * @module
+ */
+
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+
+/** What the router knows of one worker when it picks. */
+export interface WorkerCandidate {
+  workerId: string;
+  /** Blocks of the request's prefix this worker has cached. */
+  overlapBlocks: number;
+  /** Blocks the request's prompt fills. */
+  requestBlocks: number;
+  /** Predicted KV blocks held by the worker's active requests. */
+  activeBlocks: number;
+  /** Predicted blocks still to prefill on the worker (requests with no first token yet). */
+  prefillBlocks: number;
+  /** Requests the router has in flight on the worker. */
+  activeRequests: number;
+}
+
+/** What a cost function sees. */
+export interface CostFunctionInput {
+  candidates: readonly WorkerCandidate[];
+  /** The request's prompt length in tokens. */
+  tokenLength: number;
+  blockSize: number;
+}
+
+/**
+ * Picks a worker. Returns its id, or (to keep the router's tie-breaking and temperature)
+ * a cost per worker id, lower is better.
+ */
+export type CostFunction = (
+  input: CostFunctionInput,
+) => string | Map<string, number> | Promise<string | Map<string, number>>;
+
+/** The reference cost of every candidate. */
+export function defaultCosts(
+  candidates: readonly WorkerCandidate[],
+  overlapScoreWeight: number,
+): Map<string, number> {
+  const costs = new Map<string, number>();
+  for (const c of candidates) {
+    const prefill = c.requestBlocks - c.overlapBlocks + c.prefillBlocks;
+    const decode = c.activeBlocks + c.requestBlocks;
+    costs.set(c.workerId, overlapScoreWeight * prefill + decode);
+  }
+  return costs;
+}
+
+/**
+ * Picks from costs: temperature 0 takes the lowest (ties broken at random); a positive
+ * temperature samples from a softmax over the costs normalised to [0, 1].
+ *
+ * @param random a source of numbers in [0, 1) (default Math.random)
+ * @throws {InvalidArgumentError} no costs
+ */
+export function pickByCost(
+  costs: Map<string, number>,
+  temperature: number,
+  random: () => number = Math.random,
+): string {
+  if (costs.size === 0) throw new InvalidArgumentError("no workers to pick from");
+  let min = Infinity;
+  let max = -Infinity;
+  for (const v of costs.values()) {
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
+  if (temperature <= 0 || max === min) {
+    const best: string[] = [];
+    for (const [id, v] of costs) if (v === min) best.push(id);
+    return best[Math.floor(random() * best.length)]!;
+  }
+  const ids: string[] = [];
+  const weights: number[] = [];
+  let total = 0;
+  for (const [id, v] of costs) {
+    const w = Math.exp(-((v - min) / (max - min)) / temperature);
+    ids.push(id);
+    weights.push(w);
+    total += w;
+  }
+  let r = random() * total;
+  for (let i = 0; i < ids.length; i++) {
+    r -= weights[i]!;
+    if (r < 0) return ids[i]!;
+  }
+  return ids[ids.length - 1]!;
+}
+
+interface ActiveRequest {
+  workerId: string;
+  /** KV blocks the request holds (prompt plus generated so far). */
+  blocks: number;
+  /** Uncached prompt blocks, until the first token. */
+  prefillBlocks: number;
+  tokens: number;
+}
+
+interface WorkerBook {
+  activeBlocks: number;
+  prefillBlocks: number;
+  requests: number;
+}
+
+/**
+ * The router's own book of requests in flight per worker: what it sent where, which still
+ * prefill, and how many blocks they hold as they generate.
+ */
+export class ActiveSequences {
+  readonly #blockSize: number;
+  readonly #requests = new Map<string, ActiveRequest>();
+  readonly #workers = new Map<string, WorkerBook>();
+
+  constructor(blockSize: number) {
+    if (!Number.isInteger(blockSize) || blockSize <= 0) {
+      throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);
+    }
+    this.#blockSize = blockSize;
+  }
+
+  #book(workerId: string): WorkerBook {
+    let book = this.#workers.get(workerId);
+    if (!book) {
+      book = { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
+      this.#workers.set(workerId, book);
+    }
+    return book;
+  }
+
+  /** The predicted load of a worker. */
+  load(workerId: string): Readonly<WorkerBook> {
+    return this.#workers.get(workerId) ?? { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
+  }
+
+  /** Number of requests in the book. */
+  get size(): number {
+    return this.#requests.size;
+  }
+
+  /**
+   * Records a request sent to a worker.
+   * @throws {InvalidArgumentError} the request id is already in the book
+   */
+  add(requestId: string, workerId: string, promptTokens: number, overlapBlocks: number): void {
+    if (this.#requests.has(requestId)) {
+      throw new InvalidArgumentError(`request ${requestId} is already being tracked`);
+    }
+    const blocks = Math.ceil(promptTokens / this.#blockSize);
+    const prefillBlocks = Math.max(0, blocks - overlapBlocks);
+    this.#requests.set(requestId, { workerId, blocks, prefillBlocks, tokens: promptTokens });
+    const book = this.#book(workerId);
+    book.activeBlocks += blocks;
+    book.prefillBlocks += prefillBlocks;
+    book.requests++;
+  }
+
+  /** The request produced output: its prefill is done; `newTokens` grow its blocks. */
+  progress(requestId: string, newTokens: number): void {
+    const req = this.#requests.get(requestId);
+    if (!req) return;
+    const book = this.#book(req.workerId);
+    if (req.prefillBlocks > 0) {
+      book.prefillBlocks -= req.prefillBlocks;
+      req.prefillBlocks = 0;
+    }
+    if (newTokens > 0) {
+      req.tokens += newTokens;
+      const blocks = Math.ceil(req.tokens / this.#blockSize);
+      book.activeBlocks += blocks - req.blocks;
+      req.blocks = blocks;
+    }
+  }
+
+  /** The request ended (finished, failed or cancelled). */
+  free(requestId: string): void {
+    const req = this.#requests.get(requestId);
+    if (!req) return;
+    this.#requests.delete(requestId);
+    const book = this.#book(req.workerId);
+    book.activeBlocks -= req.blocks;
+    book.prefillBlocks -= req.prefillBlocks;
+    book.requests--;
+    if (book.requests === 0) this.#workers.delete(req.workerId);
+  }
+
+  /** Forgets a worker that left, and its requests. */
+  removeWorker(workerId: string): void {
+    for (const [id, req] of this.#requests) {
+      if (req.workerId === workerId) this.#requests.delete(id);
+    }
+    this.#workers.delete(workerId);
+  }
+}

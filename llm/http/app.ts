@@ -120,8 +120,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
   const maxBody = options.maxBodyBytes ?? 32 * 1024 * 1024;
 
   async function route(request: Request): Promise<Response> {
-    const url = new URL(request.url);
-    const path = url.pathname.replace(/\/+$/, "") || "/";
+    const path = pathOf(request.url);
     const method = request.method;
     const only = (m: string) => {
       if (method !== m) {
@@ -185,14 +184,15 @@ export function createFrontend(options: FrontendOptions): Frontend {
       request_type: req.stream ? "stream" : "unary",
     };
     const started = performance.now();
-    metrics.inflight.inc({ model: model.name });
+    const series = metrics.forModel(model.name);
+    series.inflight.inc();
     let finished = false;
     const finish = (status: "success" | "error" | "cancelled") => {
       if (finished) return;
       finished = true;
-      metrics.inflight.dec({ model: model.name });
-      metrics.requests.inc({ ...labels, status });
-      metrics.duration.observe({ model: model.name }, (performance.now() - started) / 1000);
+      series.inflight.dec();
+      metrics.countRequest(labels, status);
+      series.duration.observe((performance.now() - started) / 1000);
     };
     const ctx = new Context(crypto.randomUUID());
     try {
@@ -200,7 +200,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
         ? await startTokens(kind, req, model, ctx, started)
         : await startText(req, model, ctx);
       if (req.stream) {
-        const onDisconnect = () => metrics.disconnected.inc({ model: model.name });
+        const onDisconnect = () => series.disconnected.inc();
         return streamResponse(run, ctx, request, onDisconnect, finish);
       }
       const response = await run.collect();
@@ -227,13 +227,11 @@ export function createFrontend(options: FrontendOptions): Frontend {
     started: number,
   ): Promise<Run> {
     const { card, tokenizer, preprocessor } = await model.pipeline();
-    const ttft = metrics.ttft.labels({ model: model.name });
-    const itl = metrics.itl.labels({ model: model.name });
-    const outputTokens = metrics.outputTokens.labels({ model: model.name });
+    const { ttft, itl, outputTokens, inputTokens, migrations } = metrics.forModel(model.name);
     const { request: pre, promptTokens, n } = kind === "chat"
       ? preprocessor.chat(req as ChatCompletionRequest)
       : preprocessor.completion(req as CompletionRequest);
-    metrics.inputTokens.observe({ model: model.name }, promptTokens);
+    inputTokens.observe(promptTokens);
     const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-${ctx.id}`;
     const created = Math.floor(Date.now() / 1000);
     const send = (r: PreprocessedRequest, c: Context) => model.generate<LLMEngineOutput>(r, c);
@@ -243,7 +241,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
       openMigrating(send, r, ctx, {
         limit: card.migration_limit,
         logger: log,
-        onMigrate: () => metrics.migrations.inc({ model: model.name }),
+        onMigrate: () => migrations.inc(),
       })
     ));
     const processors = choiceRequests.map((r) => OutputProcessor.forRequest(tokenizer, r));
@@ -319,59 +317,63 @@ export function createFrontend(options: FrontendOptions): Frontend {
       };
     }
 
-    // All choices' events, merged in arrival order (one choice: no merging needed).
-    async function* events(): AsyncGenerator<ChoiceEvent> {
+    // All choices' events, merged in arrival order (one choice: its own events, no merging).
+    function events(): AsyncIterable<ChoiceEvent> {
+      return n === 1 ? choiceEvents(0) : mergeChoices();
+    }
+    async function* mergeChoices(): AsyncGenerator<ChoiceEvent> {
+      const iterators = processors.map((_, i) => choiceEvents(i));
+      const pending = new Map<
+        number,
+        Promise<{ index: number; r: IteratorResult<ChoiceEvent> }>
+      >();
+      const pull = (i: number) =>
+        pending.set(i, iterators[i]!.next().then((r) => ({ index: i, r })));
+      iterators.forEach((_, i) => pull(i));
       try {
-        if (n === 1) {
-          yield* choiceEvents(0);
-          return;
-        }
-        const iterators = processors.map((_, i) => choiceEvents(i));
-        const pending = new Map<
-          number,
-          Promise<{ index: number; r: IteratorResult<ChoiceEvent> }>
-        >();
-        const pull = (i: number) =>
-          pending.set(i, iterators[i]!.next().then((r) => ({ index: i, r })));
-        iterators.forEach((_, i) => pull(i));
-        try {
-          while (pending.size > 0) {
-            const { index, r } = await Promise.race(pending.values());
-            if (r.done) {
-              pending.delete(index);
-              continue;
-            }
-            pull(index);
-            yield r.value;
+        while (pending.size > 0) {
+          const { index, r } = await Promise.race(pending.values());
+          if (r.done) {
+            pending.delete(index);
+            continue;
           }
-        } finally {
-          for (const [i] of pending) void iterators[i]!.return(undefined);
+          pull(index);
+          yield r.value;
         }
       } finally {
-        outputTokens.observe(usage().completion_tokens);
+        for (const [i] of pending) void iterators[i]!.return(undefined);
       }
     }
+    const observeOutput = () => outputTokens.observe(usage().completion_tokens);
 
     return {
       chunks: (async function* () {
         const first = new Set<number>();
         // Every chunk of a request starts the same: serialize that part once.
         const head = JSON.stringify(base).slice(0, -1) + ',"choices":[';
-        for await (const ev of events()) {
-          const isFirst = !first.has(ev.index);
-          first.add(ev.index);
-          yield new RawJson(
-            head + JSON.stringify(choiceOf(ev.index, ev.text, ev.reason, isFirst)) + "]}",
-          );
+        try {
+          for await (const ev of events()) {
+            const isFirst = !first.has(ev.index);
+            first.add(ev.index);
+            yield new RawJson(
+              head + JSON.stringify(choiceOf(ev.index, ev.text, ev.reason, isFirst)) + "]}",
+            );
+          }
+        } finally {
+          observeOutput();
         }
         if (includeUsage) yield { ...base, choices: [], usage: usage() };
       })(),
       async collect() {
         const texts = Array.from({ length: n }, () => "");
         const reasons: (FinishReason | null)[] = Array.from({ length: n }, () => null);
-        for await (const ev of events()) {
-          texts[ev.index] += ev.text;
-          if (ev.reason) reasons[ev.index] = ev.reason;
+        try {
+          for await (const ev of events()) {
+            texts[ev.index] += ev.text;
+            if (ev.reason) reasons[ev.index] = ev.reason;
+          }
+        } finally {
+          observeOutput();
         }
         const choices = texts.map((text, index) =>
           kind === "chat"
@@ -442,6 +444,27 @@ export function createFrontend(options: FrontendOptions): Frontend {
       }
     },
   };
+}
+
+/** The path of an absolute URL without trailing slashes (no URL object: this is per request). */
+function pathOf(url: string): string {
+  const scheme = url.indexOf("://");
+  const start = url.indexOf("/", scheme === -1 ? 0 : scheme + 3);
+  if (start === -1) return "/";
+  let end = url.length;
+  for (let i = start; i < url.length; i++) {
+    const c = url.charCodeAt(i);
+    if (c === 63 /* ? */ || c === 35 /* # */) {
+      end = i;
+      break;
+    }
+  }
+  while (end > start + 1 && url.charCodeAt(end - 1) === 47 /* / */) end--;
+  const path = url.slice(start, end);
+  // Rare forms (dot segments, escapes) take the exact route.
+  return path.includes(".") || path.includes("%")
+    ? new URL(url).pathname.replace(/\/+$/, "") || "/"
+    : path;
 }
 
 /** A chunk already serialized to JSON. */

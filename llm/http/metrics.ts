@@ -32,6 +32,18 @@ export interface RequestLabels {
   request_type: string;
 }
 
+/** One model's series. */
+export interface ModelMetrics {
+  inflight: { inc(): void; dec(): void };
+  duration: { observe(value: number): void };
+  ttft: { observe(value: number): void };
+  itl: { observe(value: number): void };
+  inputTokens: { observe(value: number): void };
+  outputTokens: { observe(value: number): void };
+  migrations: { inc(): void };
+  disconnected: { inc(): void };
+}
+
 /** The frontend's metrics. */
 export class FrontendMetrics {
   readonly registry: Registry = new Registry();
@@ -109,6 +121,40 @@ export class FrontendMetrics {
       labelNames: ["model"],
       registers,
     });
+  }
+
+  readonly #models = new Map<string, ModelMetrics>();
+  readonly #requestSeries = new Map<string, { inc(): void }>();
+
+  /** The per-model series of one model (looked up once, not per observation). */
+  forModel(model: string): ModelMetrics {
+    let m = this.#models.get(model);
+    if (!m) {
+      const labels = { model };
+      m = {
+        inflight: this.inflight.labels(labels),
+        duration: this.duration.labels(labels),
+        ttft: this.ttft.labels(labels),
+        itl: this.itl.labels(labels),
+        inputTokens: this.inputTokens.labels(labels),
+        outputTokens: this.outputTokens.labels(labels),
+        migrations: this.migrations.labels(labels),
+        disconnected: this.disconnected.labels(labels),
+      };
+      this.#models.set(model, m);
+    }
+    return m;
+  }
+
+  /** Counts one finished request. */
+  countRequest(labels: RequestLabels, status: string): void {
+    const key = `${labels.model}\0${labels.endpoint}\0${labels.request_type}\0${status}`;
+    let series = this.#requestSeries.get(key);
+    if (!series) {
+      series = this.requests.labels({ ...labels, status });
+      this.#requestSeries.set(key, series);
+    }
+    series.inc();
   }
 
   /** The text exposition of every metric. */

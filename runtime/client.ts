@@ -244,6 +244,11 @@ export class Client {
     }
   }
 
+  /** Instance ids minus those recently reported down: where a request may go now. */
+  availableInstanceIds(): string[] {
+    return [...this.#available()];
+  }
+
   #available(): string[] {
     if (this.#down.size === 0) return this.#ids;
     const now = Date.now();

@@ -148,3 +148,37 @@ Deno.test("ChatTemplate gives the template the card's bos and eos tokens", () =>
   );
   assert.equal(t.render({ messages: [{ role: "user", content: "x" }] }), "x");
 });
+
+Deno.test("ChatTemplate renders exactly what the plain interpreter renders", async () => {
+  const { Template } = await import("@huggingface/jinja");
+  const plain = new Template(qwen3ChatTemplate());
+  const tools = [{ type: "function", function: { name: "f", parameters: { type: "object" } } }];
+  const cases: Record<string, unknown>[] = [
+    { messages: [{ role: "user", content: "Hi" }] },
+    { messages: [{ role: "user", content: "Hi" }], enable_thinking: false },
+    {
+      messages: [
+        { role: "system", content: "Be brief." },
+        { role: "user", content: "Q1" },
+        { role: "assistant", content: "<think>\nhmm\n</think>\n\nA1" },
+        { role: "user", content: "Q2" },
+      ],
+    },
+    {
+      messages: [
+        { role: "user", content: "weather?" },
+        {
+          role: "assistant",
+          content: "",
+          tool_calls: [{ type: "function", function: { name: "f", arguments: { a: 1 } } }],
+        },
+        { role: "tool", content: "sunny" },
+      ],
+      tools,
+    },
+  ];
+  for (const c of cases) {
+    const vars = { add_generation_prompt: true, bos_token: "", eos_token: "", ...c };
+    assert.equal(qwen3.render(c as never), plain.render(vars), JSON.stringify(c));
+  }
+});

@@ -15,6 +15,7 @@ import type { Endpoint } from "../../runtime/component.ts";
 import { Context } from "../../runtime/context.ts";
 import { InvalidArgumentError, NoInstancesError } from "../../runtime/errors.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
+import { KvIndexer } from "./indexer.ts";
 import {
   ActiveSequences,
   type CostFunction,
@@ -26,11 +27,11 @@ import {
 /** Cached-prefix depth per worker, in blocks. */
 export interface OverlapLookup {
   findMatchesForRequest(
-    tokenIds: readonly number[],
+    tokenIds: ArrayLike<number>,
     loraId?: number,
   ): Promise<{ scores: Map<string, number> }>;
   /** The router tells an approximate indexer where it sent a request (optional). */
-  recordRouted?(tokenIds: readonly number[], workerId: string, loraId?: number): void;
+  recordRouted?(tokenIds: ArrayLike<number>, workerId: string, loraId?: number): void;
   close?(): Promise<void> | void;
 }
 
@@ -101,7 +102,7 @@ export class KvRouter {
   /**
    * @throws {InvalidArgumentError} a bad block size, weight or temperature
    */
-  constructor(endpoint: Endpoint, options: KvRouterOptions & { indexer: OverlapLookup }) {
+  constructor(endpoint: Endpoint, options: KvRouterOptions) {
     const { blockSize } = options;
     if (!Number.isInteger(blockSize) || blockSize <= 0) {
       throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);
@@ -117,7 +118,7 @@ export class KvRouter {
     this.blockSize = blockSize;
     this.overlapScoreWeight = weight;
     this.temperature = temperature;
-    this.#indexer = options.indexer;
+    this.#indexer = options.indexer ?? new KvIndexer(endpoint.component, blockSize);
     this.#ownsClient = options.client === undefined;
     this.#client = options.client ? Promise.resolve(options.client) : endpoint.client();
     this.#costFunction = options.costFunction;

@@ -1,0 +1,364 @@
+/**
+ * Wire types of KV-aware routing (snake_case: they cross process boundaries) and their
+ * encoding on the event plane.
+ *
+ * KV events travel as a compact little-endian binary record rather than JSON, so 64-bit
+ * hashes stay exact (JSON numbers lose bits past 2^53) and encoding costs no string work:
+ *
+ * ```
+ * u8  tag = 1 (KV event)        u8  kind: 1 stored, 2 removed, 3 cleared
+ * u16 worker id length          ... worker id, UTF-8
+ * f64 event id
+ * stored:  u8 has parent, u64 parent hash, u32 n, n x (u64 block_hash, u64 tokens_hash)
+ * removed: u32 n, n x u64 block hash
+ * ```
+ *
+ * A worker's state dump (the answer to a resync request) is a run of chunks:
+ *
+ * ```
+ * u8  tag = 2 (KV state chunk)  u8  flags: 1 = last chunk
+ * u16 worker id length          ... worker id, UTF-8
+ * u16 nonce length              ... nonce, UTF-8 (the request's)
+ * f64 last event id reflected   u32 chunk index
+ * u32 n, n x (u64 block_hash, u8 has parent, u64 parent hash, u64 tokens_hash)
+ * ```
+ *
+ * Dump entries come parents first. Load metrics and resync requests are small JSON.
+ *
+ * @module
+ */
+
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import type { BlockHash } from "./hashing.ts";
+
+export type { BlockHash };
+
+/** One block of a `stored` event. */
+export interface KvCacheStoredBlock {
+  /** Sequence hash: the whole prefix up to and including this block. */
+  block_hash: BlockHash;
+  /** Local hash of this block's tokens (the radix tree's key). */
+  tokens_hash: BlockHash;
+}
+
+/** What happened in a worker's KV cache. */
+export type KvCacheEventData =
+  | { stored: { parent_hash: BlockHash | null; blocks: KvCacheStoredBlock[] } }
+  | { removed: { block_hashes: BlockHash[] } }
+  | "cleared";
+
+/** One KV cache event of a worker; ids increase by one per event, from 1. */
+export interface KvCacheEvent {
+  event_id: number;
+  data: KvCacheEventData;
+}
+
+/** A KV cache event and the worker it happened on. */
+export interface RouterEvent {
+  worker_id: string;
+  event: KvCacheEvent;
+}
+
+/** A worker's load after a forward pass. */
+export interface ForwardPassMetrics {
+  request_active_slots: number;
+  request_total_slots: number;
+  kv_active_blocks: number;
+  kv_total_blocks: number;
+  num_requests_waiting: number;
+  gpu_cache_usage_perc: number;
+  gpu_prefix_cache_hit_rate: number;
+}
+
+/** One worker's metrics as the aggregator reports them. */
+export interface EndpointKvMetrics extends ForwardPassMetrics {
+  worker_id: string;
+}
+
+/** What {@linkcode KvMetricsAggregator.getMetrics} returns. */
+export interface AggregatedMetrics {
+  /** One entry per live worker that publishes metrics, sorted by worker id. */
+  endpoints: EndpointKvMetrics[];
+}
+
+/** How much of a request's prefix each worker has cached. */
+export interface OverlapScores {
+  /** Worker id -> matched blocks from the start of the request (workers with 0 left out). */
+  scores: Map<string, number>;
+  /**
+   * Per matched block, how often it was looked up within the indexer's frequency window
+   * (empty unless the indexer tracks frequencies).
+   */
+  frequencies: number[];
+}
+
+/** One block of a worker's state dump, parents first. */
+export interface KvStateEntry {
+  block_hash: BlockHash;
+  parent_hash: BlockHash | null;
+  tokens_hash: BlockHash;
+}
+
+/** One chunk of a worker's state dump. */
+export interface KvStateChunk {
+  worker_id: string;
+  /** The resync request's nonce. */
+  nonce: string;
+  /** The last event id the dump reflects. */
+  last_event_id: number;
+  index: number;
+  last: boolean;
+  entries: KvStateEntry[];
+}
+
+/** A request for state dumps: one worker's, or every worker's with `"*"`. */
+export interface KvResyncRequest {
+  worker_id: string;
+  /** Subject (event name under the component) to publish the chunks on. */
+  reply: string;
+  nonce: string;
+}
+
+/** Event names (under the component's `events.` subjects). */
+export const KV_EVENTS = "kv_events";
+/** Resync requests. */
+export const KV_RESYNC = "kv_resync";
+/** Prefix of state-dump replies (`kv_state.{nonce}`). */
+export const KV_STATE = "kv_state";
+/** Pushed load metrics, and the name of the endpoint that serves them on request. */
+export const LOAD_METRICS = "load_metrics";
+
+const TAG_EVENT = 1;
+const TAG_STATE = 2;
+const utf8 = new TextEncoder();
+const fromUtf8 = new TextDecoder();
+
+/** Normalises an engine's block hash (a signed or unsigned 64-bit integer) to a u64. */
+export function toBlockHash(h: bigint | number): BlockHash {
+  if (typeof h === "number") {
+    if (!Number.isSafeInteger(h)) {
+      throw new InvalidArgumentError(`a block hash must be an integer, got ${h}`);
+    }
+    return BigInt.asUintN(64, BigInt(h));
+  }
+  if (typeof h !== "bigint") {
+    throw new InvalidArgumentError(`a block hash must be a bigint or number, got ${typeof h}`);
+  }
+  return BigInt.asUintN(64, h);
+}
+
+class Writer {
+  buf: Uint8Array;
+  view: DataView;
+  pos = 0;
+  constructor(size: number) {
+    this.buf = new Uint8Array(size);
+    this.view = new DataView(this.buf.buffer);
+  }
+  u8(v: number) {
+    this.view.setUint8(this.pos, v);
+    this.pos += 1;
+  }
+  u16(v: number) {
+    this.view.setUint16(this.pos, v, true);
+    this.pos += 2;
+  }
+  u32(v: number) {
+    this.view.setUint32(this.pos, v, true);
+    this.pos += 4;
+  }
+  f64(v: number) {
+    this.view.setFloat64(this.pos, v, true);
+    this.pos += 8;
+  }
+  u64(v: bigint) {
+    this.view.setBigUint64(this.pos, v, true);
+    this.pos += 8;
+  }
+  str(b: Uint8Array) {
+    this.u16(b.length);
+    this.buf.set(b, this.pos);
+    this.pos += b.length;
+  }
+}
+
+class Reader {
+  view: DataView;
+  buf: Uint8Array;
+  pos = 0;
+  constructor(buf: Uint8Array) {
+    this.buf = buf;
+    this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  }
+  need(n: number) {
+    if (this.pos + n > this.buf.length) {
+      throw new InvalidArgumentError(`truncated KV message (${this.buf.length} bytes)`);
+    }
+  }
+  u8() {
+    this.need(1);
+    return this.view.getUint8(this.pos++);
+  }
+  u16() {
+    this.need(2);
+    const v = this.view.getUint16(this.pos, true);
+    this.pos += 2;
+    return v;
+  }
+  u32() {
+    this.need(4);
+    const v = this.view.getUint32(this.pos, true);
+    this.pos += 4;
+    return v;
+  }
+  f64() {
+    this.need(8);
+    const v = this.view.getFloat64(this.pos, true);
+    this.pos += 8;
+    return v;
+  }
+  u64() {
+    this.need(8);
+    const v = this.view.getBigUint64(this.pos, true);
+    this.pos += 8;
+    return v;
+  }
+  str() {
+    const n = this.u16();
+    this.need(n);
+    const s = fromUtf8.decode(this.buf.subarray(this.pos, this.pos + n));
+    this.pos += n;
+    return s;
+  }
+}
+
+function workerBytes(workerId: string): Uint8Array {
+  const b = utf8.encode(workerId);
+  if (b.length > 0xffff) throw new InvalidArgumentError("worker id is over 65535 bytes");
+  return b;
+}
+
+/**
+ * Encodes a KV event for the event plane.
+ * @throws {InvalidArgumentError} a malformed event
+ */
+export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
+  const id = workerBytes(ev.worker_id);
+  const { data, event_id } = ev.event;
+  if (!Number.isSafeInteger(event_id) || event_id < 0) {
+    throw new InvalidArgumentError(`event_id must be a non-negative integer, got ${event_id}`);
+  }
+  const head = 2 + 2 + id.length + 8;
+  let w: Writer;
+  if (data === "cleared") {
+    w = new Writer(head);
+    w.u8(TAG_EVENT);
+    w.u8(3);
+    w.str(id);
+    w.f64(event_id);
+  } else if ("stored" in data) {
+    const { parent_hash, blocks } = data.stored;
+    w = new Writer(head + 1 + 8 + 4 + 16 * blocks.length);
+    w.u8(TAG_EVENT);
+    w.u8(1);
+    w.str(id);
+    w.f64(event_id);
+    w.u8(parent_hash === null ? 0 : 1);
+    w.u64(parent_hash ?? 0n);
+    w.u32(blocks.length);
+    for (const b of blocks) {
+      w.u64(b.block_hash);
+      w.u64(b.tokens_hash);
+    }
+  } else if ("removed" in data) {
+    const hashes = data.removed.block_hashes;
+    w = new Writer(head + 4 + 8 * hashes.length);
+    w.u8(TAG_EVENT);
+    w.u8(2);
+    w.str(id);
+    w.f64(event_id);
+    w.u32(hashes.length);
+    for (const h of hashes) w.u64(h);
+  } else {
+    throw new InvalidArgumentError(`unknown KV event data ${JSON.stringify(data)}`);
+  }
+  return w.buf;
+}
+
+/**
+ * Decodes a KV event.
+ * @throws {InvalidArgumentError} the bytes are not a KV event
+ */
+export function decodeRouterEvent(bytes: Uint8Array): RouterEvent {
+  const r = new Reader(bytes);
+  if (r.u8() !== TAG_EVENT) throw new InvalidArgumentError("not a KV event");
+  const kind = r.u8();
+  const worker_id = r.str();
+  const event_id = r.f64();
+  let data: KvCacheEventData;
+  if (kind === 1) {
+    const has = r.u8();
+    const parent = r.u64();
+    const n = r.u32();
+    r.need(16 * n);
+    const blocks: KvCacheStoredBlock[] = new Array(n);
+    for (let i = 0; i < n; i++) blocks[i] = { block_hash: r.u64(), tokens_hash: r.u64() };
+    data = { stored: { parent_hash: has ? parent : null, blocks } };
+  } else if (kind === 2) {
+    const n = r.u32();
+    r.need(8 * n);
+    const block_hashes: BlockHash[] = new Array(n);
+    for (let i = 0; i < n; i++) block_hashes[i] = r.u64();
+    data = { removed: { block_hashes } };
+  } else if (kind === 3) {
+    data = "cleared";
+  } else {
+    throw new InvalidArgumentError(`unknown KV event kind ${kind}`);
+  }
+  return { worker_id, event: { event_id, data } };
+}
+
+/** Encodes one chunk of a state dump. */
+export function encodeKvStateChunk(c: KvStateChunk): Uint8Array {
+  const id = workerBytes(c.worker_id);
+  const nonce = workerBytes(c.nonce);
+  const w = new Writer(2 + 2 + id.length + 2 + nonce.length + 8 + 4 + 4 + 25 * c.entries.length);
+  w.u8(TAG_STATE);
+  w.u8(c.last ? 1 : 0);
+  w.str(id);
+  w.str(nonce);
+  w.f64(c.last_event_id);
+  w.u32(c.index);
+  w.u32(c.entries.length);
+  for (const e of c.entries) {
+    w.u64(e.block_hash);
+    w.u8(e.parent_hash === null ? 0 : 1);
+    w.u64(e.parent_hash ?? 0n);
+    w.u64(e.tokens_hash);
+  }
+  return w.buf;
+}
+
+/**
+ * Decodes one chunk of a state dump.
+ * @throws {InvalidArgumentError} the bytes are not a state chunk
+ */
+export function decodeKvStateChunk(bytes: Uint8Array): KvStateChunk {
+  const r = new Reader(bytes);
+  if (r.u8() !== TAG_STATE) throw new InvalidArgumentError("not a KV state chunk");
+  const last = (r.u8() & 1) === 1;
+  const worker_id = r.str();
+  const nonce = r.str();
+  const last_event_id = r.f64();
+  const index = r.u32();
+  const n = r.u32();
+  r.need(25 * n);
+  const entries: KvStateEntry[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const block_hash = r.u64();
+    const has = r.u8();
+    const parent = r.u64();
+    entries[i] = { block_hash, parent_hash: has ? parent : null, tokens_hash: r.u64() };
+  }
+  return { worker_id, nonce, last_event_id, index, last, entries };
+}

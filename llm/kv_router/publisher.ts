@@ -1,0 +1,258 @@
+/**
+ * The worker side of KV events: {@linkcode KvEventPublisher} numbers each event of its
+ * worker (1, 2, 3, ...), publishes it on the component's `kv_events` subject, and keeps a
+ * mirror of the blocks the worker holds so it can answer an indexer's resync request
+ * with a dump of its state.
+ *
+ * @module
+ */
+
+import type { Component } from "../../runtime/component.ts";
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import type { EventSubscription } from "../../runtime/events/mod.ts";
+import type { Logger } from "../../runtime/logger.ts";
+import { type BlockHash, computeLocalHashes } from "./hashing.ts";
+import {
+  encodeKvStateChunk,
+  encodeRouterEvent,
+  KV_EVENTS,
+  KV_RESYNC,
+  type KvCacheEventData,
+  type KvResyncRequest,
+  type KvStateEntry,
+  toBlockHash,
+} from "./protocols.ts";
+
+/** Options of {@linkcode KvEventPublisher}. */
+export interface KvEventPublisherOptions {
+  /** The worker these events are about (default: the runtime's instance id). */
+  workerId?: string;
+  /** Tokens per KV block. */
+  kvBlockSize: number;
+  /** Entries per state-dump chunk (default 16384, about 400 KB: under NATS's 1 MiB). */
+  dumpChunkEntries?: number;
+}
+
+/** What {@linkcode KvEventPublisher.publishStored} takes (the seeds' `publish_stored`). */
+export interface PublishStoredOptions {
+  /** The tokens of the stored blocks, concatenated. */
+  tokenIds: ArrayLike<number>;
+  /** Tokens in each block; blocks from the first partial one on are not reported. */
+  numBlockTokens: ArrayLike<number>;
+  /** The engine's hash of each block (its sequence hash; signed or unsigned 64-bit). */
+  blockHashes: ArrayLike<bigint | number>;
+  /** The engine's hash of the block before the first one (none: they start a sequence). */
+  parentHash?: bigint | number | null;
+  /** LoRA adapter id (0 or absent: the base model). */
+  loraId?: number;
+}
+
+interface MirrorBlock {
+  parent: BlockHash | null;
+  local: BlockHash;
+}
+
+/**
+ * Publishes one worker's KV cache events.
+ *
+ * @example
+ * ```ts
+ * const pub = new KvEventPublisher(component, { workerId: runtime.instanceId, kvBlockSize: 16 });
+ * await pub.publishStored({ tokenIds, numBlockTokens: [16, 16], blockHashes: [101n, 102n] });
+ * await pub.publishRemoved([102n]);
+ * ```
+ */
+export class KvEventPublisher {
+  readonly workerId: string;
+  readonly kvBlockSize: number;
+  readonly #component: Component;
+  readonly #mirror = new Map<BlockHash, MirrorBlock>();
+  readonly #chunk: number;
+  readonly #log: Logger;
+  readonly #resync: EventSubscription;
+  #eventId = 0;
+
+  /**
+   * @param component the workers' component (events go on its `kv_events` subject)
+   * @param options worker id and block size
+   * @throws {InvalidArgumentError} a bad block size
+   */
+  constructor(component: Component, options: KvEventPublisherOptions) {
+    const { kvBlockSize } = options;
+    if (!Number.isInteger(kvBlockSize) || kvBlockSize <= 0) {
+      throw new InvalidArgumentError(`kvBlockSize must be a positive integer, got ${kvBlockSize}`);
+    }
+    const rt = component.runtimeInternals;
+    this.#component = component;
+    this.workerId = options.workerId ?? rt.instanceId;
+    this.kvBlockSize = kvBlockSize;
+    this.#chunk = options.dumpChunkEntries ?? 16384;
+    this.#log = rt.logger.child({ component: component.path, kv_publisher: this.workerId });
+    this.#resync = component.subscribeEvents(KV_RESYNC, { signal: rt.shutdownSignal });
+    const serving = this.#serveResync();
+    rt.track(serving);
+    serving.catch((err) => this.#log.warn("resync service failed", { error: String(err) }));
+  }
+
+  /** Resolves once resync requests reach this publisher. */
+  get ready(): Promise<void> {
+    return this.#resync.ready ?? Promise.resolve();
+  }
+
+  /** Id of the last event published (0 before the first). */
+  get lastEventId(): number {
+    return this.#eventId;
+  }
+
+  /** Blocks the worker holds, as far as its events said. */
+  get blockCount(): number {
+    return this.#mirror.size;
+  }
+
+  /**
+   * Reports blocks the worker stored. Local hashes are computed here from the tokens.
+   * @throws {InvalidArgumentError} mismatched lengths or bad hashes
+   */
+  publishStored(options: PublishStoredOptions): Promise<void> {
+    try {
+      const { tokenIds, numBlockTokens, blockHashes } = options;
+      if (numBlockTokens.length !== blockHashes.length) {
+        throw new InvalidArgumentError(
+          `numBlockTokens (${numBlockTokens.length}) and blockHashes (${blockHashes.length}) ` +
+            "must have one entry per block",
+        );
+      }
+      let full = 0;
+      while (full < numBlockTokens.length && numBlockTokens[full] === this.kvBlockSize) full++;
+      if (tokenIds.length < full * this.kvBlockSize) {
+        throw new InvalidArgumentError(
+          `${full} blocks of ${this.kvBlockSize} tokens need ${full * this.kvBlockSize} ` +
+            `token ids, got ${tokenIds.length}`,
+        );
+      }
+      if (full === 0) return Promise.resolve();
+      const local = computeLocalHashes(tokenIds, this.kvBlockSize, options.loraId ?? 0);
+      const parent = options.parentHash === undefined || options.parentHash === null
+        ? null
+        : toBlockHash(options.parentHash);
+      const blocks = local.slice(0, full).map((tokens_hash, i) => ({
+        block_hash: toBlockHash(blockHashes[i]!),
+        tokens_hash,
+      }));
+      return this.publish({ stored: { parent_hash: parent, blocks } });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Reports blocks the worker evicted (the engine's hashes). */
+  publishRemoved(blockHashes: ArrayLike<bigint | number>): Promise<void> {
+    try {
+      const hashes = Array.from(blockHashes, toBlockHash);
+      return this.publish({ removed: { block_hashes: hashes } });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Reports that the worker dropped its whole cache. */
+  publishCleared(): Promise<void> {
+    return this.publish("cleared");
+  }
+
+  /**
+   * Publishes one event with the next event id and updates the mirror. The id is taken
+   * even when publishing fails: indexers then see a gap and resynchronise.
+   */
+  publish(data: KvCacheEventData): Promise<void> {
+    try {
+      this.#record(data);
+      const bytes = encodeRouterEvent({
+        worker_id: this.workerId,
+        event: { event_id: ++this.#eventId, data },
+      });
+      return this.#component.publishEvent(KV_EVENTS, bytes);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Stops answering resync requests. */
+  async close(): Promise<void> {
+    await this.#resync.unsubscribe();
+  }
+
+  #record(data: KvCacheEventData): void {
+    if (data === "cleared") this.#mirror.clear();
+    else if ("removed" in data) {
+      for (const h of data.removed.block_hashes) this.#mirror.delete(h);
+    } else {
+      let parent = data.stored.parent_hash;
+      for (const b of data.stored.blocks) {
+        this.#mirror.set(b.block_hash, { parent, local: b.tokens_hash });
+        parent = b.block_hash;
+      }
+    }
+  }
+
+  /** The mirror, parents before children. */
+  #dump(): KvStateEntry[] {
+    const out: KvStateEntry[] = [];
+    const done = new Set<BlockHash>();
+    const chain: BlockHash[] = [];
+    for (const start of this.#mirror.keys()) {
+      // Walk up to the first ancestor already out (or the root), then emit downwards.
+      let h: BlockHash | null = start;
+      while (h !== null && !done.has(h)) {
+        const b = this.#mirror.get(h);
+        if (!b) break;
+        chain.push(h);
+        done.add(h);
+        h = b.parent;
+      }
+      for (let i = chain.length - 1; i >= 0; i--) {
+        const hash = chain[i]!;
+        const b = this.#mirror.get(hash)!;
+        out.push({ block_hash: hash, parent_hash: b.parent, tokens_hash: b.local });
+      }
+      chain.length = 0;
+    }
+    return out;
+  }
+
+  async #serveResync(): Promise<void> {
+    for await (const msg of this.#resync) {
+      let req: KvResyncRequest;
+      try {
+        req = JSON.parse(new TextDecoder().decode(msg.payload));
+        if (typeof req.reply !== "string" || typeof req.nonce !== "string") throw new Error();
+      } catch {
+        this.#log.warn("ignoring a malformed resync request");
+        continue;
+      }
+      if (req.worker_id !== this.workerId && req.worker_id !== "*") continue;
+      // Snapshot and id together: events after it carry later ids.
+      const entries = this.#dump();
+      const lastEventId = this.#eventId;
+      this.#log.debug("sending state dump", { blocks: entries.length, nonce: req.nonce });
+      try {
+        const chunks = Math.max(1, Math.ceil(entries.length / this.#chunk));
+        for (let i = 0; i < chunks; i++) {
+          await this.#component.publishEvent(
+            req.reply,
+            encodeKvStateChunk({
+              worker_id: this.workerId,
+              nonce: req.nonce,
+              last_event_id: lastEventId,
+              index: i,
+              last: i === chunks - 1,
+              entries: entries.slice(i * this.#chunk, (i + 1) * this.#chunk),
+            }),
+          );
+        }
+      } catch (err) {
+        this.#log.warn("cannot send state dump", { error: String(err) });
+      }
+    }
+  }
+}

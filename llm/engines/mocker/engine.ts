@@ -1,0 +1,307 @@
+// The mocker engine: a simulated vLLM worker. A Tokens-input handler feeds requests to
+// the scheduler; one loop runs forward passes on a simulated clock and streams each
+// generated token back as the pass that produced it completes.
+
+import type { Context } from "../../../runtime/context.ts";
+import { EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
+import { type Logger, silentLogger } from "../../../runtime/logger.ts";
+import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
+import { BlockManager, type BlockManagerOptions } from "./block_manager.ts";
+import type { KvEventSink, MetricsSink } from "./kv_types.ts";
+import { hashPromptBlocks, Scheduler, type SchedulerOptions, type Sequence } from "./scheduler.ts";
+
+/** Options of {@linkcode MockerEngine}. */
+export interface MockerEngineOptions
+  extends Omit<BlockManagerOptions, "onEvent">, SchedulerOptions {
+  /** Receives the KV cache events (stored / removed / cleared). */
+  onKvEvent?: KvEventSink;
+  /** Receives the load metrics after forward passes (see metricsIntervalMs). */
+  onMetrics?: MetricsSink;
+  /**
+   * Metrics at most this often, in ms of the engine's clock (default 0: after every
+   * pass). The pass that leaves the engine idle, and a cancellation while it is idle,
+   * always report, so the last metrics seen are current.
+   */
+  metricsIntervalMs?: number;
+  /** Tokens to generate when a request sets no max_tokens (default 32; ends with "stop"). */
+  defaultMaxTokens?: number;
+  /** Generated ids are drawn from [256, vocabSize) (default 32000), never an eos or stop id. */
+  vocabSize?: number;
+  /** Simulated-time clock in ms (default performance.now). */
+  now?: () => number;
+  /** Waits `ms` of simulated time (default setTimeout). */
+  sleep?: (ms: number) => Promise<void>;
+  logger?: Logger;
+}
+
+/** The handler shape of a Tokens-input engine. */
+export type TokensHandler = (
+  request: PreprocessedRequest,
+  context?: Context,
+) => AsyncGenerator<LLMEngineOutput>;
+
+const FIRST_TOKEN_ID = 256;
+/** Yield to the event loop at least this often (ms) even when the clock is behind. */
+const MAX_BUSY_MS = 5;
+/** Behind the clock by more than this (ms, e.g. a blocked event loop): stop catching up. */
+const MAX_LAG_MS = 1000;
+
+/**
+ * A simulated vLLM engine: block manager, scheduler and time model (DESIGN §7). Every
+ * request gets `max_tokens` pseudo-random tokens (deterministic per prompt, so a migrated
+ * request continues the same sequence), one per forward pass it takes part in; the
+ * passes take the time the model predicts, divided by `speedupRatio`.
+ *
+ * @example
+ * ```ts
+ * const engine = new MockerEngine({ speedupRatio: 10, onKvEvent: (e) => publisher.publish(e) });
+ * await endpoint.serveEndpoint(engine.handler);
+ * ```
+ */
+export class MockerEngine {
+  readonly blockManager: BlockManager;
+  readonly scheduler: Scheduler;
+  readonly #onMetrics: MetricsSink;
+  readonly #metricsIntervalMs: number;
+  readonly #defaultMaxTokens: number;
+  readonly #vocabSize: number;
+  readonly #now: () => number;
+  readonly #sleep: (ms: number) => Promise<void>;
+  readonly #logger: Logger;
+  readonly #wakers = new Set<() => void>();
+  #loop: Promise<void> = Promise.resolve();
+  #looping = false;
+  #closed = false;
+  #steps = 0;
+
+  /** @throws {InvalidArgumentError} an option out of range */
+  constructor(options: MockerEngineOptions = {}) {
+    this.blockManager = new BlockManager({ ...options, onEvent: options.onKvEvent });
+    this.scheduler = new Scheduler(this.blockManager, options);
+    this.#onMetrics = options.onMetrics ?? (() => {});
+    this.#metricsIntervalMs = options.metricsIntervalMs ?? 0;
+    if (!(this.#metricsIntervalMs >= 0)) {
+      throw new InvalidArgumentError(
+        `metricsIntervalMs must be >= 0, got ${this.#metricsIntervalMs}`,
+      );
+    }
+    this.#defaultMaxTokens = options.defaultMaxTokens ?? 32;
+    this.#vocabSize = options.vocabSize ?? 32000;
+    if (!Number.isInteger(this.#defaultMaxTokens) || this.#defaultMaxTokens < 1) {
+      throw new InvalidArgumentError(
+        `defaultMaxTokens must be a whole number >= 1, got ${this.#defaultMaxTokens}`,
+      );
+    }
+    if (!Number.isInteger(this.#vocabSize) || this.#vocabSize <= FIRST_TOKEN_ID + 1) {
+      throw new InvalidArgumentError(
+        `vocabSize must be a whole number > ${FIRST_TOKEN_ID + 1}, got ${this.#vocabSize}`,
+      );
+    }
+    this.#now = options.now ?? (() => performance.now());
+    this.#sleep = options.sleep ?? defaultSleep;
+    this.#logger = options.logger ?? silentLogger;
+  }
+
+  /** Forward passes run so far. */
+  get steps(): number {
+    return this.#steps;
+  }
+
+  /** The handler for `endpoint.serveEndpoint` (bound to this engine). */
+  get handler(): TokensHandler {
+    return (request, context) => this.generate(request, context);
+  }
+
+  /**
+   * Serves one pre-processed request: yields `{token_ids}` as forward passes produce
+   * tokens (several at once when the consumer lags), the last with `finish_reason`
+   * "length" (max_tokens reached) or "stop" (the default length reached). A stopped
+   * context ends the stream with "cancelled" and frees the request's blocks.
+   *
+   * @param request `{token_ids, stop_conditions, eos_token_ids, migrated_tokens?, ...}`
+   * @param context the request's context (cancellation)
+   * @throws {InvalidArgumentError} a request without token_ids, or too long for the cache
+   * @throws {EngineShutdownError} the engine closed before the request finished
+   */
+  async *generate(
+    request: PreprocessedRequest,
+    context?: Context,
+  ): AsyncGenerator<LLMEngineOutput> {
+    const tokenIds = request?.token_ids;
+    if (!Array.isArray(tokenIds)) {
+      throw new InvalidArgumentError("the mocker needs a pre-processed request with token_ids");
+    }
+    if (this.#closed) throw new EngineShutdownError("mocker engine is shut down");
+    const signal = context?.signal;
+    const stop = request.stop_conditions ?? {};
+    const maxTokens = stop.max_tokens ?? this.#defaultMaxTokens;
+    const reason: FinishReason = stop.max_tokens === undefined ? "stop" : "length";
+    if (!(maxTokens >= 1)) {
+      yield { token_ids: [], finish_reason: "length" };
+      return;
+    }
+    if (signal?.aborted) {
+      yield { token_ids: [], finish_reason: "cancelled" };
+      return;
+    }
+    // Tokens already streamed by earlier attempts shift the position, not the seed.
+    const migrated = Math.min(Math.max(0, request.migrated_tokens ?? 0), tokenIds.length);
+    const seed = seedOf(tokenIds, tokenIds.length - migrated);
+    const avoid = new Set([
+      ...(request.eos_token_ids ?? []),
+      ...(stop.stop_token_ids_hidden ?? []),
+    ]);
+    const vocab = this.#vocabSize;
+    const blocks = hashPromptBlocks(tokenIds, this.blockManager.blockSize);
+
+    let pending: number[] = [];
+    let first = true;
+    let finished = false;
+    let wake: (() => void) | undefined;
+    const waker = () => wake?.();
+    const seq: Sequence = this.scheduler.add({
+      id: context?.id,
+      tokenIds,
+      maxTokens: Math.floor(maxTokens),
+      blocks,
+      nextToken: (i) => tokenAt(seed, migrated + i, vocab, avoid),
+      onToken: (token, done) => {
+        pending.push(token);
+        finished = done;
+        waker();
+      },
+    });
+    this.#wakers.add(waker);
+    signal?.addEventListener("abort", waker, { once: true });
+    this.#kick();
+    try {
+      while (true) {
+        if (signal?.aborted) {
+          this.scheduler.abort(seq);
+          yield { token_ids: [], finish_reason: "cancelled" };
+          return;
+        }
+        if (pending.length > 0) {
+          const ids = pending;
+          pending = [];
+          // The first output says how much of the prompt the prefix cache served.
+          const out: LLMEngineOutput = first
+            ? { token_ids: ids, cached_tokens: seq.cachedTokens }
+            : { token_ids: ids };
+          first = false;
+          if (finished) {
+            out.finish_reason = reason;
+            yield out;
+            return;
+          }
+          yield out;
+          continue;
+        }
+        if (this.#closed) throw new EngineShutdownError("mocker engine shut down mid-request");
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = undefined;
+      }
+    } finally {
+      signal?.removeEventListener("abort", waker);
+      this.#wakers.delete(waker);
+      const active = seq.state === "waiting" || seq.state === "running";
+      this.scheduler.abort(seq);
+      if (active && !this.#looping) this.#onMetrics(this.scheduler.metrics());
+    }
+  }
+
+  /**
+   * Stops the engine: requests in flight end with EngineShutdownError (so a frontend
+   * with a migration limit moves them elsewhere) and the forward-pass loop ends.
+   */
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const w of [...this.#wakers]) w();
+    await this.#loop;
+    this.scheduler.abortAll();
+  }
+
+  #kick(): void {
+    if (this.#looping || this.#closed) return;
+    this.#looping = true;
+    this.#loop = this.#run().catch((err: unknown) => {
+      this.#logger.error("mocker loop failed", { error: String(err) });
+    });
+  }
+
+  async #run(): Promise<void> {
+    // `#looping` is cleared in the same synchronous turn as the last hasWork check, so a
+    // request added after it always starts a new loop.
+    try {
+      let target = this.#now();
+      let lastYield = target;
+      let lastMetrics = -Infinity;
+      while (!this.#closed && this.scheduler.hasWork) {
+        const plan = this.scheduler.schedule();
+        if (plan.entries.length === 0) {
+          this.#logger.warn("mocker has work but nothing fits a forward pass", {
+            waiting: this.scheduler.numWaiting,
+            running: this.scheduler.numRunning,
+          });
+          break;
+        }
+        // Simulated time runs ahead of the wall clock by at most one pass; short passes
+        // are batched into one sleep, and a loop far behind stops catching up.
+        target += plan.durationMs;
+        const now = this.#now();
+        const ahead = target - now;
+        if (ahead < -MAX_LAG_MS) target = now;
+        if (ahead > 0.5 || now - lastYield >= MAX_BUSY_MS) {
+          await this.#sleep(Math.max(0, ahead));
+          lastYield = this.#now();
+        }
+        this.scheduler.apply(plan);
+        this.#steps++;
+        const t = this.#now();
+        if (t - lastMetrics >= this.#metricsIntervalMs || !this.scheduler.hasWork) {
+          lastMetrics = t;
+          this.#onMetrics(this.scheduler.metrics());
+        }
+      }
+    } finally {
+      this.#looping = false;
+    }
+  }
+}
+
+function defaultSleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** FNV-1a over the first `n` token ids: the seed of a request's generated tokens. */
+function seedOf(tokenIds: readonly number[], n: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < n; i++) {
+    h ^= tokenIds[i]! & 0xffff;
+    h = Math.imul(h, 0x01000193);
+    h ^= tokenIds[i]! >>> 16;
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** The `i`-th generated token of a request (a murmur3 finaliser over seed and position). */
+export function tokenAt(
+  seed: number,
+  i: number,
+  vocabSize: number,
+  avoid: ReadonlySet<number> = new Set(),
+): number {
+  let x = (seed ^ Math.imul(i + 1, 0x9e3779b1)) >>> 0;
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x85ebca6b);
+  x ^= x >>> 13;
+  x = Math.imul(x, 0xc2b2ae35);
+  x ^= x >>> 16;
+  const span = vocabSize - FIRST_TOKEN_ID;
+  let t = FIRST_TOKEN_ID + ((x >>> 0) % span);
+  for (let k = 0; k < span && avoid.has(t); k++) {
+    t = FIRST_TOKEN_ID + ((t - FIRST_TOKEN_ID + 1) % span);
+  }
+  return t;
+}

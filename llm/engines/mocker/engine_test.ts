@@ -1,0 +1,258 @@
+import assert from "node:assert/strict";
+import { Context } from "../../../runtime/context.ts";
+import { DistributedRuntime } from "../../../runtime/distributed_runtime.ts";
+import { EngineShutdownError } from "../../../runtime/errors.ts";
+import { computeBlockHashes } from "../../kv_router/hashing.ts";
+import type { LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
+import { MockerEngine, type MockerEngineOptions } from "./engine.ts";
+import type { ForwardPassMetrics, KvCacheEventData } from "./kv_types.ts";
+import { decodeTimeMs, prefillTimeMs } from "./timing.ts";
+
+const req = (
+  token_ids: number[],
+  extra: Partial<PreprocessedRequest> = {},
+): PreprocessedRequest => ({
+  model: "m",
+  token_ids,
+  stop_conditions: {},
+  sampling_options: {},
+  eos_token_ids: [],
+  ...extra,
+});
+const prompt = (n: number, base = 1) => Array.from({ length: n }, (_, i) => base + i);
+
+/** An engine on a simulated clock: each sleep advances it and yields one macrotask. */
+function simulated(options: MockerEngineOptions = {}) {
+  let clock = 0;
+  const engine = new MockerEngine({
+    now: () => clock,
+    sleep: (ms) => {
+      clock += ms;
+      return new Promise((resolve) => setTimeout(resolve, 0));
+    },
+    ...options,
+  });
+  return { engine, now: () => clock };
+}
+
+async function collect(
+  stream: AsyncIterable<LLMEngineOutput>,
+  onItem?: (item: LLMEngineOutput) => void,
+): Promise<LLMEngineOutput[]> {
+  const out: LLMEngineOutput[] = [];
+  for await (const item of stream) {
+    out.push(item);
+    onItem?.(item);
+  }
+  return out;
+}
+
+/** Resolves when `check` holds; fails after `ms` with what was expected. */
+async function until(check: () => boolean, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+Deno.test("the mocker yields max_tokens tokens and ends with finish_reason length", async () => {
+  const { engine } = simulated();
+  const out = await collect(
+    engine.generate(req(prompt(40), { stop_conditions: { max_tokens: 12 } }), new Context()),
+  );
+  const ids = out.flatMap((o) => o.token_ids);
+  assert.equal(ids.length, 12);
+  assert.equal(out.at(-1)?.finish_reason, "length");
+  assert.ok(out.slice(0, -1).every((o) => !o.finish_reason));
+  assert.ok(ids.every((t) => Number.isInteger(t) && t >= 256 && t < 32000));
+  assert.equal(engine.blockManager.activeBlocks, 0);
+});
+
+Deno.test("without max_tokens the mocker stops after defaultMaxTokens with finish_reason stop", async () => {
+  const { engine } = simulated({ defaultMaxTokens: 5 });
+  const out = await collect(engine.generate(req(prompt(3))));
+  assert.equal(out.flatMap((o) => o.token_ids).length, 5);
+  assert.equal(out.at(-1)?.finish_reason, "stop");
+});
+
+Deno.test("generated tokens are deterministic, avoid eos ids, and a migrated request continues them", async () => {
+  const { engine } = simulated({ vocabSize: 260 }); // four candidate ids: 256..259
+  const p = prompt(20);
+  const eos = {
+    eos_token_ids: [256],
+    stop_conditions: { max_tokens: 10, stop_token_ids_hidden: [257] },
+  };
+  const first = (await collect(engine.generate(req(p, eos)))).flatMap((o) => o.token_ids);
+  const again = (await collect(engine.generate(req(p, eos)))).flatMap((o) => o.token_ids);
+  assert.deepEqual(again, first);
+  assert.ok(first.every((t) => t === 258 || t === 259), `no eos or stop ids in ${first}`);
+  const rest = await collect(engine.generate(req([...p, ...first.slice(0, 4)], {
+    ...eos,
+    stop_conditions: { max_tokens: 6, stop_token_ids_hidden: [257] },
+    migrated_tokens: 4,
+  })));
+  assert.deepEqual([...first.slice(0, 4), ...rest.flatMap((o) => o.token_ids)], first);
+});
+
+Deno.test("simulated time advances by the prefill pass and one decode pass per further token", async () => {
+  const { engine, now } = simulated({ numGpuBlocks: 100, speedupRatio: 4 });
+  await collect(engine.generate(req(prompt(32), { stop_conditions: { max_tokens: 3 } })));
+  // Pass 1 prefills 32 tokens (2 blocks) and emits token 1; passes 2 and 3 decode with a
+  // third block allocated for token 33.
+  const expected = (prefillTimeMs(32) + 2 * decodeTimeMs(3 / 100)) / 4;
+  assert.ok(Math.abs(now() - expected) < 1e-9, `clock ${now()} != ${expected}`);
+  assert.equal(engine.steps, 3);
+});
+
+Deno.test("the engine reports the prompt's blocks as stored and publishes metrics each pass", async () => {
+  const events: KvCacheEventData[] = [];
+  const metrics: ForwardPassMetrics[] = [];
+  const { engine } = simulated({
+    numGpuBlocks: 64,
+    onKvEvent: (e) => events.push(e),
+    onMetrics: (m) => metrics.push(m),
+  });
+  const p = prompt(35);
+  await collect(engine.generate(req(p, { stop_conditions: { max_tokens: 2 } })));
+  const { local, sequence } = await computeBlockHashes(p, 16);
+  assert.deepEqual(events, [{
+    stored: {
+      parent_hash: null,
+      blocks: sequence.map((h, i) => ({ block_hash: h, tokens_hash: local[i]! })),
+    },
+  }]);
+  assert.equal(metrics.length, engine.steps);
+  assert.equal(metrics[0]!.kv_total_blocks, 64);
+  assert.equal(metrics[0]!.request_active_slots, 1);
+  assert.equal(metrics.at(-1)!.request_active_slots, 0);
+});
+
+Deno.test("metricsIntervalMs thins the metrics but the idle engine's last report is current", async () => {
+  const metrics: ForwardPassMetrics[] = [];
+  const { engine } = simulated({ metricsIntervalMs: 100, onMetrics: (m) => metrics.push(m) });
+  await collect(engine.generate(req(prompt(20), { stop_conditions: { max_tokens: 40 } })));
+  assert.ok(
+    metrics.length < engine.steps / 2,
+    `${metrics.length} reports for ${engine.steps} passes`,
+  );
+  assert.equal(metrics.at(-1)!.request_active_slots, 0);
+  assert.equal(metrics.at(-1)!.kv_active_blocks, 0);
+  assert.throws(
+    () => new MockerEngine({ metricsIntervalMs: -1 }),
+    /metricsIntervalMs must be >= 0/,
+  );
+});
+
+Deno.test("stopping the context ends the stream with cancelled and frees the request's blocks", async () => {
+  const { engine } = simulated();
+  const ctx = new Context();
+  const out = await collect(
+    engine.generate(req(prompt(40), { stop_conditions: { max_tokens: 1000 } }), ctx),
+    () => ctx.stopGenerating(),
+  );
+  assert.equal(out.at(-1)?.finish_reason, "cancelled");
+  assert.ok(out.flatMap((o) => o.token_ids).length < 1000);
+  assert.equal(engine.blockManager.activeBlocks, 0);
+  assert.equal(engine.scheduler.hasWork, false);
+});
+
+Deno.test("a consumer that breaks out of the stream frees the request's blocks", async () => {
+  const { engine } = simulated();
+  for await (
+    const _ of engine.generate(req(prompt(40), { stop_conditions: { max_tokens: 100 } }))
+  ) {
+    assert.ok(engine.blockManager.activeBlocks > 0);
+    break;
+  }
+  assert.equal(engine.blockManager.activeBlocks, 0);
+  assert.equal(engine.scheduler.hasWork, false);
+});
+
+Deno.test("many concurrent requests each get exactly their max_tokens", async () => {
+  const { engine } = simulated({ maxNumSeqs: 16, numGpuBlocks: 128 });
+  const runs = Array.from(
+    { length: 64 },
+    (_, i) =>
+      collect(
+        engine.generate(
+          req(prompt(10 + i, i * 7), { stop_conditions: { max_tokens: 1 + (i % 9) } }),
+        ),
+      ),
+  );
+  const outs = await Promise.all(runs);
+  outs.forEach((out, i) => {
+    assert.equal(out.flatMap((o) => o.token_ids).length, 1 + (i % 9), `request ${i}`);
+    assert.equal(out.at(-1)?.finish_reason, "length");
+  });
+  assert.equal(engine.blockManager.activeBlocks, 0);
+});
+
+Deno.test("closing the engine ends requests in flight with EngineShutdownError", async () => {
+  const { engine } = simulated();
+  const stream = engine.generate(req(prompt(8), { stop_conditions: { max_tokens: 1000 } }));
+  await stream.next();
+  await engine.close();
+  await assert.rejects(collect(stream), EngineShutdownError);
+  await assert.rejects(collect(engine.generate(req(prompt(8)))), EngineShutdownError);
+  assert.equal(engine.blockManager.activeBlocks, 0);
+});
+
+Deno.test("the mocker rejects a request without token_ids", async () => {
+  const { engine } = simulated();
+  await assert.rejects(
+    collect(engine.generate({ text: "hi" } as unknown as PreprocessedRequest)),
+    /token_ids/,
+  );
+});
+
+Deno.test("the mocker serves on the embedded runtime and a stopped request frees its blocks", async () => {
+  const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+  const engine = new MockerEngine({ speedupRatio: 50 });
+  try {
+    const endpoint = runtime.namespace("test").component("mocker").endpoint("generate");
+    const serving = endpoint.serveEndpoint(engine.handler);
+    serving.catch(() => {});
+    const client = await endpoint.client();
+    await client.waitForInstances({ timeoutMs: 5000 });
+
+    const stream = await client.generate(req(prompt(50), { stop_conditions: { max_tokens: 20 } }));
+    const out = await collect(stream as AsyncIterable<LLMEngineOutput>);
+    assert.equal(out.flatMap((o) => o.token_ids).length, 20);
+    assert.equal(out.at(-1)?.finish_reason, "length");
+
+    const ctx = new Context();
+    const long = await client.generate(
+      req(prompt(50), { stop_conditions: { max_tokens: 100_000 } }),
+      { context: ctx },
+    );
+    for await (const _ of long as AsyncIterable<LLMEngineOutput>) {
+      ctx.stopGenerating();
+      break;
+    }
+    await until(
+      () => engine.blockManager.activeBlocks === 0,
+      5000,
+      "the cancelled request's blocks are free",
+    );
+    assert.equal(engine.scheduler.hasWork, false);
+  } finally {
+    await runtime.shutdown();
+    await engine.close();
+  }
+});
+
+Deno.test("the mocker's first output says how much of the prompt its prefix cache served", async () => {
+  const { engine } = simulated({ blockSize: 16 });
+  try {
+    const p = prompt(100);
+    const first = await collect(engine.generate(req(p, { stop_conditions: { max_tokens: 2 } })));
+    assert.equal(first[0]!.cached_tokens, 0);
+    // Same prompt again: its 6 full blocks are cached (96 tokens).
+    const again = await collect(engine.generate(req(p, { stop_conditions: { max_tokens: 2 } })));
+    assert.equal(again[0]!.cached_tokens, 96);
+    assert.equal(again.slice(1).some((o) => o.cached_tokens !== undefined), false);
+  } finally {
+    await engine.close();
+  }
+});

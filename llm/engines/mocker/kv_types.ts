@@ -1,0 +1,17 @@
+// Wire types the mocker emits: KV cache events and forward-pass metrics, in the shapes
+// the KV router consumes (llm/kv_router/protocols.ts), and the sinks that receive them.
+
+import type {
+  BlockHash,
+  ForwardPassMetrics,
+  KvCacheEventData,
+  KvCacheStoredBlock,
+} from "../../kv_router/protocols.ts";
+
+export type { BlockHash, ForwardPassMetrics, KvCacheEventData, KvCacheStoredBlock };
+
+/** Receives KV cache events in the order they happen. */
+export type KvEventSink = (data: KvCacheEventData) => void;
+
+/** Receives metrics after each forward pass. */
+export type MetricsSink = (metrics: ForwardPassMetrics) => void;

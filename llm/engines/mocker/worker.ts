@@ -1,0 +1,203 @@
+// Mocker workers on a runtime: serve a MockerEngine on an endpoint and register the model
+// so a frontend routes to it; start many in one process for routing and scale tests.
+
+import type { Endpoint } from "../../../runtime/component.ts";
+import {
+  DistributedRuntime,
+  type DistributedRuntimeOptions,
+  EmbeddedCluster,
+} from "../../../runtime/distributed_runtime.ts";
+import { InvalidArgumentError } from "../../../runtime/errors.ts";
+import { type ModelDeploymentCard, ModelInput, ModelType } from "../../protocols.ts";
+import { registerLlm, type RegisterLlmOptions } from "../../register.ts";
+import { builtinTestModel } from "../../test_model.ts";
+import { KvMetricsPublisher } from "../../kv_router/metrics.ts";
+import { KvEventPublisher } from "../../kv_router/publisher.ts";
+import { MockerEngine, type MockerEngineOptions } from "./engine.ts";
+
+/** Options of {@linkcode runMockerWorker}. */
+export interface MockerWorkerOptions extends MockerEngineOptions {
+  /** Model folder, repo id or GGUF file for the card (default: the built-in test model). */
+  modelPath?: string;
+  /** registerLlm options besides kvCacheBlockSize (which is the engine's blockSize). */
+  register?: Omit<RegisterLlmOptions, "kvCacheBlockSize">;
+  /**
+   * Publish KV events (KvEventPublisher) and load metrics (KvMetricsPublisher) on the
+   * endpoint's component, for KV routers and metric aggregators (default true).
+   */
+  publish?: boolean;
+}
+
+/** A running mocker worker. */
+export interface MockerWorker {
+  readonly engine: MockerEngine;
+  readonly endpoint: Endpoint;
+  /** The published model card. */
+  readonly card: ModelDeploymentCard;
+  /** Resolves when the endpoint stops serving (the runtime shut down). */
+  readonly serving: Promise<void>;
+}
+
+/**
+ * Serves a mocker engine on `endpoint` and registers it as a Tokens-input chat and
+ * completions model (card `kv_cache_block_size` = the engine's block size). The engine
+ * closes when the endpoint stops. KV events and load metrics are published on the
+ * endpoint's component (KvEventPublisher, KvMetricsPublisher) unless `publish` is false,
+ * and also go to `onKvEvent` / `onMetrics` when given.
+ *
+ * @param endpoint where to serve (its component's service is created if needed)
+ * @param options engine options, the model path and registerLlm options
+ * @returns the worker once its model is registered
+ * @throws {InvalidArgumentError} an engine option out of range
+ * @throws {ModelSourceError} the model path is missing or incomplete
+ * @example
+ * ```ts
+ * const endpoint = runtime.namespace("dynamo").component("mocker").endpoint("generate");
+ * const worker = await runMockerWorker(endpoint, { speedupRatio: 10, numGpuBlocks: 4096 });
+ * ```
+ */
+export async function runMockerWorker(
+  endpoint: Endpoint,
+  options: MockerWorkerOptions = {},
+): Promise<MockerWorker> {
+  const component = endpoint.component;
+  await component.createService();
+  const publish = options.publish ?? true;
+  const events = publish
+    ? new KvEventPublisher(component, { kvBlockSize: options.blockSize ?? 16 })
+    : undefined;
+  const metrics = publish ? new KvMetricsPublisher() : undefined;
+  if (metrics) await metrics.createEndpoint(component);
+  const engine = new MockerEngine({
+    ...options,
+    onKvEvent: (data) => {
+      options.onKvEvent?.(data);
+      events?.publish(data).catch(() => {/* a lost event is found by the indexer's id check */});
+    },
+    onMetrics: (m) => {
+      options.onMetrics?.(m);
+      metrics?.publish({
+        requestActiveSlots: m.request_active_slots,
+        requestTotalSlots: m.request_total_slots,
+        kvActiveBlocks: m.kv_active_blocks,
+        kvTotalBlocks: m.kv_total_blocks,
+        numRequestsWaiting: m.num_requests_waiting,
+        gpuCacheUsagePerc: m.gpu_cache_usage_perc,
+        gpuPrefixCacheHitRate: m.gpu_prefix_cache_hit_rate,
+      });
+    },
+  });
+  const serving = endpoint.serveEndpoint(
+    engine.handler,
+    { gracefulShutdown: true },
+  );
+  const closed = serving.finally(async () => {
+    await engine.close();
+    metrics?.close();
+    await events?.close();
+  });
+  try {
+    const card = await registerLlm(
+      ModelInput.Tokens,
+      ModelType.Chat | ModelType.Completions,
+      endpoint,
+      options.modelPath ?? await builtinTestModel(),
+      { ...options.register, kvCacheBlockSize: engine.blockManager.blockSize },
+    );
+    return { engine, endpoint, card, serving: closed };
+  } catch (err) {
+    await engine.close();
+    closed.catch(() => {});
+    throw err;
+  }
+}
+
+/** Options of {@linkcode startMockerWorkers}. */
+export interface MockerWorkersOptions extends MockerWorkerOptions {
+  /**
+   * How each worker's runtime connects (default memory discovery and the local request
+   * plane on `embedded`); each worker gets its own runtime, hence its own instance id.
+   */
+  connect?: DistributedRuntimeOptions;
+  /** Shared in-process cluster of the embedded default (default: a new one). */
+  embedded?: EmbeddedCluster;
+  /** Default "dynamo". */
+  namespace?: string;
+  /** Default "mocker". */
+  component?: string;
+  /** Default "generate". */
+  endpoint?: string;
+  /** Workers started at once (default 16). */
+  concurrency?: number;
+}
+
+/** Mocker workers started by {@linkcode startMockerWorkers}. */
+export interface MockerWorkers {
+  readonly workers: readonly (MockerWorker & { readonly runtime: DistributedRuntime })[];
+  /** The shared cluster when the workers run embedded (connect a frontend runtime to it). */
+  readonly embedded: EmbeddedCluster;
+  /** Shuts every worker's runtime down. */
+  shutdown(): Promise<void>;
+}
+
+/**
+ * Starts `count` mocker workers in this process, each on its own DistributedRuntime
+ * (own lease and instance id) sharing one backend: an EmbeddedCluster by default, or
+ * etcd + NATS through `connect`. For routing and scale tests (e.g. 256 workers).
+ *
+ * @param count how many workers (>= 1)
+ * @param options engine, model, naming and connection options
+ * @returns the workers, once all are registered
+ * @throws {InvalidArgumentError} a bad count or option (started workers are shut down)
+ * @example
+ * ```ts
+ * const fleet = await startMockerWorkers(8, { speedupRatio: 100 });
+ * const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
+ * // ...
+ * await fleet.shutdown();
+ * ```
+ */
+export async function startMockerWorkers(
+  count: number,
+  options: MockerWorkersOptions = {},
+): Promise<MockerWorkers> {
+  if (!Number.isInteger(count) || count < 1) {
+    throw new InvalidArgumentError(`count must be a whole number >= 1, got ${count}`);
+  }
+  const concurrency = options.concurrency ?? 16;
+  if (!Number.isInteger(concurrency) || concurrency < 1) {
+    throw new InvalidArgumentError(`concurrency must be a whole number >= 1, got ${concurrency}`);
+  }
+  const embedded = options.embedded ?? options.connect?.embedded ?? new EmbeddedCluster();
+  // Load the model path once: every worker registers the same card.
+  const modelPath = options.modelPath ?? await builtinTestModel();
+  const workers: (MockerWorker & { runtime: DistributedRuntime })[] = [];
+  const runtimes: DistributedRuntime[] = [];
+  const shutdown = async () => {
+    await Promise.allSettled(runtimes.map((rt) => rt.shutdown()));
+  };
+  try {
+    for (let start = 0; start < count; start += concurrency) {
+      const batch = Array.from({ length: Math.min(concurrency, count - start) }, async () => {
+        const runtime = await DistributedRuntime.connect({
+          discovery: "memory",
+          requestPlane: "local",
+          ...options.connect,
+          embedded,
+        });
+        runtimes.push(runtime);
+        const endpoint = runtime.namespace(options.namespace ?? "dynamo")
+          .component(options.component ?? "mocker").endpoint(options.endpoint ?? "generate");
+        const worker = await runMockerWorker(endpoint, { ...options, modelPath });
+        workers.push({ ...worker, runtime });
+      });
+      const results = await Promise.allSettled(batch);
+      const failed = results.find((r) => r.status === "rejected");
+      if (failed) throw (failed as PromiseRejectedResult).reason;
+    }
+  } catch (err) {
+    await shutdown();
+    throw err;
+  }
+  return { workers, embedded, shutdown };
+}

@@ -1,5 +1,6 @@
-// End-to-end tests of examples/hello_world: the one-process demo on the embedded default,
-// and worker and client as two processes against real etcd + NATS.
+// End-to-end tests of examples/hello_world: the one-process pipeline demo on the embedded
+// default, and the basic worker and the pipeline client across processes on etcd + NATS
+// (tests/sdk_serve_test.ts covers `dynamo serve` of the pipeline).
 
 import assert from "node:assert/strict";
 import { haveServers, startServers } from "./_helpers/servers.ts";
@@ -10,11 +11,14 @@ const EXAMPLE = "examples/hello_world";
 const ROOT = new URL("..", import.meta.url).pathname;
 const EMBEDDED_ENV = { ETCD_ENDPOINTS: "", NATS_SERVER: "" };
 
-/** The `text` of each JSON line of `stdout`. */
-function words(stdout: string): string[] {
-  return stdout.trim().split("\n").filter(Boolean).map((line) =>
-    (JSON.parse(line) as { text: string }).text
-  );
+/** The JSON value of each line of `stdout`. */
+function items<T = string>(stdout: string): T[] {
+  return stdout.trim().split("\n").filter(Boolean).map((line) => JSON.parse(line) as T);
+}
+
+/** Pipeline items with the Middle replica's instance id blanked out. */
+function pipelineItems(stdout: string): string[] {
+  return items(stdout).map((s) => s.replace(/Middle\(\w+\)/, "Middle(x)"));
 }
 
 /** A long-running `deno run -A` child whose standard error is collected line by line. */
@@ -102,20 +106,28 @@ class Background {
   }
 }
 
-Deno.test("the hello_world demo streams one item per word in one process", async () => {
+Deno.test("the hello_world demo streams the text through the three services in one process", async () => {
   const run = await runDeno([`${EXAMPLE}/main.ts`], EMBEDDED_ENV);
   assert.equal(run.code, 0, `main.ts failed:\n${run.stderr}`);
-  assert.deepEqual(words(run.stdout), ["Hello,", "Dynamo!"]);
+  assert.deepEqual(pipelineItems(run.stdout), [
+    "Frontend: Middle(x): Backend: Hello,",
+    "Frontend: Middle(x): Backend: Dynamo!-mid-back",
+  ]);
 });
 
 Deno.test("the hello_world demo sends the text given on its command line", async () => {
   const run = await runDeno([`${EXAMPLE}/main.ts`, "one", "two  three"], EMBEDDED_ENV);
   assert.equal(run.code, 0, `main.ts failed:\n${run.stderr}`);
-  assert.deepEqual(words(run.stdout), ["one", "two", "three"]);
+  assert.deepEqual(pipelineItems(run.stdout), [
+    "Frontend: Middle(x): Backend: one",
+    "Frontend: Middle(x): Backend: two",
+    "Frontend: Middle(x): Backend: three-mid-back",
+  ]);
 });
 
 Deno.test({
-  name: "hello_world worker and client talk across processes over etcd and NATS",
+  name:
+    "the hello_world basic worker and the dynamo call client talk across processes over etcd and NATS",
   ignore: !haveServers(),
   async fn() {
     const servers = await startServers();
@@ -126,12 +138,20 @@ Deno.test({
     const worker = new Background([`${EXAMPLE}/worker.ts`], env);
     try {
       await worker.waitForLine("serving", 30_000);
-      const run = await runDeno([`${EXAMPLE}/client.ts`], env);
-      assert.equal(run.code, 0, `client.ts failed:\n${run.stderr}`);
+      const call = (text: string) =>
+        runDeno([
+          "cli/main.ts",
+          "call",
+          "hello_world/YourWorker/generate",
+          JSON.stringify({ text }),
+        ], env);
+      const words = (stdout: string) => items<{ text: string }>(stdout).map((i) => i.text);
+      const run = await call("Hello, Dynamo!");
+      assert.equal(run.code, 0, `dynamo call failed:\n${run.stderr}`);
       assert.deepEqual(words(run.stdout), ["Hello,", "Dynamo!"]);
 
-      const again = await runDeno([`${EXAMPLE}/client.ts`, "across processes"], env);
-      assert.equal(again.code, 0, `client.ts failed:\n${again.stderr}`);
+      const again = await call("across processes");
+      assert.equal(again.code, 0, `dynamo call failed:\n${again.stderr}`);
       assert.deepEqual(words(again.stdout), ["across", "processes"]);
 
       const status = await worker.stop("SIGTERM", 15_000);

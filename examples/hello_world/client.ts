@@ -1,35 +1,37 @@
-// Port of seed 000's "Client Example": calls the worker's endpoint and prints each item.
-// Run alone with ETCD_ENDPOINTS and NATS_SERVER set, after worker.ts: `deno run -A
-// examples/hello_world/client.ts [text]`.
+// Calls the hello-world pipeline's entry, hello_world/Frontend/generate, and prints each
+// streamed item as a JSON line. Run it beside `dynamo serve` with the same backend
+// environment (ETCD_ENDPOINTS + NATS_SERVER, or the DYN_HUB line serve prints):
+// `deno run -A examples/hello_world/client.ts [text]`.
 
 import { type DistributedRuntime, dynamoWorker } from "../../mod.ts";
-import { COMPONENT, ENDPOINT, NAMESPACE, type ResponseType } from "./worker.ts";
+import { Frontend } from "./graph.ts";
 
 /** Options of {@linkcode runClient}. */
 export interface RunClientOptions {
-  /** How long to wait for a worker instance, in ms (default 10000). */
+  /** How long to wait for a Frontend instance, in ms (default 10000). */
   timeoutMs?: number;
   /** Called with each streamed item (default: print it as JSON). */
-  onItem?: (item: ResponseType) => void;
+  onItem?: (item: string) => void;
 }
 
 /**
- * Waits for a worker instance, sends `{text}` and hands each streamed item to `onItem`.
+ * Waits for a Frontend instance, sends `{text}` and hands each streamed item to `onItem`.
  *
  * @returns the items received
- * @throws {TimeoutError} no worker instance appeared within `timeoutMs`
+ * @throws {TimeoutError} no Frontend instance appeared within `timeoutMs`
  */
 export async function runClient(
   runtime: DistributedRuntime,
   text = "Hello, Dynamo!",
   options: RunClientOptions = {},
-): Promise<ResponseType[]> {
+): Promise<string[]> {
   const onItem = options.onItem ?? ((item) => console.log(JSON.stringify(item)));
-  const client = await runtime.namespace(NAMESPACE).component(COMPONENT).endpoint(ENDPOINT)
+  const [namespace, component] = Frontend.dynamoAddress();
+  const client = await runtime.namespace(namespace).component(component).endpoint("generate")
     .client();
   await client.waitForInstances({ timeoutMs: options.timeoutMs ?? 10_000 });
-  const items: ResponseType[] = [];
-  for await (const item of await client.generate<ResponseType>({ text })) {
+  const items: string[] = [];
+  for await (const item of await client.generate<string>({ text })) {
     items.push(item);
     onItem(item);
   }

@@ -1,19 +1,20 @@
-// Worker and client in one process on one embedded runtime (in-memory discovery and the
-// in-process request plane only span one process): `deno task hello [text]`.
+// The whole hello-world pipeline in one process on one embedded runtime (`deno task hello
+// [text]`): Backend, Middle and Frontend served side by side, then one request through
+// them. `dynamo serve` runs the same graph.ts as one process per service.
 
-import { DistributedRuntime } from "../../mod.ts";
+import { DistributedRuntime, resolveGraph, serveService, ServiceConfig } from "../../mod.ts";
 import { runClient } from "./client.ts";
-import { serveWorker } from "./worker.ts";
+import { Frontend } from "./graph.ts";
 
-// fromEnv: the embedded default unless ETCD_ENDPOINTS / NATS_SERVER point at real servers.
+// fromEnv: the embedded default unless ETCD_ENDPOINTS / NATS_SERVER / DYN_HUB say otherwise.
 const runtime = await DistributedRuntime.fromEnv();
-const serving = serveWorker(runtime);
-// If serving fails, shut down; the error surfaces from `await serving` below.
-serving.catch(() => runtime.shutdown());
 try {
+  const config = ServiceConfig.getInstance();
+  for (const node of resolveGraph(Frontend, { config }).services) {
+    await serveService(node.cls, runtime, { config, node });
+  }
   const text = Deno.args.length > 0 ? Deno.args.join(" ") : undefined;
   await runClient(runtime, text, { timeoutMs: 5000 });
 } finally {
   await runtime.shutdown();
-  await serving;
 }

@@ -16,3 +16,17 @@
 
 export * from "./runtime/mod.ts";
 export * from "./llm/mod.ts";
+// The SDK: @service classes, configuration, graphs (dynamo serve / deploy).
+export * from "./runtime/sdk/mod.ts";
+// The event plane (KV events, metrics): publish/subscribe on NATS-style subjects.
+export {
+  componentEventSubject,
+  type EventMessage,
+  type EventPlane,
+  type EventSubscribeOptions,
+  type EventSubscription,
+  LocalEventBus,
+  LocalEventPlane,
+  NatsEventPlane,
+  subjectMatches,
+} from "./runtime/events/mod.ts";

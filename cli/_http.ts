@@ -5,6 +5,7 @@
 import {
   createFrontend,
   type DistributedRuntime,
+  type KvRouterSettings,
   type Logger,
   ModelManager,
   type RouterMode,
@@ -16,6 +17,8 @@ export interface ServeFrontendOptions {
   port: number;
   hostname: string;
   routerMode: RouterMode;
+  /** Settings of the KV router (router mode "kv"). */
+  kvRouter?: KvRouterSettings;
   logger: Logger;
   /** Deadline for draining in-flight requests at shutdown, in ms. */
   drainTimeoutMs?: number;
@@ -38,6 +41,7 @@ export async function serveFrontend(
 ): Promise<RunningFrontend> {
   const models = new ModelManager(runtime, {
     routerMode: options.routerMode,
+    kvRouter: options.kvRouter,
     logger: options.logger,
   });
   await models.start();

@@ -48,6 +48,8 @@ interface BenchFlags {
   overlapWeight?: number;
   temperature?: number;
   requestTimeoutS: number;
+  /** Set once the trace is read: its longest prompt plus output. */
+  contextLength: number;
 }
 
 function positive(flag: string, value: string | undefined, integer: boolean): number | undefined {
@@ -123,6 +125,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
     overlapWeight: weight === undefined ? undefined : Number(weight),
     temperature: temperature === undefined ? undefined : Number(temperature),
     requestTimeoutS: positive("request-timeout-s", values["request-timeout-s"], false) ?? 600,
+    contextLength: 0,
   };
 }
 
@@ -153,6 +156,9 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
     String(flags.engineSpeedup),
     "--block-size",
     String(flags.blockSize),
+    // The test model's card says 40,960; the trace's prompts go past 100k tokens.
+    "--context-length",
+    String(flags.contextLength),
   ];
   if (flags.numGpuBlocks !== undefined) args.push("--num-gpu-blocks", String(flags.numGpuBlocks));
   if (mode === "kv" && flags.overlapWeight !== undefined) {
@@ -243,6 +249,7 @@ async function run(args: string[], io: Io): Promise<number> {
     maxTimestampMs: flags.durationS === undefined ? undefined : flags.durationS * 1000,
   });
   if (requests.length === 0) throw new UsageError(`no requests in ${flags.trace}`, "bench");
+  flags.contextLength = Math.max(...requests.map((r) => r.inputLength + r.outputLength));
   const ceiling = prefixCeiling(requests);
   const span = (requests[requests.length - 1]!.timestamp - requests[0]!.timestamp) / 1000;
   io.err(

@@ -1,6 +1,6 @@
 // `dynamo frontend`: the OpenAI HTTP service over the models registered on the network.
 
-import { DistributedRuntime, type RouterMode } from "../mod.ts";
+import { DistributedRuntime, type KvRouterSettings, type RouterMode } from "../mod.ts";
 import {
   type Command,
   ExitCode,
@@ -12,7 +12,7 @@ import {
 import { serveFrontend, untilSignal } from "./_http.ts";
 
 const usage =
-  `Usage: dynamo frontend [--http-port 8000] [--http-host 0.0.0.0] [--router-mode round-robin|random]
+  `Usage: dynamo frontend [--http-port 8000] [--http-host 0.0.0.0] [--router-mode round-robin|random|kv]
 
 Serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models, /health,
 /live, /metrics) for every model workers register with registerLlm. Uses etcd + NATS
@@ -22,15 +22,26 @@ process). SIGINT/SIGTERM: stop accepting, drain in-flight streams, exit.
 Options:
   --http-port N       port (default 8000; 0 picks a free one)
   --http-host HOST    interface (default 0.0.0.0)
-  --router-mode MODE  round-robin (default) or random
+  --router-mode MODE  round-robin (default), random, or kv (KV-cache aware: to the worker
+                      holding the longest prefix of the prompt, weighed against its load)
+  --kv-overlap-score-weight W
+                      kv: weight of uncached prefill blocks against decode load (default 1)
+  --router-temperature T
+                      kv: 0 (default) takes the cheapest worker; above 0 samples
   -h, --help          show this help`;
 
 /** Parses the flags `frontend` and `run` share. */
 export function parseHttpFlags(
   command: string,
-  values: { "http-port"?: string; "http-host"?: string; "router-mode"?: string },
+  values: {
+    "http-port"?: string;
+    "http-host"?: string;
+    "router-mode"?: string;
+    "kv-overlap-score-weight"?: string;
+    "router-temperature"?: string;
+  },
   defaults: { host: string },
-): { port: number; hostname: string; routerMode: RouterMode } {
+): { port: number; hostname: string; routerMode: RouterMode; kvRouter: KvRouterSettings } {
   const port = Number(values["http-port"] ?? 8000);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new UsageError(
@@ -39,13 +50,31 @@ export function parseHttpFlags(
     );
   }
   const routerMode = values["router-mode"] ?? "round-robin";
-  if (routerMode !== "round-robin" && routerMode !== "random") {
+  if (routerMode !== "round-robin" && routerMode !== "random" && routerMode !== "kv") {
     throw new UsageError(
-      `--router-mode must be round-robin or random, got ${JSON.stringify(routerMode)}`,
+      `--router-mode must be round-robin, random or kv, got ${JSON.stringify(routerMode)}`,
       command,
     );
   }
-  return { port, hostname: values["http-host"] ?? defaults.host, routerMode };
+  const kvRouter: KvRouterSettings = {};
+  for (
+    const [flag, key] of [
+      ["kv-overlap-score-weight", "overlapScoreWeight"],
+      ["router-temperature", "temperature"],
+    ] as const
+  ) {
+    const raw = values[flag];
+    if (raw === undefined) continue;
+    const n = Number(raw);
+    if (raw.trim() === "" || !(n >= 0)) {
+      throw new UsageError(`--${flag} must be a number >= 0, got ${JSON.stringify(raw)}`, command);
+    }
+    if (routerMode !== "kv") {
+      throw new UsageError(`--${flag} applies to --router-mode kv only`, command);
+    }
+    kvRouter[key] = n;
+  }
+  return { port, hostname: values["http-host"] ?? defaults.host, routerMode, kvRouter };
 }
 
 async function run(args: string[], io: Io): Promise<number> {
@@ -53,6 +82,8 @@ async function run(args: string[], io: Io): Promise<number> {
     "http-port": { type: "string" },
     "http-host": { type: "string" },
     "router-mode": { type: "string" },
+    "kv-overlap-score-weight": { type: "string" },
+    "router-temperature": { type: "string" },
     help: { type: "boolean", short: "h" },
   });
   if (values.help) {

@@ -15,7 +15,10 @@ import { benchCommand } from "./bench.ts";
 import { callCommand } from "./call.ts";
 import { instancesCommand } from "./instances.ts";
 import { frontendCommand } from "./frontend.ts";
+import { hubCommand } from "./hub.ts";
 import { runCommand } from "./run.ts";
+import { serveCommand } from "./serve.ts";
+import { deployCommand } from "./deploy.ts";
 
 /** The version of this build of `dynamo`. */
 export const VERSION: string = denoJson.version;
@@ -26,6 +29,9 @@ const commands: readonly Command[] = [
   instancesCommand,
   callCommand,
   benchCommand,
+  hubCommand,
+  serveCommand,
+  deployCommand,
 ];
 
 function usage(): string {
@@ -43,8 +49,9 @@ function usage(): string {
     "  -h, --help     show this help",
     "  -V, --version  print the version",
     "",
-    "Environment: ETCD_ENDPOINTS and NATS_SERVER select real etcd + NATS (otherwise the",
-    "embedded in-process default); DYN_LEASE_TTL, DYN_TCP_RPC_HOST, DYN_LOG, DYN_LOG_JSON.",
+    "Environment: ETCD_ENDPOINTS and NATS_SERVER select real etcd + NATS; else DYN_HUB=host:port",
+    "(and DYN_HUB_TOKEN) joins a `dynamo hub`; else the embedded in-process default.",
+    "Also DYN_LEASE_TTL, DYN_TCP_RPC_HOST, DYN_LOG, DYN_LOG_JSON.",
   ].join("\n");
 }
 

@@ -5,10 +5,14 @@ import {
   builtinTestModel,
   DistributedRuntime,
   echoEngine,
+  EmbeddedCluster,
+  type MockerEngineOptions,
+  type MockerWorkers,
   ModelInput,
   ModelType,
   openaiUpstream,
   registerLlm,
+  startMockerWorkers,
 } from "../mod.ts";
 import {
   type Command,
@@ -34,16 +38,30 @@ Engines:
                            made of the real Qwen3 tokenizer files)
   out=openai:http://H:P    forward to an OpenAI-compatible server you already run (vLLM,
                            SGLang, llama.cpp); MODEL is the model name to ask it for
+  out=mocker               simulated vLLM workers (KV cache, batching, timing model;
+                           pseudo-random tokens) for routing and scale tests; MODEL as
+                           for echo
 
 Options:
   --http-port N            port (default 8000; 0 picks a free one)
   --http-host HOST         interface (default 127.0.0.1)
+  --router-mode MODE       round-robin (default), random, or kv (KV-cache aware)
+  --kv-overlap-score-weight W
+                           kv: weight of uncached prefill blocks (default 1)
+  --router-temperature T   kv: 0 (default) cheapest worker; above 0 samples
   --model-name NAME        name clients use (default: from MODEL)
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)
   --delay-ms N             echo: pause per token (default 0)
   --model-path PATH        openai: card source (tokenizer, context length) instead of
                            the built-in test model
+  --num-workers N          mocker: workers in this process (default 1)
+  --speedup-ratio X        mocker: simulated time runs X times faster (default 1)
+  --block-size N           mocker: tokens per KV block (default 16)
+  --num-gpu-blocks N       mocker: KV blocks per worker (default 16384)
+  --max-num-seqs N         mocker: running sequences per worker (default 256)
+  --max-num-batched-tokens N
+                           mocker: tokens per forward pass (default 8192)
   -h, --help               show this help`;
 
 function parseIntFlag(name: string, value: string | undefined, min: number): number | undefined {
@@ -63,11 +81,19 @@ async function run(args: string[], io: Io): Promise<number> {
     "http-port": { type: "string" },
     "http-host": { type: "string" },
     "router-mode": { type: "string" },
+    "kv-overlap-score-weight": { type: "string" },
+    "router-temperature": { type: "string" },
     "model-name": { type: "string" },
     "context-length": { type: "string" },
     "migration-limit": { type: "string" },
     "delay-ms": { type: "string" },
     "model-path": { type: "string" },
+    "num-workers": { type: "string" },
+    "speedup-ratio": { type: "string" },
+    "block-size": { type: "string" },
+    "num-gpu-blocks": { type: "string" },
+    "max-num-seqs": { type: "string" },
+    "max-num-batched-tokens": { type: "string" },
     help: { type: "boolean", short: "h" },
   });
   if (values.help) {
@@ -84,7 +110,7 @@ async function run(args: string[], io: Io): Promise<number> {
   }
   if (input !== "http") throw new UsageError(`only in=http is supported, got in=${input}`, "run");
   if (output === undefined) {
-    throw new UsageError("needs out=echo or out=openai:http://HOST:PORT", "run");
+    throw new UsageError("needs out=echo, out=mocker or out=openai:http://HOST:PORT", "run");
   }
   if (rest.length > 1) throw new UsageError(`at most one MODEL, got ${rest.join(" ")}`, "run");
   const http = parseHttpFlags("run", values, { host: "127.0.0.1" });
@@ -99,6 +125,7 @@ async function run(args: string[], io: Io): Promise<number> {
   let modelInput: ModelInput;
   let modelPath: string;
   let modelName = values["model-name"];
+  let mocker: { numWorkers: number; engine: MockerEngineOptions } | undefined;
   if (output === "echo") {
     handler = echoEngine({ delayMs });
     modelInput = ModelInput.Tokens;
@@ -115,17 +142,48 @@ async function run(args: string[], io: Io): Promise<number> {
     modelInput = ModelInput.Text;
     modelPath = values["model-path"] ?? await builtinTestModel();
     modelName ??= rest[0];
+  } else if (output === "mocker") {
+    mocker = parseMockerFlags(values);
+    modelInput = ModelInput.Tokens;
+    modelPath = rest[0] ?? await builtinTestModel();
   } else {
-    throw new UsageError(`unknown engine out=${output} (engines: echo, openai:URL)`, "run");
+    throw new UsageError(
+      `unknown engine out=${output} (engines: echo, mocker, openai:URL)`,
+      "run",
+    );
   }
 
   const signals = untilSignal();
+  const embedded = new EmbeddedCluster();
   const runtime = await DistributedRuntime.connect({
     discovery: "memory",
     requestPlane: "local",
     logger,
+    embedded,
   });
+  let mockers: MockerWorkers | undefined;
   try {
+    if (mocker) {
+      // Each mocker worker is its own runtime (own instance id) on the shared cluster.
+      mockers = await startMockerWorkers(mocker.numWorkers, {
+        // Load metrics at most every 100 ms per worker: enough for aggregators, cheap at scale.
+        metricsIntervalMs: 100,
+        ...mocker.engine,
+        logger,
+        embedded,
+        connect: { logger },
+        component: "backend",
+        modelPath,
+        register: { modelName, contextLength, migrationLimit, hub: hubOptionsFromEnv() },
+      });
+      const card = mockers.workers[0]!.card;
+      logger.info("mocker workers registered", {
+        model: card.display_name,
+        workers: mocker.numWorkers,
+        context: card.context_length,
+      });
+      return await serveUntilSignal();
+    }
     const component = runtime.namespace("dynamo").component("backend");
     await component.createService();
     const endpoint = component.endpoint("generate");
@@ -148,21 +206,50 @@ async function run(args: string[], io: Io): Promise<number> {
       input: modelInput,
       context: card.context_length,
     });
+    return await serveUntilSignal();
+  } finally {
+    signals.dispose();
+    await mockers?.shutdown();
+    await runtime.shutdown();
+  }
+
+  async function serveUntilSignal(): Promise<number> {
     const frontend = await serveFrontend(runtime, { ...http, logger }, io);
     await signals.signalled;
     logger.info("shutting down");
     await frontend.shutdown();
     return ExitCode.Ok;
-  } finally {
-    signals.dispose();
-    await runtime.shutdown();
   }
+}
+
+function parseMockerFlags(
+  values: Record<string, string | boolean | undefined>,
+): { numWorkers: number; engine: MockerEngineOptions } {
+  const int = (name: string, min: number) => parseIntFlag(name, values[name] as string, min);
+  const speedup = values["speedup-ratio"] as string | undefined;
+  const speedupRatio = speedup === undefined ? undefined : Number(speedup);
+  if (speedupRatio !== undefined && !(speedupRatio > 0 && Number.isFinite(speedupRatio))) {
+    throw new UsageError(
+      `--speedup-ratio must be a positive number, got ${JSON.stringify(speedup)}`,
+      "run",
+    );
+  }
+  return {
+    numWorkers: int("num-workers", 1) ?? 1,
+    engine: {
+      speedupRatio,
+      blockSize: int("block-size", 1),
+      numGpuBlocks: int("num-gpu-blocks", 1),
+      maxNumSeqs: int("max-num-seqs", 1),
+      maxNumBatchedTokens: int("max-num-batched-tokens", 1),
+    },
+  };
 }
 
 /** The `run` subcommand. */
 export const runCommand: Command = {
   name: "run",
-  summary: "frontend + engine in one process (in=http out=echo | out=openai:URL)",
+  summary: "frontend + engine in one process (in=http out=echo | out=mocker | out=openai:URL)",
   usage,
   run,
 };

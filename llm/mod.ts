@@ -31,11 +31,28 @@ export { OutputProcessor } from "./postprocessor.ts";
 export { RequestError } from "./openai.ts";
 export { isMigratable, MigrationExhaustedError, openMigrating } from "./migration.ts";
 export {
+  type KvRouterSettings,
   ModelManager,
   type ModelManagerOptions,
   type RouterMode,
   ServedModel,
 } from "./model_manager.ts";
+// KV-aware routing: the router and its worker selection.
+export {
+  type FindBestMatchOptions,
+  KvRouter,
+  type KvRouterOptions,
+  type OverlapLookup,
+  type RouteDecision,
+} from "./kv_router/router.ts";
+export {
+  ActiveSequences,
+  type CostFunction,
+  type CostFunctionInput,
+  defaultCosts,
+  pickByCost,
+  type WorkerCandidate,
+} from "./kv_router/scheduler.ts";
 export { createFrontend, type Frontend, type FrontendOptions } from "./http/app.ts";
 export { FrontendMetrics } from "./http/metrics.ts";
 export { echoEngine, type EchoEngineOptions } from "./engines/echo.ts";
@@ -44,3 +61,53 @@ export {
   type OpenAIUpstreamOptions,
   UpstreamError,
 } from "./engines/openai_upstream.ts";
+export {
+  MockerEngine,
+  type MockerEngineOptions,
+  type MockerWorker,
+  type MockerWorkerOptions,
+  type MockerWorkers,
+  type MockerWorkersOptions,
+  runMockerWorker,
+  startMockerWorkers,
+} from "./engines/mocker/mod.ts";
+// KV events, the indexer and load metrics (the router's inputs); block hashing.
+export {
+  BLOCK_HASH_SEED,
+  type BlockHash,
+  type BlockHashes,
+  chainHash,
+  computeBlockHashes,
+  computeBlockHashesSync,
+  computeLocalHashes,
+} from "./kv_router/hashing.ts";
+export {
+  type AggregatedMetrics,
+  decodeRouterEvent,
+  encodeRouterEvent,
+  type EndpointKvMetrics,
+  type ForwardPassMetrics,
+  type KvCacheEvent,
+  type KvCacheEventData,
+  type KvCacheStoredBlock,
+  type OverlapScores,
+  type RouterEvent,
+} from "./kv_router/protocols.ts";
+export { RadixTree, type RadixTreeOptions } from "./kv_router/radix_tree.ts";
+export {
+  ApproxKvIndexer,
+  type ApproxKvIndexerOptions,
+  KvIndexer,
+  type KvIndexerOptions,
+} from "./kv_router/indexer.ts";
+export {
+  KvEventPublisher,
+  type KvEventPublisherOptions,
+  type PublishStoredOptions,
+} from "./kv_router/publisher.ts";
+export {
+  type KvMetrics,
+  KvMetricsAggregator,
+  type KvMetricsAggregatorOptions,
+  KvMetricsPublisher,
+} from "./kv_router/metrics.ts";

@@ -17,14 +17,25 @@ import {
   ModelInput,
   type ModelType,
 } from "./protocols.ts";
+import { KvRouter } from "./kv_router/router.ts";
 import { Tokenizer } from "./tokenizer.ts";
 
 /** How the frontend spreads requests over a model's instances. */
-export type RouterMode = "round-robin" | "random";
+export type RouterMode = "round-robin" | "random" | "kv";
+
+/** The KV router's settings (router mode "kv"). */
+export interface KvRouterSettings {
+  /** Weight of uncached prefill blocks against decode load (default 1). */
+  overlapScoreWeight?: number;
+  /** 0 (default): the cheapest worker; above 0: sampling. */
+  temperature?: number;
+}
 
 /** Options of {@linkcode ModelManager}. */
 export interface ModelManagerOptions {
   routerMode?: RouterMode;
+  /** Settings of the KV router (router mode "kv"). */
+  kvRouter?: KvRouterSettings;
   logger?: Logger;
   /** How long a request waits for a registered model's endpoint to be served (ms, default 5000). */
   instanceWaitMs?: number;
@@ -41,6 +52,16 @@ interface EndpointGroup {
   path: string;
   client: Promise<Client>;
   instances: Set<string>;
+}
+
+/** A tokens request, as the KV router reads it. */
+interface TokensRequest {
+  token_ids: number[];
+}
+
+function hasTokens(request: unknown): request is TokensRequest {
+  return typeof request === "object" && request !== null &&
+    Array.isArray((request as TokensRequest).token_ids);
 }
 
 /** One model name served by one or more endpoints. */
@@ -111,7 +132,18 @@ export class ServedModel {
     })
       .catch(() => {});
     const options = { context, instances };
-    return this.#manager.routerMode === "random"
+    const mode = this.#manager.routerMode;
+    if (mode === "kv" && hasTokens(request) && this.modelInput === ModelInput.Tokens) {
+      const { card } = await this.pipeline();
+      const router = this.#manager.kvRouterFor(group.path, client, card.kv_cache_block_size);
+      return await router.generate<T & { token_ids?: number[] }>(
+        request,
+        options,
+      ) as ResponseStream<
+        T
+      >;
+    }
+    return mode === "random"
       ? await client.random<T>(request, options)
       : await client.roundRobin<T>(request, options);
   }
@@ -129,15 +161,18 @@ export class ModelManager {
   readonly #stop = new AbortController();
   #synced = false;
   #watching: Promise<void> | undefined;
+  readonly #kvSettings: KvRouterSettings;
+  readonly #kvRouters = new Map<string, KvRouter>();
 
   constructor(runtime: DistributedRuntime, options: ModelManagerOptions = {}) {
     const mode = options.routerMode ?? "round-robin";
-    if (mode !== "round-robin" && mode !== "random") {
+    if (mode !== "round-robin" && mode !== "random" && mode !== "kv") {
       throw new InvalidArgumentError(
-        `router mode must be round-robin or random, got ${JSON.stringify(mode)}`,
+        `router mode must be round-robin, random or kv, got ${JSON.stringify(mode)}`,
       );
     }
     this.routerMode = mode;
+    this.#kvSettings = options.kvRouter ?? {};
     this.instanceWaitMs = options.instanceWaitMs ?? 5000;
     this.#runtime = runtime;
     this.#log = options.logger ?? silentLogger;
@@ -290,10 +325,27 @@ export class ModelManager {
     return { card, tokenizer, preprocessor: new Preprocessor({ card, tokenizer }) };
   }
 
+  /**
+   * @internal The KV router of one endpoint (one per endpoint and block size).
+   */
+  kvRouterFor(path: string, client: Client, blockSize: number): KvRouter {
+    const key = `${path}#${blockSize}`;
+    let router = this.#kvRouters.get(key);
+    if (!router) {
+      const [namespace, component, name] = path.split("/") as [string, string, string];
+      const endpoint = this.#runtime.namespace(namespace).component(component).endpoint(name);
+      router = new KvRouter(endpoint, { ...this.#kvSettings, blockSize, client });
+      this.#kvRouters.set(key, router);
+      this.#log.info("kv router started", { endpoint: path, block_size: blockSize });
+    }
+    return router;
+  }
+
   /** Stops watching and closes the clients. */
   async close(): Promise<void> {
     this.#stop.abort();
     await this.#watching;
+    await Promise.allSettled([...this.#kvRouters.values()].map((r) => r.close()));
     await Promise.allSettled([...this.#clients.values()].map(async (c) => (await c).close()));
   }
 }

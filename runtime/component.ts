@@ -4,6 +4,13 @@
 import { Client } from "./client.ts";
 import type { Context } from "./context.ts";
 import type { Discovery } from "./discovery/mod.ts";
+import {
+  componentEventSubject,
+  type EventPlane,
+  type EventSubscribeOptions,
+  type EventSubscription,
+  validateSubject,
+} from "./events/mod.ts";
 import type { ObjectStore } from "./objects/mod.ts";
 import { DynamoError, InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
@@ -20,6 +27,8 @@ import {
 export interface RuntimeInternals {
   readonly discovery: Discovery;
   readonly plane: RequestPlane;
+  /** Publish/subscribe for KV events and metrics. */
+  readonly events: EventPlane;
   /** Blobs too big for discovery (model files). */
   readonly objects: ObjectStore;
   readonly logger: Logger;
@@ -100,6 +109,44 @@ export class Component {
   /** An endpoint of this component ("generate", "load_metrics", ...). */
   endpoint(name: string): Endpoint {
     return new Endpoint(this.#rt, this, name);
+  }
+
+  /**
+   * The event-plane subject of this component's events named `name`:
+   * `{slug(namespace_component)}.events.{name}`.
+   */
+  eventSubject(name: string): string {
+    return componentEventSubject(this.namespace.name, this.name, name);
+  }
+
+  /**
+   * Publishes `payload` as this component's event `name` ("kv_events", ...).
+   * @throws {InvalidArgumentError} a malformed name (tokens split on ".", no wildcards)
+   *
+   * @example
+   * ```ts
+   * await component.publishEvent("kv_events", new TextEncoder().encode("{}"));
+   * ```
+   */
+  publishEvent(name: string, payload: Uint8Array): Promise<void> {
+    try {
+      return this.#rt.events.publish(validateSubject(this.eventSubject(name), false), payload);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /**
+   * Subscribes to this component's events `name` ("*" and a final ">" allowed). The
+   * subscription ends on `unsubscribe()`, `options.signal`, or runtime shutdown.
+   *
+   * @example
+   * ```ts
+   * for await (const { payload } of component.subscribeEvents("kv_events")) { ... }
+   * ```
+   */
+  subscribeEvents(name: string, options?: EventSubscribeOptions): EventSubscription {
+    return this.#rt.events.subscribe(this.eventSubject(name), options);
   }
 }
 

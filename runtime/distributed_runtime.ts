@@ -19,20 +19,31 @@ import {
   type RequestPlane,
 } from "./transport/mod.ts";
 import { MemoryObjectStore, NatsObjectStore, type ObjectStore } from "./objects/mod.ts";
+import { type EventPlane, LocalEventBus, LocalEventPlane, NatsEventPlane } from "./events/mod.ts";
+import { HubConnection } from "./hub/connection.ts";
+import { HubDiscovery } from "./hub/discovery.ts";
+import { HubObjectStore } from "./hub/objects.ts";
+import { HubRequestPlane } from "./hub/request_plane.ts";
+import { HubEventPlane } from "./hub/events.ts";
 
 /** In-process state shared by runtimes of the embedded default (one per "cluster"). */
 export class EmbeddedCluster {
   readonly store: MemoryStore = new MemoryStore();
   readonly hub: LocalHub = new LocalHub();
   readonly objects: MemoryObjectStore = new MemoryObjectStore();
+  readonly events: LocalEventBus = new LocalEventBus();
 }
 
 /** Options of {@linkcode DistributedRuntime.connect}. */
 export interface DistributedRuntimeOptions {
-  /** "etcd", "memory" (default), or a Discovery of your own. */
-  discovery?: "etcd" | "memory" | Discovery;
-  /** "nats", "local" (default), or a RequestPlane of your own. */
-  requestPlane?: "nats" | "local" | RequestPlane;
+  /** "etcd", "memory" (default), "hub" (a `dynamo hub` server), or a Discovery of your own. */
+  discovery?: "etcd" | "memory" | "hub" | Discovery;
+  /** "nats", "local" (default), "hub" (a `dynamo hub` server), or a RequestPlane of your own. */
+  requestPlane?: "nats" | "local" | "hub" | RequestPlane;
+  /** Address (`host:port`) of the hub, for the "hub" backends. */
+  hubAddress?: string;
+  /** The hub's shared token, when it has one. */
+  hubToken?: string;
   /** etcd endpoints (default ["http://127.0.0.1:2379"]). */
   etcdEndpoints?: string | string[];
   /** etcd password authentication. */
@@ -41,6 +52,8 @@ export interface DistributedRuntimeOptions {
   natsServer?: string | string[];
   /** NATS credentials. */
   natsAuth?: { user?: string; pass?: string; token?: string };
+  /** An EventPlane of your own (default: NATS with the "nats" plane, else in-process). */
+  events?: EventPlane;
   /** Lease TTL in seconds (default 10). */
   leaseTtlSeconds?: number;
   /** Host the response-stream listener binds and advertises (default "127.0.0.1"). */
@@ -71,6 +84,8 @@ export interface FromEnvOptions
 export class DistributedRuntime {
   readonly discovery: Discovery;
   readonly plane: RequestPlane;
+  /** Publish/subscribe (KV events, metrics): NATS core with NATS, in-process otherwise. */
+  readonly events: EventPlane;
   /** Blobs (model files): JetStream object store with NATS, in memory otherwise. */
   readonly objects: ObjectStore;
   readonly logger: Logger;
@@ -92,9 +107,11 @@ export class DistributedRuntime {
     lease: Lease,
     logger: Logger,
     connectTimeoutMs: number,
+    events: EventPlane,
   ) {
     this.discovery = discovery;
     this.plane = plane;
+    this.events = events;
     this.objects = objects;
     this.logger = logger;
     this.#lease = lease;
@@ -105,6 +122,7 @@ export class DistributedRuntime {
     this.#internals = {
       discovery,
       plane,
+      events,
       objects,
       logger,
       instanceId: lease.id,
@@ -132,13 +150,22 @@ export class DistributedRuntime {
       throw new InvalidArgumentError(`leaseTtlSeconds must be a whole number >= 1, got ${ttl}`);
     }
     const embedded = options.embedded ?? new EmbeddedCluster();
-    const discovery = makeDiscovery(options, embedded);
+    // One hub connection per runtime, shared by its discovery, request plane and objects;
+    // the reference held here is dropped once they hold theirs.
+    const hub = await connectHub(options);
+    hub?.acquire();
+    let discovery: Discovery;
     let plane: RequestPlane;
     try {
-      plane = await makePlane(options, embedded);
-    } catch (err) {
-      await discovery.close();
-      throw err;
+      discovery = makeDiscovery(options, embedded, hub);
+      try {
+        plane = await makePlane(options, embedded, hub);
+      } catch (err) {
+        await discovery.close();
+        throw err;
+      }
+    } finally {
+      await hub?.release();
     }
     let lease: Lease;
     try {
@@ -150,6 +177,8 @@ export class DistributedRuntime {
     }
     const objects = plane instanceof NatsRequestPlane
       ? new NatsObjectStore(plane.nc)
+      : hub
+      ? new HubObjectStore(hub)
       : embedded.objects;
     const rt = new DistributedRuntime(
       discovery,
@@ -158,6 +187,12 @@ export class DistributedRuntime {
       lease,
       logger,
       options.connectTimeoutMs ?? 5000,
+      options.events ??
+        (plane instanceof NatsRequestPlane
+          ? new NatsEventPlane(plane.nc)
+          : hub
+          ? hubEventPlane(new HubEventPlane(hub))
+          : new LocalEventPlane(embedded.events)),
     );
     logger.debug("runtime connected", {
       discovery: discovery.kind,
@@ -169,16 +204,24 @@ export class DistributedRuntime {
 
   /**
    * Builds a runtime from the environment: with `ETCD_ENDPOINTS` or `NATS_SERVER` set,
-   * etcd + NATS (the unset one at its local default); otherwise the embedded default.
+   * etcd + NATS (the unset one at its local default); otherwise, with `DYN_HUB=host:port`
+   * set, the hub at that address (`dynamo hub`, or the `dynamo serve` parent; token in
+   * `DYN_HUB_TOKEN`); otherwise the embedded default. ETCD_ENDPOINTS / NATS_SERVER take
+   * precedence over DYN_HUB.
    * Also reads `DYN_LEASE_TTL`, `DYN_TCP_RPC_HOST`, `DYN_LOG` (level) and `DYN_LOG_JSON`,
    * `ETCD_USERNAME`/`ETCD_PASSWORD`, `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`.
    */
   static fromEnv(options: FromEnvOptions = {}): Promise<DistributedRuntime> {
     const env = options.env ?? Deno.env.toObject();
     const real = Boolean(env.ETCD_ENDPOINTS || env.NATS_SERVER);
+    const hub = !real && Boolean(env.DYN_HUB);
     const opts: DistributedRuntimeOptions = { ...options };
-    opts.discovery = real ? "etcd" : "memory";
-    opts.requestPlane = real ? "nats" : "local";
+    opts.discovery = real ? "etcd" : hub ? "hub" : "memory";
+    opts.requestPlane = real ? "nats" : hub ? "hub" : "local";
+    if (hub) {
+      opts.hubAddress = env.DYN_HUB!.trim();
+      if (env.DYN_HUB_TOKEN) opts.hubToken = env.DYN_HUB_TOKEN;
+    }
     if (env.ETCD_ENDPOINTS) {
       opts.etcdEndpoints = env.ETCD_ENDPOINTS.split(",").map((s) => s.trim()).filter(Boolean);
     }
@@ -293,6 +336,9 @@ export class DistributedRuntime {
     await Promise.allSettled([...this.#tasks]);
     await Promise.allSettled([...this.#clients].map((c) => c.close()));
     await this.#recovering;
+    await this.events.close().catch((err) =>
+      this.logger.warn("event plane close failed", { error: String(err) })
+    );
     try {
       await this.#lease.revoke();
     } catch (err) {
@@ -307,10 +353,30 @@ export class DistributedRuntime {
   }
 }
 
-function makeDiscovery(options: DistributedRuntimeOptions, embedded: EmbeddedCluster): Discovery {
+/** Connects to the hub when a "hub" backend is asked for. */
+async function connectHub(options: DistributedRuntimeOptions): Promise<HubConnection | undefined> {
+  if (options.discovery !== "hub" && options.requestPlane !== "hub") return undefined;
+  if (!options.hubAddress) {
+    throw new InvalidArgumentError(
+      'the "hub" backends need hubAddress (host:port of `dynamo hub`; DYN_HUB in the environment)',
+    );
+  }
+  return await HubConnection.connect(options.hubAddress, {
+    token: options.hubToken,
+    timeoutMs: options.connectTimeoutMs,
+    logger: options.logger,
+  });
+}
+
+function makeDiscovery(
+  options: DistributedRuntimeOptions,
+  embedded: EmbeddedCluster,
+  hub: HubConnection | undefined,
+): Discovery {
   const d = options.discovery ?? "memory";
   if (typeof d === "object") return d;
   if (d === "memory") return new MemoryDiscovery(embedded.store);
+  if (d === "hub" && hub) return new HubDiscovery(hub);
   if (d === "etcd") {
     const endpoints = options.etcdEndpoints ?? ["http://127.0.0.1:2379"];
     return new EtcdDiscovery({
@@ -321,16 +387,22 @@ function makeDiscovery(options: DistributedRuntimeOptions, embedded: EmbeddedClu
       callTimeoutMs: options.connectTimeoutMs,
     });
   }
-  throw new InvalidArgumentError(`discovery must be "etcd" or "memory", got ${JSON.stringify(d)}`);
+  throw new InvalidArgumentError(
+    `discovery must be "etcd", "memory" or "hub", got ${JSON.stringify(d)}`,
+  );
 }
 
 async function makePlane(
   options: DistributedRuntimeOptions,
   embedded: EmbeddedCluster,
+  hub: HubConnection | undefined,
 ): Promise<RequestPlane> {
   const p = options.requestPlane ?? "local";
   if (typeof p === "object") return p;
   if (p === "local") return new LocalRequestPlane(embedded.hub);
+  if (p === "hub" && hub) {
+    return new HubRequestPlane(hub, { tcp: { hostname: options.tcpHost ?? "127.0.0.1" } });
+  }
   if (p === "nats") {
     return await NatsRequestPlane.connect({
       servers: options.natsServer ?? "nats://127.0.0.1:4222",
@@ -339,6 +411,23 @@ async function makePlane(
     });
   }
   throw new InvalidArgumentError(
-    `requestPlane must be "nats" or "local", got ${JSON.stringify(p)}`,
+    `requestPlane must be "nats", "local" or "hub", got ${JSON.stringify(p)}`,
   );
+}
+
+/** The hub's event plane as an EventPlane (its unsubscribe() returns nothing). */
+function hubEventPlane(p: HubEventPlane): EventPlane {
+  return {
+    kind: p.kind,
+    publish: (subject, payload) => p.publish(subject, payload),
+    subscribe(subject, options) {
+      const sub = p.subscribe(subject, options);
+      return {
+        ready: sub.ready,
+        unsubscribe: () => Promise.resolve(sub.unsubscribe()),
+        [Symbol.asyncIterator]: () => sub[Symbol.asyncIterator](),
+      };
+    },
+    close: () => p.close(),
+  };
 }

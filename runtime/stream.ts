@@ -92,6 +92,7 @@ export async function openStream<T>(
   let conn: FrameConn | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let settled = false;
+  let connected = false;
   let rejectWait!: (err: unknown) => void;
   const interrupted = new Promise<never>((_, reject) => (rejectWait = reject));
   interrupted.catch(() => {});
@@ -101,7 +102,7 @@ export async function openStream<T>(
   try {
     const acked = plane.request(subject, payload, { timeoutMs, signal }).then(() => {
       // The ack may come after the stream already opened (or failed): then no deadline.
-      if (settled) return;
+      if (settled || connected) return;
       timer = setTimeout(
         () =>
           rejectWait(
@@ -115,6 +116,10 @@ export async function openStream<T>(
     acked.catch(rejectWait);
     const connection = pending.connection.then((c) => (conn = c));
     await Promise.race([connection, interrupted]);
+    // Connected: the worker is alive. Its first item may take as long as the engine needs
+    // (a queue, a long prefill); a worker that dies meanwhile closes the connection.
+    connected = true;
+    clearTimeout(timer);
     const prologue = await Promise.race([conn!.receive(), interrupted]);
     if (prologue === null) {
       throw new StreamIncompleteError(`${subject} closed request ${ctx.id} before its prologue`);

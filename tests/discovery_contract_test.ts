@@ -1,4 +1,5 @@
-// One contract for the Discovery interface, run on MemoryDiscovery and on EtcdDiscovery.
+// One contract for the Discovery interface, run on MemoryDiscovery, HubDiscovery and
+// EtcdDiscovery.
 
 import assert from "node:assert/strict";
 import {
@@ -10,6 +11,7 @@ import {
   type WatchEvent,
 } from "../mod.ts";
 import { haveServers, startEtcd } from "./_helpers/servers.ts";
+import { HubDiscovery, HubServer } from "../runtime/hub/mod.ts";
 import { eventually } from "./_helpers/backends.ts";
 
 type Open = () => Promise<{ a: Discovery; b: Discovery; close: () => Promise<void> }>;
@@ -27,6 +29,20 @@ const backends: { name: string; available: boolean; open: Open }[] = [
         b,
         close: async () => void (await Promise.all([a.close(), b.close()])),
       });
+    },
+  },
+  {
+    name: "hub",
+    available: true,
+    open: async () => {
+      const hub = await HubServer.start();
+      const a = await HubDiscovery.connect(hub.address);
+      const b = await HubDiscovery.connect(hub.address);
+      return {
+        a,
+        b,
+        close: async () => (await Promise.all([a.close(), b.close()]), await hub.close()),
+      };
     },
   },
   {

@@ -77,6 +77,17 @@ const cases: Record<string, Case> = {
     assert.deepEqual(items, ["Hello,", "Dynamo!", "how", "are", "you"].map((text) => ({ text })));
   },
 
+  async "a first item slower than the connect deadline still arrives"(b) {
+    // The deadline covers acknowledging and calling back, not the engine's own latency
+    // (a queue or a long prefill before the first token).
+    const rt = await b.runtime({ connectTimeoutMs: 200 });
+    const { client } = await serveAndConnect(rt, async function* () {
+      await new Promise((r) => setTimeout(r, 600));
+      yield "late";
+    });
+    assert.deepEqual(await collect(await client.generate({})), ["late"]);
+  },
+
   async "a handler that takes no context still works"(b) {
     const rt = await b.runtime();
     const { client } = await serveAndConnect(rt, async function* (req: { n: number }) {

@@ -102,7 +102,7 @@ export interface RequestOptions {
 
 /** Requests in, acknowledgements back, and the response streams' connections. */
 export interface RequestPlane {
-  readonly kind: "nats" | "local";
+  readonly kind: "nats" | "local" | "hub";
   /** True when requests may be sent as values ({@linkcode RequestMessage}), in process. */
   readonly carriesValues?: boolean;
   /** Delivers every request sent to `subject` to `handler`; the plane acknowledges it. */

@@ -1,7 +1,9 @@
-// The two backend pairs the contract suite runs against: the embedded default (memory +
-// local) and etcd + NATS on real servers started for the test.
+// The backends the contract suite runs against: the embedded default (memory + local),
+// the hub (a HubServer in the test process, runtimes connected over loopback TCP), and
+// etcd + NATS on real servers started for the test.
 
 import { DistributedRuntime, type DistributedRuntimeOptions, EmbeddedCluster } from "../../mod.ts";
+import { HubServer } from "../../runtime/hub/mod.ts";
 import { haveServers, type Servers, startServers } from "./servers.ts";
 
 /** A way to build runtimes that see each other. */
@@ -18,6 +20,7 @@ export interface Backend {
 /** Names and availability of the backends, for `Deno.test({ ignore })`. */
 export const BACKENDS: { name: string; available: boolean; open: () => Promise<Backend> }[] = [
   { name: "embedded (memory + local)", available: true, open: openEmbedded },
+  { name: "hub", available: true, open: openHub },
   { name: "etcd + NATS", available: haveServers(), open: openReal },
 ];
 
@@ -25,6 +28,7 @@ function tracker(
   name: string,
   make: (o: Partial<DistributedRuntimeOptions>) => Promise<DistributedRuntime>,
   servers?: Servers,
+  stop: () => Promise<void> = async () => await servers?.stop(),
 ): Backend {
   const runtimes = new Set<DistributedRuntime>();
   return {
@@ -37,7 +41,7 @@ function tracker(
     },
     async close() {
       await Promise.allSettled([...runtimes].map((rt) => rt.shutdown()));
-      await servers?.stop();
+      await stop();
     },
   };
 }
@@ -53,6 +57,24 @@ export function openEmbedded(): Promise<Backend> {
         embedded: cluster,
         ...o,
       })),
+  );
+}
+
+/** A hub on a free loopback port; every runtime connects to it over TCP. */
+export async function openHub(): Promise<Backend> {
+  const hub = await HubServer.start({ token: "contract-test" });
+  return tracker(
+    "hub",
+    (o) =>
+      DistributedRuntime.connect({
+        discovery: "hub",
+        requestPlane: "hub",
+        hubAddress: hub.address,
+        hubToken: "contract-test",
+        ...o,
+      }),
+    undefined,
+    () => hub.close(),
   );
 }
 

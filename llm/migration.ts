@@ -116,29 +116,116 @@ export async function openMigrating(
     }
   };
 
-  let stream = await open();
+  const stream = await open();
   return {
-    async *[Symbol.asyncIterator]() {
-      for (;;) {
-        try {
-          for await (const out of stream) {
-            generated.push(...out.token_ids);
-            yield out;
-            if (out.finish_reason) return;
-          }
-          return;
-        } catch (err) {
-          if (
-            !parent.isStopped() && isMigratable(err) && maxTokens !== undefined &&
-            generated.length >= maxTokens
-          ) {
-            yield { token_ids: [], finish_reason: "length" };
-            return;
-          }
-          migrateOrThrow(err);
-          stream = await open();
-        }
-      }
-    },
+    [Symbol.asyncIterator]: () =>
+      new MigratingIterator(stream, open, migrateOrThrow, generated, parent, maxTokens),
   };
+}
+
+const DONE: IteratorReturnResult<undefined> = Object.freeze({ value: undefined, done: true });
+
+/**
+ * The items of the current attempt, re-opened on another instance when it fails. A plain
+ * iterator rather than an async generator: it adds one promise per item to the stream's own,
+ * instead of a generator's resumptions.
+ */
+class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
+  #stream: ResponseStream<LLMEngineOutput>;
+  #inner: AsyncIterator<LLMEngineOutput> | undefined;
+  #done = false;
+  readonly #open: () => Promise<ResponseStream<LLMEngineOutput>>;
+  readonly #migrateOrThrow: (err: unknown) => void;
+  readonly #generated: number[];
+  readonly #parent: Context;
+  readonly #maxTokens: number | undefined;
+  readonly #onItem = (r: IteratorResult<LLMEngineOutput>): IteratorResult<LLMEngineOutput> => {
+    if (r.done) {
+      this.#done = true;
+      return DONE;
+    }
+    const out = r.value;
+    const ids = out.token_ids;
+    for (let i = 0; i < ids.length; i++) this.#generated.push(ids[i]!);
+    if (out.finish_reason) {
+      // The sequence is over: the stream's own end (its sentinel) is not waited for.
+      this.#done = true;
+      this.#closeInner();
+    }
+    return r;
+  };
+  readonly #onError = (
+    err: unknown,
+  ): Promise<IteratorResult<LLMEngineOutput>> | IteratorResult<LLMEngineOutput> => {
+    this.#inner = undefined;
+    if (this.#done) return DONE; // return() was called meanwhile
+    if (
+      !this.#parent.isStopped() && isMigratable(err) && this.#maxTokens !== undefined &&
+      this.#generated.length >= this.#maxTokens
+    ) {
+      this.#done = true;
+      return { value: { token_ids: [], finish_reason: "length" }, done: false };
+    }
+    try {
+      this.#migrateOrThrow(err);
+    } catch (e) {
+      this.#done = true;
+      throw e;
+    }
+    return this.#open().then((stream) => {
+      this.#stream = stream;
+      if (this.#done) {
+        this.#closeInner();
+        return DONE;
+      }
+      return this.next();
+    }, (e) => {
+      this.#done = true;
+      throw e;
+    });
+  };
+
+  constructor(
+    stream: ResponseStream<LLMEngineOutput>,
+    open: () => Promise<ResponseStream<LLMEngineOutput>>,
+    migrateOrThrow: (err: unknown) => void,
+    generated: number[],
+    parent: Context,
+    maxTokens: number | undefined,
+  ) {
+    this.#stream = stream;
+    this.#open = open;
+    this.#migrateOrThrow = migrateOrThrow;
+    this.#generated = generated;
+    this.#parent = parent;
+    this.#maxTokens = maxTokens;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<LLMEngineOutput> {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<LLMEngineOutput>> {
+    if (this.#done) return Promise.resolve(DONE);
+    const inner = this.#inner ??= this.#stream[Symbol.asyncIterator]();
+    return inner.next().then(this.#onItem, this.#onError);
+  }
+
+  /** The consumer is done: stop the current attempt's stream. */
+  return(): Promise<IteratorResult<LLMEngineOutput>> {
+    if (!this.#done) {
+      this.#done = true;
+      const closing = this.#closeInner();
+      if (closing) return closing.then(() => DONE, () => DONE);
+    }
+    return Promise.resolve(DONE);
+  }
+
+  #closeInner(): Promise<unknown> | undefined {
+    const inner = this.#inner ?? this.#stream[Symbol.asyncIterator]();
+    this.#inner = undefined;
+    const closing = inner.return?.();
+    closing?.catch(() => {});
+    return closing;
+  }
 }

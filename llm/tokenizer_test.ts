@@ -250,3 +250,125 @@ Deno.test("byte-level fast path: added tokens, skipped specials and split charac
     assert.equal(out, tok.decode(ids, { skipSpecialTokens: skip }), `skipSpecialTokens ${skip}`);
   }
 });
+
+/** Text for the encode comparison: the pieces above, every Qwen3 added token, odd unicode. */
+const encodeTexts = fc.array(
+  fc.oneof(
+    pieces,
+    fc.constantFrom(
+      ...((qwen3TokenizerJson as { added_tokens: { content: string }[] }).added_tokens.map((t) =>
+        t.content
+      )),
+    ),
+    fc.constantFrom("<|im_", "|>", "<|im_start", "<tool_call>x", "  \n\n", "\r\n", "'S", "'ll"),
+    fc.string({ unit: "binary", maxLength: 8 }),
+    fc.string({ unit: "grapheme", maxLength: 8 }),
+    fc.string({ maxLength: 10 }),
+    fc.string({ unit: fc.constantFrom("a", " ", "1", "\n", "!", "é", "\u0301"), maxLength: 10 }),
+  ),
+  { maxLength: 16 },
+).map((parts) => parts.join(""));
+
+Deno.test("Tokenizer.encode (cached word path) equals the library's encode on any text", () => {
+  const tok = qwen3Tokenizer();
+  assert.equal(tok.cachesWords, true);
+  assert.equal(sentencePieceLike().cachesWords, false); // fuse_unk: left to the library
+  fc.assert(
+    fc.property(encodeTexts, fc.boolean(), (text, addSpecialTokens) => {
+      // Twice: the second time the words come from the cache.
+      const expected = tok.encodeUncached(text, { addSpecialTokens });
+      assert.deepEqual(tok.encode(text, { addSpecialTokens }), expected);
+      assert.deepEqual(tok.encode(text, { addSpecialTokens }), expected);
+    }),
+    { numRuns: 1000 },
+  );
+});
+
+Deno.test("Tokenizer.encode (cached word path) honours lstrip/rstrip added tokens and long words", () => {
+  // Qwen3 with whitespace-stripping added tokens: the cached path must strip as the library.
+  const json = structuredClone(qwen3TokenizerJson) as {
+    added_tokens: { content: string; lstrip: boolean; rstrip: boolean }[];
+  };
+  for (const t of json.added_tokens) {
+    if (t.content === "<|im_start|>") t.lstrip = true;
+    if (t.content === "<|im_end|>") t.rstrip = true;
+    if (t.content === "<tool_call>") t.lstrip = t.rstrip = true;
+  }
+  const tok = Tokenizer.fromJson(json, qwen3TokenizerConfig);
+  assert.equal(tok.cachesWords, true);
+  const long = "x".repeat(300) + " " + "é".repeat(400);
+  for (
+    const text of [
+      "a  <|im_start|>  b",
+      "a <|im_end|>  b <|im_end|>",
+      " \n<tool_call>\n x <tool_call>",
+      "<|im_start|><|im_end|><|im_start|>",
+      long,
+      long,
+    ]
+  ) {
+    assert.deepEqual(tok.encode(text), tok.encodeUncached(text), JSON.stringify(text));
+  }
+  fc.assert(
+    fc.property(encodeTexts, (text) => {
+      assert.deepEqual(tok.encode(text), tok.encodeUncached(text));
+    }),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("Tokenizer.encode (cached word path) takes the longest of overlapping added tokens", () => {
+  // A byte-level BPE with every byte in its vocabulary and added tokens that prefix each other.
+  const printable = [
+    ...Array.from({ length: 94 }, (_, i) => 0x21 + i),
+    ...Array.from({ length: 12 }, (_, i) => 0xa1 + i),
+    ...Array.from({ length: 82 }, (_, i) => 0xae + i),
+  ];
+  const vocab: Record<string, number> = {};
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    vocab[String.fromCharCode(printable.includes(b) ? b : 256 + extra++)] = b;
+  }
+  vocab["ab"] = 256;
+  const added = ["<x>", "<x><y>", "<y>", "<x><y>z", "y"].map((content, i) => ({
+    id: 300 + i,
+    content,
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: i % 2 === 0,
+  }));
+  const tok = Tokenizer.fromJson({
+    added_tokens: added,
+    normalizer: { type: "NFC" },
+    pre_tokenizer: {
+      type: "Sequence",
+      pretokenizers: [
+        {
+          type: "Split",
+          pattern: { Regex: " ?\\p{L}+|\\s+|[^\\s\\p{L}]+" },
+          behavior: "Isolated",
+          invert: false,
+        },
+        // A second split, of a kind the cached path leaves to the library.
+        { type: "Split", pattern: { String: "b" }, behavior: "Removed", invert: false },
+        { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+      ],
+    },
+    post_processor: null,
+    decoder: { type: "ByteLevel" },
+    model: { type: "BPE", vocab, merges: [["a", "b"]] },
+  }, {});
+  assert.equal(tok.cachesWords, true);
+  assert.deepEqual(tok.encode("<x><y>z<x><y><x>ab"), [303, 301, 300, 97, 98]);
+  fc.assert(
+    fc.property(
+      fc.array(fc.constantFrom("<x>", "<y>", "<x><y>", "<", ">", "x", "y", "z", "ab", " ", "é"), {
+        maxLength: 12,
+      }).map((p) => p.join("")),
+      (text) => assert.deepEqual(tok.encode(text), tok.encodeUncached(text)),
+    ),
+    { numRuns: 500 },
+  );
+});

@@ -71,23 +71,36 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
 
   /** Takes the next item; `done` once closed and drained. */
   next(): Promise<IteratorResult<T>> {
-    if (this.size > 0) {
-      const value = this.#items[this.#head] as T;
-      this.#items[this.#head] = undefined as T;
-      this.#head++;
-      if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
-        this.#items = this.#items.slice(this.#head);
-        this.#head = 0;
-      }
-      if (this.#space.length > 0 && this.size < this.#capacity) this.#space.shift()!();
-      return Promise.resolve({ value, done: false });
-    }
+    if (this.size > 0) return Promise.resolve({ value: this.#take(), done: false });
     if (this.#closed) {
       if (this.#error !== undefined) return Promise.reject(this.#error);
       return Promise.resolve({ value: undefined, done: true });
     }
     if (this.#taker) return Promise.reject(new Error("AsyncQueue has a single consumer"));
     return new Promise((resolve, reject) => (this.#taker = { resolve, reject }));
+  }
+
+  /**
+   * Takes the next item without waiting: the item, `done` once closed and drained, or
+   * undefined when nothing is queued yet. Throws the close error once drained.
+   */
+  poll(): IteratorResult<T> | undefined {
+    if (this.size > 0) return { value: this.#take(), done: false };
+    if (!this.#closed) return undefined;
+    if (this.#error !== undefined) throw this.#error;
+    return { value: undefined, done: true };
+  }
+
+  #take(): T {
+    const value = this.#items[this.#head] as T;
+    this.#items[this.#head] = undefined as T;
+    this.#head++;
+    if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
+      this.#items = this.#items.slice(this.#head);
+      this.#head = 0;
+    }
+    if (this.#space.length > 0 && this.size < this.#capacity) this.#space.shift()!();
+    return value;
   }
 
   #releaseSpace(): void {

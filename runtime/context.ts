@@ -21,26 +21,33 @@ const KILLED = new DOMException("context killed", "AbortError");
 export class Context {
   /** Request id; the same on the caller and on the worker. */
   readonly id: string;
-  #controller = new AbortController();
+  // Most requests end without anyone reading `signal` or awaiting `stopped()`: the
+  // AbortController and the promise are made on first use (an AbortController is costly).
+  #controller: AbortController | undefined;
+  #stopReason: StopReason | undefined;
   #killed = false;
-  #listeners = new Set<(reason: StopReason) => void>();
-  #stopped: Promise<void>;
-  #resolveStopped!: () => void;
+  #listeners: Set<(reason: StopReason) => void> | undefined;
+  #stopped: PromiseWithResolvers<void> | undefined;
 
   /** @param id request id (default: a random UUID) */
   constructor(id: string = crypto.randomUUID()) {
     this.id = id;
-    this.#stopped = new Promise((resolve) => (this.#resolveStopped = resolve));
   }
 
   /** Aborts when the context is stopped or killed. */
   get signal(): AbortSignal {
-    return this.#controller.signal;
+    let controller = this.#controller;
+    if (controller === undefined) {
+      controller = this.#controller = new AbortController();
+      const reason = this.#stopReason;
+      if (reason !== undefined) controller.abort(reason === "kill" ? KILLED : STOPPED);
+    }
+    return controller.signal;
   }
 
   /** True once stopGenerating() or kill() was called (here or on the other side). */
   isStopped(): boolean {
-    return this.#controller.signal.aborted;
+    return this.#stopReason !== undefined;
   }
 
   /** True once kill() was called (here or on the other side). */
@@ -60,7 +67,11 @@ export class Context {
 
   /** Resolves when the context is stopped or killed. */
   stopped(): Promise<void> {
-    return this.#stopped;
+    if (this.#stopped === undefined) {
+      this.#stopped = Promise.withResolvers<void>();
+      if (this.#stopReason !== undefined) this.#stopped.resolve();
+    }
+    return this.#stopped.promise;
   }
 
   /**
@@ -83,12 +94,13 @@ export class Context {
    * @returns a function that removes the listener
    */
   onStop(fn: (reason: StopReason) => void): () => void {
-    this.#listeners.add(fn);
-    return () => this.#listeners.delete(fn);
+    const listeners = this.#listeners ??= new Set();
+    listeners.add(fn);
+    return () => listeners.delete(fn);
   }
 
   #end(reason: StopReason): void {
-    const wasStopped = this.isStopped();
+    const wasStopped = this.#stopReason !== undefined;
     if (reason === "kill") {
       if (this.#killed) return;
       this.#killed = true;
@@ -96,10 +108,13 @@ export class Context {
       return;
     }
     if (!wasStopped) {
+      this.#stopReason = reason;
       // One shared reason per kind: a DOMException per request costs a stack trace.
-      this.#controller.abort(reason === "kill" ? KILLED : STOPPED);
-      this.#resolveStopped();
+      this.#controller?.abort(reason === "kill" ? KILLED : STOPPED);
+      this.#stopped?.resolve();
     }
-    for (const fn of [...this.#listeners]) fn(reason);
+    const listeners = this.#listeners;
+    if (listeners === undefined || listeners.size === 0) return;
+    for (const fn of [...listeners]) fn(reason);
   }
 }

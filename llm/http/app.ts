@@ -217,6 +217,8 @@ export function createFrontend(options: FrontendOptions): Frontend {
   interface Run {
     chunks: AsyncIterable<unknown>;
     collect(): Promise<unknown>;
+    /** The SSE events themselves, without the generators of `chunks` (one choice). */
+    sse?(): SseSource;
   }
 
   async function startTokens(
@@ -346,7 +348,67 @@ export function createFrontend(options: FrontendOptions): Frontend {
     }
     const observeOutput = () => outputTokens.observe(usage().completion_tokens);
 
+    /**
+     * Choice 0's SSE events straight from its stream (n = 1): what `chunks` makes, without
+     * the generator layers, and the last chunk, usage and [DONE] in one write.
+     */
+    function singleChoiceSse(): SseSource {
+      const proc = processors[0]!;
+      const it = streams[0]![Symbol.asyncIterator]();
+      const head = "data: " + JSON.stringify(base).slice(0, -1) + ',"choices":[';
+      let first = true;
+      let ended = false;
+      let observed = false;
+      const chunk = (text: string, reason: FinishReason | null) => {
+        const event = head + JSON.stringify(choiceOf(0, text, reason, first)) + "]}\n\n";
+        first = false;
+        return event;
+      };
+      const end = (text: string, reason: FinishReason | null): SseStep => {
+        ended = true;
+        const last = chunk(text, reason);
+        observed = true;
+        observeOutput();
+        const usageEvent = includeUsage
+          ? `data: ${JSON.stringify({ ...base, choices: [], usage: usage() })}\n\n`
+          : "";
+        return { text: last + usageEvent + "data: [DONE]\n\n", last: true };
+      };
+      return {
+        async next(): Promise<SseStep> {
+          for (;;) {
+            const r = await it.next();
+            if (r.done) {
+              const tail = proc.finish();
+              return end(tail.text, tail.finishReason ? openaiReason(tail.finishReason) : "stop");
+            }
+            const out = r.value;
+            if (out.token_ids.length > 0) observeToken();
+            if (out.cached_tokens !== undefined) cachedTokens ??= out.cached_tokens;
+            const delta = proc.push(out);
+            if (delta.finishReason) {
+              const reason = openaiReason(delta.finishReason);
+              closeQuietly(it); // the choice is over: the engine's stream is not read further
+              return end(delta.text, reason);
+            }
+            if (delta.text !== "") return { text: chunk(delta.text, null), last: false };
+          }
+        },
+        close() {
+          if (!observed) {
+            observed = true;
+            observeOutput();
+          }
+          if (!ended) {
+            ended = true;
+            closeQuietly(it);
+          }
+        },
+      };
+    }
+
     return {
+      sse: n === 1 ? singleChoiceSse : undefined,
       chunks: (async function* () {
         const first = new Set<number>();
         // Every chunk of a request starts the same: serialize that part once.
@@ -526,13 +588,13 @@ export function aggregateChunks(chunks: Record<string, unknown>[]): Record<strin
 
 /** Streams a run as server-sent events; a client that goes away kills the request. */
 function streamResponse(
-  run: { chunks: AsyncIterable<unknown> },
+  run: { chunks: AsyncIterable<unknown>; sse?(): SseSource },
   ctx: Context,
   request: Request,
   onDisconnect: () => void,
   finish: (status: "success" | "error" | "cancelled") => void,
 ): Response {
-  const iterator = run.chunks[Symbol.asyncIterator]();
+  const source = run.sse?.() ?? sseFromChunks(run.chunks);
   let done = false;
   const disconnect = () => {
     if (done) return;
@@ -540,28 +602,26 @@ function streamResponse(
     ctx.kill();
     onDisconnect();
     finish("cancelled");
-    void iterator.return?.();
+    source.close();
   };
   request.signal.addEventListener("abort", disconnect, { once: true });
   const body = new ReadableStream<Uint8Array>({
     async pull(controller) {
       try {
-        const r = await iterator.next();
+        const step = await source.next();
         if (done) return;
-        if (r.done) {
-          controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+        controller.enqueue(encoder.encode(step.text));
+        if (step.last) {
           done = true;
           request.signal.removeEventListener("abort", disconnect);
           finish("success");
           controller.close();
-          return;
         }
-        const data = r.value instanceof RawJson ? r.value.json : JSON.stringify(r.value);
-        controller.enqueue(encoder.encode(`data: ${data}\n\n`));
       } catch (err) {
         if (done) return;
         done = true;
         request.signal.removeEventListener("abort", disconnect);
+        source.close();
         const message = err instanceof Error ? err.message : String(err);
         const code = err instanceof MigrationExhaustedError ? "migration_exhausted" : null;
         controller.enqueue(
@@ -580,11 +640,45 @@ function streamResponse(
       disconnect();
     },
   }, { highWaterMark: 0 });
-  return new Response(body, {
-    headers: {
-      "content-type": "text/event-stream",
-      "cache-control": "no-cache",
-      connection: "keep-alive",
+  return new Response(body, { headers: SSE_HEADERS });
+}
+
+const SSE_HEADERS: Record<string, string> = {
+  "content-type": "text/event-stream",
+  "cache-control": "no-cache",
+  connection: "keep-alive",
+};
+
+/** SSE events of a run, as text; `last` once they end with `data: [DONE]`. */
+interface SseStep {
+  text: string;
+  last: boolean;
+}
+
+/** Where a streamed response's events come from. */
+interface SseSource {
+  next(): Promise<SseStep>;
+  /** The client went away or the stream failed: stop reading the engine. */
+  close(): void;
+}
+
+/** The events of a run's chunks, one per chunk, then [DONE]. */
+function sseFromChunks(chunks: AsyncIterable<unknown>): SseSource {
+  const iterator = chunks[Symbol.asyncIterator]();
+  return {
+    async next(): Promise<SseStep> {
+      const r = await iterator.next();
+      if (r.done) return { text: "data: [DONE]\n\n", last: true };
+      const data = r.value instanceof RawJson ? r.value.json : JSON.stringify(r.value);
+      return { text: `data: ${data}\n\n`, last: false };
     },
-  });
+    close() {
+      closeQuietly(iterator);
+    },
+  };
+}
+
+/** Ends an iterator without waiting; a failure to end is of no interest any more. */
+function closeQuietly(iterator: AsyncIterator<unknown>): void {
+  iterator.return?.().catch(() => {});
 }

@@ -41,9 +41,19 @@ class LocalFrameConn implements FrameConn {
     if (pushed instanceof Promise) return pushed.then(() => {});
   }
 
-  async receive(): Promise<Frame | null> {
-    const r = await this.inbound.next();
-    return r.done ? null : r.value;
+  receive(): Promise<Frame | null> {
+    const r = this.inbound.poll();
+    if (r !== undefined) return Promise.resolve(r.done ? null : r.value);
+    return this.inbound.next().then(frameOrNull);
+  }
+
+  /**
+   * A frame already queued, without waiting: the frame, null once the peer closed and all
+   * was read, or undefined when nothing has arrived yet.
+   */
+  poll(): Frame | null | undefined {
+    const r = this.inbound.poll();
+    return r === undefined ? undefined : r.done ? null : r.value;
   }
 
   end(): Promise<void> {
@@ -57,6 +67,10 @@ class LocalFrameConn implements FrameConn {
     this.inbound.clear();
     this.peer.inbound.close(); // the peer drains what it was sent, then sees the close
   }
+}
+
+function frameOrNull(r: IteratorResult<Frame>): Frame | null {
+  return r.done ? null : r.value;
 }
 
 function pipe(): [LocalFrameConn, LocalFrameConn] {
@@ -116,8 +130,17 @@ export class LocalRequestPlane implements RequestPlane {
     const handler = handlers.values().next().value as RawRequestHandler;
     // Bytes are copied (nothing shared across the "wire"); values are handed over as they are.
     const delivered = payload instanceof Uint8Array ? payload.slice() : payload;
-    queueMicrotask(() => handler(delivered));
-    return Promise.resolve();
+    // Acknowledged once the handler has it (as a NATS reply): a worker dials back from its
+    // handler at once, so the caller sees the connection by then and needs no ack deadline.
+    return new Promise<void>((resolve) =>
+      queueMicrotask(() => {
+        try {
+          handler(delivered);
+        } finally {
+          resolve();
+        }
+      })
+    );
   }
 
   expectStream(streamId: string): PendingStream {

@@ -57,7 +57,9 @@ Options:
   --dry-run               print the graph and the effective configuration, start nothing
   --service-name NAME     run only this service of the graph, in this process (what a
                           container runs; 'dynamo serve' runs its replicas this way)
-  --ready-timeout-ms N    how long replicas may take to register (default ${DEFAULT_READY_TIMEOUT_MS})
+  --ready-timeout-ms N    how long replicas may take to register (default ${DEFAULT_READY_TIMEOUT_MS});
+                          with --service-name, how long its endpoints may take to
+                          appear in discovery
   -h, --help              show this help`;
 
 /** Loads `path:Export` and returns the service class. */
@@ -182,7 +184,7 @@ async function run(args: string[], io: Io): Promise<number> {
   }
   for (const w of graph.warnings) io.err(`dynamo serve: warning: ${w}`);
   const name = values["service-name"];
-  if (name !== undefined) return await serveOne(graph, name, config, io);
+  if (name !== undefined) return await serveOne(graph, name, config, io, readyTimeoutMs);
   return await supervise(graph, target, config, io, readyTimeoutMs);
 }
 
@@ -192,6 +194,7 @@ async function serveOne(
   name: string,
   config: ServiceConfig,
   io: Io,
+  readyTimeoutMs: number,
 ): Promise<number> {
   const node = graph.get(name);
   if (!node) {
@@ -226,7 +229,12 @@ async function serveOne(
     });
   }
   try {
-    const serving = await serveService(node.cls, runtime, { config, node });
+    // Its own deadline for registering: a container runs this with no parent to time out.
+    const serving = await serveService(node.cls, runtime, {
+      config,
+      node,
+      registerTimeoutMs: readyTimeoutMs || undefined,
+    });
     io.out(READY_MARK + JSON.stringify({ service: name, instance_id: runtime.instanceId }));
     await serving.done;
     return ExitCode.Ok;
@@ -281,16 +289,26 @@ class Replica {
     this.io.err(`[serve] ${this.label} ${msg}`);
   }
 
+  /** Starts the process; a spawn that fails is retried like a crash (never throws). */
   start(): void {
     const started = Date.now();
     this.ready = false;
-    const child = new Deno.Command(this.spawnArgs.cmd, {
-      args: this.spawnArgs.args,
-      env: this.spawnArgs.env,
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
+    let child: Deno.ChildProcess;
+    try {
+      child = new Deno.Command(this.spawnArgs.cmd, {
+        args: this.spawnArgs.args,
+        env: this.spawnArgs.env,
+        stdin: "piped",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+    } catch (err: unknown) {
+      // Out of processes or file descriptors, or the binary is gone: this runs in a timer
+      // on restarts, where a throw would take the whole of `dynamo serve` down.
+      const why = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+      this.#restartLater(started, `could not start ${this.spawnArgs.cmd} (${why})`);
+      return;
+    }
     this.child = child;
     this.#log(`started pid=${child.pid}`);
     const prefix = `[${this.label}] `;
@@ -318,19 +336,27 @@ class Replica {
       if (this.child === child) this.child = undefined;
       this.ready = false;
       const how = status.signal ? `signal=${status.signal}` : `code=${status.code}`;
-      if (this.stopping) {
-        this.#log(`exited ${how}`);
-        return;
-      }
-      if (Date.now() - started > 10_000) this.#failures = 0;
-      const delay = Math.min(500 * 2 ** this.#failures, 10_000);
-      this.#failures++;
-      this.#log(`exited ${how}; restarting in ${delay} ms`);
-      this.#timer = setTimeout(() => {
-        this.#timer = undefined;
-        if (!this.stopping) this.start();
-      }, delay);
+      this.#restartLater(started, `exited ${how}`);
     })();
+  }
+
+  /**
+   * Starts it again after a delay that doubles with each quick failure (at most 10 s; no
+   * limit on attempts, as a supervisor should), unless it is being stopped.
+   */
+  #restartLater(started: number, what: string): void {
+    if (this.stopping) {
+      this.#log(what);
+      return;
+    }
+    if (Date.now() - started > 10_000) this.#failures = 0;
+    const delay = Math.min(500 * 2 ** this.#failures, 10_000);
+    this.#failures++;
+    this.#log(`${what}; restarting in ${delay} ms`);
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      if (!this.stopping) this.start();
+    }, delay);
   }
 
   /** Resolves when this replica is (next) ready. */
@@ -394,7 +420,15 @@ async function supervise(
       replicas.push(
         new Replica(node.name, i, {
           cmd: self.cmd,
-          args: [...self.args, "serve", target, "--service-name", node.name],
+          args: [
+            ...self.args,
+            "serve",
+            target,
+            "--service-name",
+            node.name,
+            "--ready-timeout-ms",
+            String(readyTimeoutMs),
+          ],
           env: childEnv,
         }, io),
       );

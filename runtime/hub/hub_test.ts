@@ -355,3 +355,38 @@ Deno.test("DistributedRuntime.fromEnv: DYN_HUB picks the hub; ETCD_ENDPOINTS/NAT
     await hub.close();
   }
 });
+
+Deno.test("HubServer drops a client whose reply fails to send, as if it disconnected", async () => {
+  // Pings too rare to matter: only the failed write may drop the client.
+  const hub = await HubServer.start({ pingMs: 60_000 });
+  const send = TcpFrameConn.prototype.send;
+  // The hub's replies carry "re"; one naming the poisoned key fails to send, as a write to
+  // a broken socket does.
+  TcpFrameConn.prototype.send = function (frame) {
+    const { msg } = decodeMessage(frame);
+    if (msg.re !== undefined && msg.value === "poison") {
+      return Promise.reject(new Error("broken pipe"));
+    }
+    return send.call(this, frame);
+  };
+  const { hostname, port } = parseHubAddress(hub.address);
+  const conn = new TcpFrameConn(await Deno.connect({ hostname, port }));
+  try {
+    await conn.send(encodeMessage({ op: "hello", v: 1 }));
+    assert.equal(decodeMessage((await conn.receive())!).msg.ev, "welcome");
+    await conn.send(encodeMessage({ op: "grant", id: 1, ttl: 60 }));
+    const lease = decodeMessage((await conn.receive())!).msg.lease;
+    await conn.send(encodeMessage({ op: "put", id: 2, key: "k", value: "poison", lease }));
+    assert.equal(decodeMessage((await conn.receive())!).msg.re, 2);
+    assert.equal(hub.connectionCount, 1);
+    await conn.send(encodeMessage({ op: "get", id: 3, key: "k" }));
+    // Dropped like a disconnect: the connection closes and its lease's keys are gone.
+    await eventually(() => hub.connectionCount === 0, 2000, "the hub drops the client");
+    assert.equal(await conn.receive(), null);
+    assert.equal(hub.store.get("k"), undefined);
+  } finally {
+    TcpFrameConn.prototype.send = send;
+    conn.close();
+    await hub.close();
+  }
+});

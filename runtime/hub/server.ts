@@ -208,6 +208,8 @@ export class HubServer {
       this.#drop(peer, "hub shutting down");
       return;
     }
+    // Its welcome could not be written: it was dropped already.
+    if (peer.closed) return;
     this.#peers.add(peer);
     this.#logger.debug("hub client connected", { peer: peer.id, name: peer.name });
     let reason = "connection closed";
@@ -272,7 +274,7 @@ export class HubServer {
         subs: new Map(),
         esubs: new Map(),
       };
-      this.#send(peer, { ev: "welcome", v: HUB_PROTOCOL_VERSION, ping_ms: this.#pingMs });
+      void this.#send(peer, { ev: "welcome", v: HUB_PROTOCOL_VERSION, ping_ms: this.#pingMs });
       return peer;
     } finally {
       clearTimeout(timer);
@@ -293,19 +295,46 @@ export class HubServer {
     }
   }
 
+  /**
+   * Sends to a peer. A write that fails, at once or later, drops the peer as a disconnect
+   * does (leases revoked, routes and subscriptions gone): a peer we cannot write to
+   * would otherwise keep its keys and keep being routed requests. The promise (when the
+   * connection applies backpressure) never rejects.
+   */
   #send(peer: Peer, msg: HubMessage, bytes?: Uint8Array): Promise<void> | void {
     if (peer.closed) return;
+    let sent: Promise<void> | void;
     try {
-      return peer.conn.send(encodeMessage(msg, bytes));
-    } catch {
-      this.#drop(peer, "write failed");
+      sent = peer.conn.send(encodeMessage(msg, bytes));
+    } catch (err: unknown) {
+      return this.#writeFailed(peer, err);
     }
+    if (!sent) return;
+    return sent.then(
+      // The connection closes itself when a buffered write fails.
+      () => peer.conn.closed ? this.#writeFailed(peer, "connection closed") : undefined,
+      (err: unknown) => this.#writeFailed(peer, err),
+    );
+  }
+
+  #writeFailed(peer: Peer, err: unknown): void {
+    if (peer.closed) return;
+    const error = err instanceof Error ? err.message : String(err);
+    this.#logger.warn("hub dropped a client it could not write to", {
+      peer: peer.id,
+      name: peer.name,
+      error,
+    });
+    this.#drop(peer, `write failed: ${error}`);
   }
 
   #reply(peer: Peer, id: unknown, fields: HubMessage = {}, bytes?: Uint8Array): void {
     if (typeof id !== "number") return;
-    const p = this.#send(peer, { ...fields, re: id }, bytes);
-    if (p) p.catch(() => {});
+    // #send handles a failed write itself (it drops the peer); this only keeps a bug in
+    // that handling from going unseen.
+    this.#send(peer, { ...fields, re: id }, bytes)?.catch((err: unknown) =>
+      this.#logger.error("hub reply failed", { peer: peer.id, error: String(err) })
+    );
   }
 
   #fail(peer: Peer, id: unknown, error: WireError): void {
@@ -427,8 +456,9 @@ export class HubServer {
         const subject = str(msg, "subject");
         for (const s of this.#esubs) {
           if (subjectMatches(s.pattern, subject)) {
-            const p = this.#send(s.peer, { ev: "event", esid: s.esid, subject }, bytes);
-            if (p) p.catch(() => {});
+            this.#send(s.peer, { ev: "event", esid: s.esid, subject }, bytes)?.catch((err) =>
+              this.#logger.error("hub event delivery failed", { error: String(err) })
+            );
           }
         }
         return this.#reply(peer, id);
@@ -462,8 +492,10 @@ export class HubServer {
     if (typeof id !== "number") return;
     const rid = this.#nextRid++;
     this.#pending.set(rid, { from: peer, id, worker: target.peer, subject });
-    const p = this.#send(target.peer, { ev: "msg", sid: target.sid, rid }, bytes);
-    if (p) p.catch(() => {});
+    // A failed write drops the worker, which fails this request back to its caller.
+    this.#send(target.peer, { ev: "msg", sid: target.sid, rid }, bytes)?.catch((err) =>
+      this.#logger.error("hub request forwarding failed", { error: String(err) })
+    );
   }
 
   #unserve(peer: Peer, sid: number): void {

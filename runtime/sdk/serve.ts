@@ -4,7 +4,7 @@
 
 import type { Context } from "../context.ts";
 import type { DistributedRuntime } from "../distributed_runtime.ts";
-import { DynamoError } from "../errors.ts";
+import { DynamoError, InvalidArgumentError, TimeoutError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { instanceKey } from "../names.ts";
 import { ServiceConfig } from "./config.ts";
@@ -34,7 +34,16 @@ export interface ServeServiceOptions {
   logger?: Logger;
   /** Deadline for in-flight requests at shutdown, in ms (default 30000). */
   shutdownTimeoutMs?: number;
+  /**
+   * Deadline for the endpoints to show up in discovery once they serve, in ms (default
+   * 60000); past it the service stops and serveService throws a TimeoutError.
+   */
+  registerTimeoutMs?: number;
 }
+
+const DEFAULT_REGISTER_TIMEOUT_MS = 60_000;
+/** How often serveService looks for its endpoints' instance keys in discovery. */
+const REGISTER_POLL_MS = 20;
 
 /** A service being served by {@linkcode serveService}. */
 export interface ServingService {
@@ -85,12 +94,32 @@ function endpointHandler(instance: object, path: string, ep: EndpointMeta) {
   };
 }
 
+/** Resolves after `ms`, or at once when `signal` aborts; the timer never outlives it. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
 /**
  * Serves one `@service` class on `runtime` and resolves once every endpoint is registered
  * in discovery (so clients can find it). Sets {@linkcode dynamoContext} for the service.
+ * When serving fails after the `@asyncOnStart` hooks ran (or `signal` aborts before the
+ * service is ready), the endpoints stop and the `@asyncOnShutdown` hooks run before the
+ * error is thrown, so what the start hooks opened is closed.
  *
  * @throws {ServiceDefinitionError} the class is not a service
- * @throws {Error} whatever the constructor or an `@asyncOnStart` hook threw
+ * @throws {Error} whatever the constructor or an `@asyncOnStart` hook threw, or the
+ *   endpoints failed to start with
+ * @throws {TimeoutError} the endpoints were not in discovery within `registerTimeoutMs`
+ * @throws {unknown} `signal.reason` when `signal` aborted before the service was ready
  *
  * @example
  * ```ts
@@ -105,6 +134,12 @@ export async function serveService(
   runtime: DistributedRuntime,
   options: ServeServiceOptions = {},
 ): Promise<ServingService> {
+  const signal = options.signal;
+  signal?.throwIfAborted();
+  const registerTimeoutMs = options.registerTimeoutMs ?? DEFAULT_REGISTER_TIMEOUT_MS;
+  if (!(registerTimeoutMs > 0)) {
+    throw new InvalidArgumentError(`registerTimeoutMs must be > 0, got ${registerTimeoutMs}`);
+  }
   const meta = requireServiceMeta(cls);
   const config = options.config ?? ServiceConfig.getInstance();
   const settings = effectiveSettings(cls, config);
@@ -138,43 +173,66 @@ export async function serveService(
       await fn.call(instance);
     }
   };
-  await call(meta.onStart, "start");
 
+  // Listening before the start hooks run, so an abort while they run is not missed.
   const stop = new AbortController();
   const onAbort = () => stop.abort();
-  options.signal?.addEventListener("abort", onAbort, { once: true });
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    await call(meta.onStart, "start");
+  } catch (err) {
+    signal?.removeEventListener("abort", onAbort);
+    throw err;
+  }
+
   const paths = meta.endpoints.map((e) => `${settings.namespace}/${meta.name}/${e.name}`);
   const serving: Promise<void>[] = [];
-  if (settings.enabled) {
-    await component.createService();
-    for (const ep of meta.endpoints) {
-      const path = `${settings.namespace}/${meta.name}/${ep.name}`;
-      serving.push(
-        component.endpoint(ep.name).serveEndpoint(endpointHandler(instance, path, ep), {
-          signal: stop.signal,
-          shutdownTimeoutMs: options.shutdownTimeoutMs,
-        }),
+  const stopped = () => Promise.allSettled(serving);
+  try {
+    signal?.throwIfAborted();
+    if (settings.enabled) {
+      await component.createService();
+      for (const ep of meta.endpoints) {
+        const path = `${settings.namespace}/${meta.name}/${ep.name}`;
+        serving.push(
+          component.endpoint(ep.name).serveEndpoint(endpointHandler(instance, path, ep), {
+            signal: stop.signal,
+            shutdownTimeoutMs: options.shutdownTimeoutMs,
+          }),
+        );
+      }
+      await waitRegistered(
+        runtime,
+        meta.endpoints.map((ep) => ({
+          path: `${settings.namespace}/${meta.name}/${ep.name}`,
+          key: instanceKey(settings.namespace, meta.name, ep.name, runtime.instanceId),
+        })),
+        serving,
+        stop.signal,
+        registerTimeoutMs,
+        meta.name,
       );
     }
-  }
-  const stopped = Promise.allSettled(serving);
-  // Registered = every instance key is in discovery (or an endpoint failed to start).
-  const failed = Promise.race(serving.map((p) => p.then(() => "stopped" as const)));
-  failed.catch(() => {});
-  for (const ep of settings.enabled ? meta.endpoints : []) {
-    const key = instanceKey(settings.namespace, meta.name, ep.name, runtime.instanceId);
-    while ((await runtime.discovery.get(key)) === undefined) {
-      const early = await Promise.race([
-        failed.then((r) => r, (err: unknown) => err),
-        new Promise((r) => setTimeout(r, 20, "poll")),
-      ]);
-      if (early !== "poll") {
-        stop.abort();
-        await stopped;
-        if (early instanceof Error) throw early;
-        throw new DynamoError(`${meta.name} stopped before its endpoints were registered`);
+    signal?.throwIfAborted();
+  } catch (err) {
+    // The start hooks ran: stop what is serving and let the shutdown hooks close what the
+    // start hooks opened (an engine, a publisher), then report the original failure.
+    stop.abort();
+    await stopped();
+    signal?.removeEventListener("abort", onAbort);
+    for (const m of meta.onShutdown) {
+      try {
+        await call([m], "shutdown");
+      } catch (hookErr: unknown) {
+        log.error("shutdown hook failed after the service failed to start", {
+          method: String(m),
+          error: String(hookErr),
+        });
       }
     }
+    log.info("service stopped before it was ready", { error: String(err) });
+    // Stopped by the caller: say so, rather than what stopping did to the endpoints.
+    throw signal?.aborted ? signal.reason : err;
   }
   log.info("service ready", { endpoints: paths, instance: runtime.instanceId });
 
@@ -187,8 +245,8 @@ export async function serveService(
         stop.signal.addEventListener("abort", () => resolve(), { once: true });
       });
     }
-    const results = await stopped;
-    options.signal?.removeEventListener("abort", onAbort);
+    const results = await stopped();
+    signal?.removeEventListener("abort", onAbort);
     try {
       await call(meta.onShutdown, "shutdown");
     } finally {
@@ -208,4 +266,58 @@ export async function serveService(
       await done;
     },
   };
+}
+
+/**
+ * Waits until each endpoint's instance key is in discovery.
+ * @throws {TimeoutError} not all of them within `timeoutMs`
+ * @throws {Error} what an endpoint failed to start with
+ * @throws {DynamoError} an endpoint stopped (the runtime shut down, `stop` aborted) first
+ */
+async function waitRegistered(
+  runtime: DistributedRuntime,
+  endpoints: { path: string; key: string }[],
+  serving: Promise<void>[],
+  stop: AbortSignal,
+  timeoutMs: number,
+  name: string,
+): Promise<void> {
+  // An endpoint's serveEndpoint settles only when it stopped or failed to start.
+  const ended = Promise.race(serving).then(
+    () => ({ error: new DynamoError(`${name} stopped before its endpoints were registered`) }),
+    (error: unknown) => ({ error }),
+  );
+  const expired = new AbortController();
+  const timer = setTimeout(() => expired.abort(), timeoutMs);
+  const timedOut = new Promise<"timeout">((resolve) => {
+    expired.signal.addEventListener("abort", () => resolve("timeout"), { once: true });
+  });
+  try {
+    for (const { path, key } of endpoints) {
+      for (;;) {
+        // A discovery backend that stopped answering must not hold us past the deadline.
+        const found = await Promise.race([
+          runtime.discovery.get(key).then((v) => v !== undefined),
+          ended,
+          timedOut,
+        ]);
+        if (found === true) break;
+        if (found === "timeout") {
+          throw new TimeoutError(
+            `${name}: ${path} was not registered in discovery within ${timeoutMs} ms ` +
+              `(instance key ${key}); is the discovery backend reachable?`,
+          );
+        }
+        if (typeof found === "object") throw found.error;
+        if (stop.aborted) {
+          // serveEndpoint settles soon after; its outcome names the cause.
+          throw (await ended).error;
+        }
+        await pause(REGISTER_POLL_MS, expired.signal);
+      }
+    }
+  } finally {
+    clearTimeout(timer);
+    expired.abort();
+  }
 }

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { DistributedRuntime } from "../distributed_runtime.ts";
-import { RemoteError } from "../errors.ts";
+import { RemoteError, TimeoutError } from "../errors.ts";
 import { ServiceConfig } from "./config.ts";
 import { resolveGraph } from "./graph.ts";
 import { serveService } from "./serve.ts";
@@ -14,6 +14,7 @@ import {
   service,
 } from "./service.ts";
 import { Backend, Frontend, Middle } from "../../examples/hello_world/graph.ts";
+import { instanceKey } from "../names.ts";
 
 async function collect<T>(it: AsyncIterable<T>): Promise<T[]> {
   const out: T[] = [];
@@ -179,6 +180,157 @@ Deno.test("the sdk_config service sees CLI > YAML > decorator > constructor defa
       use_kv_cache: true,
       namespace: "prod",
     }]);
+  } finally {
+    await runtime.shutdown();
+  }
+});
+
+Deno.test("serveService gives up with a TimeoutError when its endpoints never show up in discovery", async () => {
+  const events: string[] = [];
+  @service({ dynamo: { namespace: "rt" } })
+  class Lost {
+    @asyncOnStart
+    async open() {
+      await Promise.resolve();
+      events.push("start");
+    }
+    @asyncOnShutdown
+    async close() {
+      await Promise.resolve();
+      events.push("shutdown");
+    }
+    @endpoint()
+    async *generate(_r: unknown) {
+      yield 1;
+    }
+  }
+  const runtime = await DistributedRuntime.connect();
+  const discovery = runtime.discovery;
+  const get = discovery.get.bind(discovery);
+  // Discovery that never answers with the key: the poll must end on its own deadline.
+  discovery.get = () => Promise.resolve(undefined);
+  try {
+    await assert.rejects(
+      serveService(Lost, runtime, { config: new ServiceConfig(), registerTimeoutMs: 100 }),
+      (e: unknown) =>
+        e instanceof TimeoutError &&
+        /Lost: rt\/Lost\/generate was not registered in discovery within 100 ms/.test(e.message),
+    );
+    assert.deepEqual(events, ["start", "shutdown"]);
+    const key = instanceKey("rt", "Lost", "generate", runtime.instanceId);
+    assert.equal(await get(key), undefined, "the endpoint left discovery again");
+  } finally {
+    discovery.get = get;
+    await runtime.shutdown();
+  }
+});
+
+Deno.test("serveService runs the shutdown hooks when serving fails after the start hooks ran", async () => {
+  const events: string[] = [];
+  @service({ dynamo: { namespace: "sf" } })
+  class Leaky {
+    @asyncOnStart
+    async open() {
+      await Promise.resolve();
+      events.push("engine opened");
+    }
+    @asyncOnShutdown
+    async closeEngine() {
+      await Promise.resolve();
+      events.push("engine closed");
+    }
+    @asyncOnShutdown
+    async closePublisher() {
+      await Promise.resolve();
+      events.push("publisher closed");
+      throw new Error("publisher already gone");
+    }
+    @asyncOnShutdown
+    async last() {
+      await Promise.resolve();
+      events.push("last hook");
+    }
+    @endpoint()
+    async *generate(_r: unknown) {
+      yield 1;
+    }
+  }
+  const runtime = await DistributedRuntime.connect();
+  const discovery = runtime.discovery;
+  const put = discovery.put.bind(discovery);
+  discovery.put = () => Promise.reject(new Error("discovery refused the write"));
+  try {
+    // createService() fails: the original error comes out, every shutdown hook ran.
+    await assert.rejects(
+      serveService(Leaky, runtime, { config: new ServiceConfig() }),
+      /discovery refused the write/,
+    );
+    assert.deepEqual(events, ["engine opened", "engine closed", "publisher closed", "last hook"]);
+  } finally {
+    discovery.put = put;
+    await runtime.shutdown();
+  }
+});
+
+Deno.test("serveService starts nothing when its signal is already aborted", async () => {
+  let constructed = 0;
+  @service({ dynamo: { namespace: "ab" } })
+  class Never {
+    constructor() {
+      constructed++;
+    }
+    @endpoint()
+    async *generate(_r: unknown) {
+      yield 1;
+    }
+  }
+  const runtime = await DistributedRuntime.connect();
+  try {
+    const abort = new AbortController();
+    abort.abort(new Error("stopped before it started"));
+    await assert.rejects(
+      serveService(Never, runtime, { config: new ServiceConfig(), signal: abort.signal }),
+      /stopped before it started/,
+    );
+    assert.equal(constructed, 0);
+    assert.deepEqual(await runtime.discovery.list("v1/"), []);
+  } finally {
+    await runtime.shutdown();
+  }
+});
+
+Deno.test("a signal aborted while a start hook runs stops the service before it is ready", async () => {
+  const events: string[] = [];
+  const abort = new AbortController();
+  @service({ dynamo: { namespace: "as" } })
+  class Slow {
+    @asyncOnStart
+    async open() {
+      await Promise.resolve();
+      abort.abort(new Error("Ctrl-C during start"));
+      events.push("start");
+    }
+    @asyncOnShutdown
+    async close() {
+      await Promise.resolve();
+      events.push("shutdown");
+    }
+    @endpoint()
+    async *generate(_r: unknown) {
+      yield 1;
+    }
+  }
+  const runtime = await DistributedRuntime.connect();
+  try {
+    await assert.rejects(
+      serveService(Slow, runtime, { config: new ServiceConfig(), signal: abort.signal }),
+      /Ctrl-C during start/,
+    );
+    assert.deepEqual(events, ["start", "shutdown"]);
+    assert.deepEqual(
+      (await runtime.discovery.list("v1/")).filter((kv) => kv.key.includes("/Slow/")),
+      [],
+    );
   } finally {
     await runtime.shutdown();
   }

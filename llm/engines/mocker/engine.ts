@@ -3,7 +3,7 @@
 // generated token back as the pass that produced it completes.
 
 import type { Context } from "../../../runtime/context.ts";
-import { EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
+import { DynamoError, EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../../runtime/logger.ts";
 import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
 import { BlockManager, type BlockManagerOptions } from "./block_manager.ts";
@@ -40,6 +40,13 @@ export type TokensHandler = (
   context?: Context,
 ) => AsyncGenerator<LLMEngineOutput>;
 
+/**
+ * The mocker could not run a request: no forward pass could fit it (the KV cache is held
+ * elsewhere), or the forward-pass loop failed. The request ends with this instead of
+ * waiting forever.
+ */
+export class MockerSchedulingError extends DynamoError {}
+
 const FIRST_TOKEN_ID = 256;
 /** Yield to the event loop at least this often (ms) even when the clock is behind. */
 const MAX_BUSY_MS = 5;
@@ -68,7 +75,8 @@ export class MockerEngine {
   readonly #now: () => number;
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #logger: Logger;
-  readonly #wakers = new Set<() => void>();
+  /** Requests in flight: wake one (no error), or end it with an error. */
+  readonly #requests = new Map<Sequence, (error?: Error) => void>();
   #loop: Promise<void> = Promise.resolve();
   #looping = false;
   #closed = false;
@@ -76,9 +84,31 @@ export class MockerEngine {
 
   /** @throws {InvalidArgumentError} an option out of range */
   constructor(options: MockerEngineOptions = {}) {
-    this.blockManager = new BlockManager({ ...options, onEvent: options.onKvEvent });
+    this.#logger = options.logger ?? silentLogger;
+    // A sink that throws (a publisher gone) must not stop forward passes: every request
+    // in flight would wait forever. It is logged instead.
+    const onKvEvent = options.onKvEvent;
+    this.blockManager = new BlockManager({
+      ...options,
+      onEvent: onKvEvent && ((event) => {
+        try {
+          onKvEvent(event);
+        } catch (err: unknown) {
+          this.#logger.warn("mocker KV event sink failed", { error: String(err) });
+        }
+      }),
+    });
     this.scheduler = new Scheduler(this.blockManager, options);
-    this.#onMetrics = options.onMetrics ?? (() => {});
+    const onMetrics = options.onMetrics;
+    this.#onMetrics = onMetrics
+      ? (metrics) => {
+        try {
+          onMetrics(metrics);
+        } catch (err: unknown) {
+          this.#logger.warn("mocker metrics sink failed", { error: String(err) });
+        }
+      }
+      : () => {};
     this.#metricsIntervalMs = options.metricsIntervalMs ?? 0;
     if (!(this.#metricsIntervalMs >= 0)) {
       throw new InvalidArgumentError(
@@ -99,7 +129,6 @@ export class MockerEngine {
     }
     this.#now = options.now ?? (() => performance.now());
     this.#sleep = options.sleep ?? defaultSleep;
-    this.#logger = options.logger ?? silentLogger;
   }
 
   /** Forward passes run so far. */
@@ -120,8 +149,11 @@ export class MockerEngine {
    *
    * @param request `{token_ids, stop_conditions, eos_token_ids, migrated_tokens?, ...}`
    * @param context the request's context (cancellation)
-   * @throws {InvalidArgumentError} a request without token_ids, or too long for the cache
+   * @throws {InvalidArgumentError} a request without token_ids, or a prompt larger than
+   *   the whole KV cache (max_tokens is capped so that prompt and output fit it)
    * @throws {EngineShutdownError} the engine closed before the request finished
+   * @throws {MockerSchedulingError} no forward pass could take the request, or the
+   *   forward-pass loop failed
    */
   async *generate(
     request: PreprocessedRequest,
@@ -157,6 +189,7 @@ export class MockerEngine {
     let pending: number[] = [];
     let first = true;
     let finished = false;
+    let failure: Error | undefined;
     let wake: (() => void) | undefined;
     const waker = () => wake?.();
     const seq: Sequence = this.scheduler.add({
@@ -171,7 +204,10 @@ export class MockerEngine {
         waker();
       },
     });
-    this.#wakers.add(waker);
+    this.#requests.set(seq, (error) => {
+      failure ??= error;
+      waker();
+    });
     signal?.addEventListener("abort", waker, { once: true });
     this.#kick();
     try {
@@ -197,13 +233,14 @@ export class MockerEngine {
           yield out;
           continue;
         }
+        if (failure) throw failure;
         if (this.#closed) throw new EngineShutdownError("mocker engine shut down mid-request");
         await new Promise<void>((resolve) => (wake = resolve));
         wake = undefined;
       }
     } finally {
       signal?.removeEventListener("abort", waker);
-      this.#wakers.delete(waker);
+      this.#requests.delete(seq);
       const active = seq.state === "waiting" || seq.state === "running";
       this.scheduler.abort(seq);
       if (active && !this.#looping) this.#onMetrics(this.scheduler.metrics());
@@ -216,7 +253,7 @@ export class MockerEngine {
    */
   async close(): Promise<void> {
     this.#closed = true;
-    for (const w of [...this.#wakers]) w();
+    for (const wake of [...this.#requests.values()]) wake();
     await this.#loop;
     this.scheduler.abortAll();
   }
@@ -229,6 +266,43 @@ export class MockerEngine {
     });
   }
 
+  /** Ends every request in flight with `error` (the loop that would run them failed). */
+  #failAll(error: Error): void {
+    for (const [seq, fail] of [...this.#requests]) {
+      this.scheduler.abort(seq);
+      fail(error);
+    }
+    this.#onMetrics(this.scheduler.metrics());
+  }
+
+  /**
+   * A pass planned nothing and preempted nothing: nothing runs, so nothing will free
+   * blocks, and the waiting requests cannot be admitted. The scheduler refuses prompts
+   * larger than the cache and caps max_tokens to fit, so this only happens when blocks are
+   * held outside the scheduler; the waiting requests end with an error instead of waiting
+   * forever.
+   * @returns how many requests were ended
+   */
+  #failUnschedulable(): number {
+    const bm = this.blockManager;
+    let failed = 0;
+    for (const [seq, fail] of [...this.#requests]) {
+      if (seq.state !== "waiting") continue;
+      this.scheduler.abort(seq);
+      fail(
+        new MockerSchedulingError(
+          `the mocker cannot schedule request ${seq.id} (${seq.tokens.length} tokens): no ` +
+            `forward pass fits it with ${bm.availableBlocks} of ${bm.numGpuBlocks} KV blocks ` +
+            `available (watermark ${bm.watermarkBlocks}, block size ${bm.blockSize}, ` +
+            `${this.scheduler.numRunning} running)`,
+        ),
+      );
+      failed++;
+    }
+    if (failed > 0) this.#onMetrics(this.scheduler.metrics());
+    return failed;
+  }
+
   async #run(): Promise<void> {
     // `#looping` is cleared in the same synchronous turn as the last hasWork check, so a
     // request added after it always starts a new loop.
@@ -239,11 +313,20 @@ export class MockerEngine {
       while (!this.#closed && this.scheduler.hasWork) {
         const plan = this.scheduler.schedule();
         if (plan.entries.length === 0) {
+          // Preempting freed blocks: the next plan admits again. Otherwise nothing fits.
+          if (plan.preempted.length > 0) continue;
           this.#logger.warn("mocker has work but nothing fits a forward pass", {
             waiting: this.scheduler.numWaiting,
             running: this.scheduler.numRunning,
+            available_blocks: this.blockManager.availableBlocks,
           });
-          break;
+          if (this.#failUnschedulable() > 0) continue;
+          // Sequences added to the scheduler directly, with nobody to tell: stop here.
+          throw new MockerSchedulingError(
+            `nothing fits a forward pass (${this.scheduler.numWaiting} waiting, ` +
+              `${this.scheduler.numRunning} running, ${this.blockManager.availableBlocks} ` +
+              `KV blocks available)`,
+          );
         }
         // Simulated time runs ahead of the wall clock by at most one pass; short passes
         // are batched into one sleep, and a loop far behind stops catching up.
@@ -263,6 +346,17 @@ export class MockerEngine {
           this.#onMetrics(this.scheduler.metrics());
         }
       }
+    } catch (err: unknown) {
+      // Before `#looping` clears: a request that arrives after this starts a new loop and
+      // is not ended with this one's failure.
+      this.#logger.error("mocker loop failed", { error: String(err) });
+      // Nothing would run the requests in flight until another one arrived: end them.
+      const message = err instanceof Error ? err.message : String(err);
+      this.#failAll(
+        new MockerSchedulingError(`the mocker's forward-pass loop failed: ${message}`, {
+          cause: err,
+        }),
+      );
     } finally {
       this.#looping = false;
     }

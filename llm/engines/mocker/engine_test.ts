@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { Context } from "../../../runtime/context.ts";
 import { DistributedRuntime } from "../../../runtime/distributed_runtime.ts";
-import { EngineShutdownError } from "../../../runtime/errors.ts";
+import { EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
 import { computeBlockHashes } from "../../kv_router/hashing.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
-import { MockerEngine, type MockerEngineOptions } from "./engine.ts";
+import { MockerEngine, type MockerEngineOptions, MockerSchedulingError } from "./engine.ts";
 import type { ForwardPassMetrics, KvCacheEventData } from "./kv_types.ts";
 import { decodeTimeMs, prefillTimeMs } from "./timing.ts";
 
@@ -252,6 +252,128 @@ Deno.test("the mocker's first output says how much of the prompt its prefix cach
     const again = await collect(engine.generate(req(p, { stop_conditions: { max_tokens: 2 } })));
     assert.equal(again[0]!.cached_tokens, 96);
     assert.equal(again.slice(1).some((o) => o.cached_tokens !== undefined), false);
+  } finally {
+    await engine.close();
+  }
+});
+
+/** `p`, or a failure naming `what` when it has not settled within `ms` (a hang). */
+async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`still pending after ${ms} ms: ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([p, hung]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+Deno.test("a prompt larger than the whole KV cache fails at once; max_tokens is capped to fit", async () => {
+  // 4 blocks of 4 tokens, no watermark: 16 tokens in all.
+  const { engine } = simulated({ numGpuBlocks: 4, blockSize: 4, watermark: 0 });
+  try {
+    await assert.rejects(
+      within(collect(engine.generate(req(prompt(17)))), 2000, "the oversized request"),
+      (e: unknown) =>
+        e instanceof InvalidArgumentError &&
+        /a prompt of 17 tokens does not fit the mocker's KV cache of 16 tokens/.test(e.message),
+    );
+    // 10 prompt tokens + 6 more fit (the last output token needs no KV): 7 tokens.
+    const out = await within(
+      collect(engine.generate(req(prompt(10), { stop_conditions: { max_tokens: 100 } }))),
+      2000,
+      "the capped request",
+    );
+    assert.equal(out.flatMap((o) => o.token_ids).length, 7);
+    assert.equal(out.at(-1)?.finish_reason, "length");
+    assert.equal(engine.blockManager.activeBlocks, 0);
+  } finally {
+    await engine.close();
+  }
+});
+
+Deno.test("requests no forward pass can take end with MockerSchedulingError instead of hanging", async () => {
+  const { engine } = simulated({ numGpuBlocks: 4, blockSize: 4, watermark: 0 });
+  try {
+    // Blocks held outside the scheduler: nothing runs that could free them.
+    engine.blockManager.allocate(4);
+    const a = collect(engine.generate(req(prompt(8), { stop_conditions: { max_tokens: 2 } })));
+    const b = collect(engine.generate(req(prompt(5), { stop_conditions: { max_tokens: 2 } })));
+    b.catch(() => {}); // checked below; handled even if the check of `a` fails first
+    for (const [name, p] of [["a", a], ["b", b]] as const) {
+      await assert.rejects(
+        within(p, 2000, `request ${name}`),
+        (e: unknown) =>
+          e instanceof MockerSchedulingError &&
+          /cannot schedule request .*no forward pass fits it with 0 of 4 KV blocks available/
+            .test(e.message),
+      );
+    }
+    assert.equal(engine.scheduler.hasWork, false);
+    // Once the blocks are back, the engine serves again.
+    engine.blockManager.release([], 4);
+    const out = await within(
+      collect(engine.generate(req(prompt(8), { stop_conditions: { max_tokens: 2 } }))),
+      2000,
+      "a request after the blocks came back",
+    );
+    assert.equal(out.flatMap((o) => o.token_ids).length, 2);
+  } finally {
+    await engine.close();
+  }
+});
+
+Deno.test("KV event and metrics sinks that throw do not stop the forward passes", async () => {
+  const { engine } = simulated({
+    onKvEvent: () => {
+      throw new Error("publisher gone");
+    },
+    onMetrics: () => {
+      throw new Error("metrics publisher gone");
+    },
+  });
+  try {
+    const out = await within(
+      collect(engine.generate(req(prompt(40), { stop_conditions: { max_tokens: 20 } }))),
+      2000,
+      "a request whose sinks throw",
+    );
+    assert.equal(out.flatMap((o) => o.token_ids).length, 20);
+    assert.equal(out.at(-1)?.finish_reason, "length");
+  } finally {
+    await engine.close();
+  }
+});
+
+Deno.test("when the forward-pass loop fails, requests in flight end with MockerSchedulingError", async () => {
+  let broken = false;
+  const engine = new MockerEngine({
+    sleep: () =>
+      broken ? Promise.reject(new Error("clock broke")) : new Promise((r) => setTimeout(r, 0)),
+  });
+  try {
+    broken = true;
+    await assert.rejects(
+      within(
+        collect(engine.generate(req(prompt(8), { stop_conditions: { max_tokens: 5 } }))),
+        2000,
+        "a request on a failed loop",
+      ),
+      (e: unknown) =>
+        e instanceof MockerSchedulingError &&
+        /the mocker's forward-pass loop failed: clock broke/.test(e.message),
+    );
+    assert.equal(engine.blockManager.activeBlocks, 0);
+    // The next request starts a new loop.
+    broken = false;
+    const out = await within(
+      collect(engine.generate(req(prompt(8), { stop_conditions: { max_tokens: 5 } }))),
+      2000,
+      "a request after the failure",
+    );
+    assert.equal(out.flatMap((o) => o.token_ids).length, 5);
   } finally {
     await engine.close();
   }

@@ -67,7 +67,7 @@ export function parseCommandArgs<T extends ParseArgsConfig["options"]>(
   } catch (err: unknown) {
     if (err instanceof TypeError) {
       // node's advice on "--" is noise here; keep the first sentence.
-      throw new UsageError(err.message.split(". To specify")[0]!, command);
+      throw new UsageError(err.message.split(". To specify")[0]!.replaceAll("\n", " "), command);
     }
     throw err;
   }

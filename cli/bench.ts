@@ -107,8 +107,11 @@ function parseFlags(args: string[]): BenchFlags | undefined {
   for (
     const [flag, v] of [["kv-overlap-score-weight", weight], ["router-temperature", temperature]]
   ) {
-    if (v !== undefined && !(Number(v) >= 0)) {
-      throw new UsageError(`--${flag} must be a number >= 0, got ${JSON.stringify(v)}`, "bench");
+    if (v !== undefined && (v.trim() === "" || !(Number(v) >= 0) || !Number.isFinite(Number(v)))) {
+      throw new UsageError(
+        `--${flag} must be a finite number >= 0, got ${JSON.stringify(v)}`,
+        "bench",
+      );
     }
   }
   return {

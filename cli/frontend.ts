@@ -66,8 +66,11 @@ export function parseHttpFlags(
     const raw = values[flag];
     if (raw === undefined) continue;
     const n = Number(raw);
-    if (raw.trim() === "" || !(n >= 0)) {
-      throw new UsageError(`--${flag} must be a number >= 0, got ${JSON.stringify(raw)}`, command);
+    if (raw.trim() === "" || !(n >= 0) || !Number.isFinite(n)) {
+      throw new UsageError(
+        `--${flag} must be a finite number >= 0, got ${JSON.stringify(raw)}`,
+        command,
+      );
     }
     if (routerMode !== "kv") {
       throw new UsageError(`--${flag} applies to --router-mode kv only`, command);

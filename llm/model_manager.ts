@@ -20,7 +20,10 @@ import {
 import { KvRouter } from "./kv_router/router.ts";
 import { Tokenizer } from "./tokenizer.ts";
 
-/** How the frontend spreads requests over a model's instances. */
+/**
+ * How the frontend spreads requests over a model's instances. "kv" applies to models that
+ * take tokens; requests to text models go round-robin (logged once per model).
+ */
 export type RouterMode = "round-robin" | "random" | "kv";
 
 /** The KV router's settings (router mode "kv"). */
@@ -77,6 +80,7 @@ export class ServedModel {
   #pipeline: Promise<ModelPipeline> | undefined;
   #pipelineSum: string | undefined;
   #next = 0;
+  #kvFallbackLogged = false;
 
   /** @internal */
   constructor(manager: ModelManager, entry: ModelEntry) {
@@ -133,15 +137,28 @@ export class ServedModel {
       .catch(() => {});
     const options = { context, instances };
     const mode = this.#manager.routerMode;
-    if (mode === "kv" && hasTokens(request) && this.modelInput === ModelInput.Tokens) {
-      const { card } = await this.pipeline();
-      const router = this.#manager.kvRouterFor(group.path, client, card.kv_cache_block_size);
-      return await router.generate<T & { token_ids?: number[] }>(
-        request,
-        options,
-      ) as ResponseStream<
-        T
-      >;
+    if (mode === "kv") {
+      if (hasTokens(request) && this.modelInput === ModelInput.Tokens) {
+        const { card } = await this.pipeline();
+        const router = this.#manager.kvRouterFor(group.path, client, card.kv_cache_block_size);
+        return await router.generate<T & { token_ids?: number[] }>(
+          request,
+          options,
+        ) as ResponseStream<
+          T
+        >;
+      }
+      // The KV router needs token ids: a text model (or a request without them) goes
+      // round-robin. Say so once per model, or the operator sees kv mode silently not apply.
+      if (!this.#kvFallbackLogged) {
+        this.#kvFallbackLogged = true;
+        this.#manager.kvFallback(
+          this.name,
+          this.modelInput === ModelInput.Tokens
+            ? "request has no token_ids"
+            : "model takes text, not tokens",
+        );
+      }
     }
     return mode === "random"
       ? await client.random<T>(request, options)
@@ -323,6 +340,11 @@ export class ModelManager {
     }
     const tokenizer = Tokenizer.fromBytes(tj, tc);
     return { card, tokenizer, preprocessor: new Preprocessor({ card, tokenizer }) };
+  }
+
+  /** @internal Logs that a model's requests bypass the KV router (called once per model). */
+  kvFallback(model: string, reason: string): void {
+    this.#log.warn("router mode kv does not apply; routing round-robin", { model, reason });
   }
 
   /**

@@ -12,6 +12,10 @@
  * the indexer asks every worker (`"*"`) for its state, so it can start after them.
  * Workers are removed when their last instance under the component leaves discovery.
  *
+ * Lookups wait for that start (subscriptions ready, discovery synced, the `"*"` request
+ * sent) for at most `readyTimeoutMs`; a start that failed is tried again by the next
+ * lookup.
+ *
  * {@linkcode ApproxKvIndexer} is for engines that publish no events: the router tells it
  * where it sent each request, and it assumes the worker caches the request's blocks for
  * a while (TTL, default 120 s).
@@ -20,7 +24,7 @@
  */
 
 import type { Component } from "../../runtime/component.ts";
-import { InvalidArgumentError } from "../../runtime/errors.ts";
+import { DynamoError, InvalidArgumentError, TimeoutError } from "../../runtime/errors.ts";
 import type { EventSubscription } from "../../runtime/events/mod.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import type { RuntimeInternals } from "../../runtime/component.ts";
@@ -48,6 +52,39 @@ export interface KvIndexerOptions {
   maxBufferedEvents?: number;
   /** Report per-block lookup frequencies within this window, in ms (default: off). */
   frequencyWindowMs?: number;
+  /**
+   * How long a lookup waits for the indexer to start (event subscriptions ready,
+   * discovery synced, workers asked for their state), in ms (default 5000).
+   */
+  readyTimeoutMs?: number;
+}
+
+/** One event-plane subscription of the indexer, and how its start went. */
+interface Feed {
+  /** What it is, for errors: "the kv_events subscription of ns/backend". */
+  what: string;
+  name: string;
+  handle: (payload: Uint8Array) => void;
+  sub: EventSubscription;
+  /** Its `ready` settled: "ok", or "failed" (subscribe again on the next start). */
+  state: "waiting" | "ok" | "failed";
+}
+
+/** `promise`, or the error from `late()` once `ms` pass. */
+async function withDeadline<T>(promise: Promise<T>, ms: number, late: () => Error): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(late()), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }
 
 interface Resync {
@@ -156,8 +193,7 @@ export class KvIndexer {
   readonly #log: Logger;
   readonly #stop = new AbortController();
   readonly #signal: AbortSignal;
-  readonly #events: EventSubscription;
-  readonly #replies: EventSubscription;
+  readonly #feeds: Feed[];
   readonly #replyName: string;
   readonly #sync = new Map<string, WorkerSync>();
   /** Dumps being received: `${worker}\0${nonce}` -> entries so far. */
@@ -165,8 +201,13 @@ export class KvIndexer {
   /** Workers that left discovery; their stray events and dumps are ignored. */
   readonly #gone = new Set<string>();
   readonly #watch: InstanceWatch;
-  readonly #ready: Promise<void>;
-  readonly #tasks: Promise<void>[];
+  #watchSynced = false;
+  /** The start under way (undefined: none, or the last one failed). */
+  #starting: Promise<void> | undefined;
+  #started = false;
+  #resyncSent = false;
+  readonly #readyTimeoutMs: number;
+  readonly #tasks: Promise<void>[] = [];
   readonly #timeoutMs: number;
   readonly #attempts: number;
   readonly #maxBuffered: number;
@@ -175,8 +216,8 @@ export class KvIndexer {
   /**
    * @param component the workers' component
    * @param blockSize tokens per KV block (the workers' `kv_cache_block_size`)
-   * @param options resync tuning
-   * @throws {InvalidArgumentError} a bad block size
+   * @param options resync and start-up tuning
+   * @throws {InvalidArgumentError} a bad block size or timeout
    */
   constructor(component: Component, blockSize: number, options: KvIndexerOptions = {}) {
     checkBlockSize(blockSize);
@@ -187,12 +228,18 @@ export class KvIndexer {
     this.#timeoutMs = options.resyncTimeoutMs ?? 2000;
     this.#attempts = options.resyncAttempts ?? 3;
     this.#maxBuffered = options.maxBufferedEvents ?? 100_000;
+    this.#readyTimeoutMs = options.readyTimeoutMs ?? 5000;
+    if (!(this.#readyTimeoutMs > 0)) {
+      throw new InvalidArgumentError(`readyTimeoutMs must be > 0, got ${this.#readyTimeoutMs}`);
+    }
     const id = `${this.#rt.instanceId}-${++indexerSeq}`;
     this.#log = this.#rt.logger.child({ component: component.path, kv_indexer: id });
     this.#signal = AbortSignal.any([this.#stop.signal, this.#rt.shutdownSignal]);
     this.#replyName = `${KV_STATE}.${id}`;
-    this.#events = component.subscribeEvents(KV_EVENTS, { signal: this.#signal });
-    this.#replies = component.subscribeEvents(this.#replyName, { signal: this.#signal });
+    this.#feeds = [
+      this.#feed(KV_EVENTS, (bytes) => this.#onEvent(bytes)),
+      this.#feed(this.#replyName, (bytes) => this.#onChunk(bytes)),
+    ];
     this.#watch = new InstanceWatch(this.#rt, component, this.#signal, {
       left: (w) => {
         this.#log.debug("worker left discovery", { worker: w });
@@ -202,14 +249,10 @@ export class KvIndexer {
       },
       joined: (w) => void this.#gone.delete(w),
     });
-    this.#tasks = [this.#consumeEvents(), this.#consumeReplies(), this.#watch.done];
-    for (const t of this.#tasks) {
-      this.#rt.track(t);
-      t.catch((err) => this.#log.warn("indexer task failed", { error: String(err) }));
-    }
-    this.#ready = Promise.all([this.#events.ready, this.#replies.ready, this.#watch.synced])
-      .then(() => this.requestResync("*"));
-    this.#ready.catch((err) => this.#log.warn("indexer start failed", { error: String(err) }));
+    void this.#watch.synced.then(() => (this.#watchSynced = true));
+    this.#track(this.#watch.done);
+    for (const f of this.#feeds) this.#track(this.#consume(f));
+    this.#begin().catch(() => {}); // logged in #begin; lookups see the error
   }
 
   /** Tokens per KV block. */
@@ -219,10 +262,14 @@ export class KvIndexer {
 
   /**
    * Resolves once the indexer follows events and discovery and has asked the workers for
-   * their state (their dumps arrive after).
+   * their state (their dumps arrive after). Each read waits at most `readyTimeoutMs`, and
+   * starts the indexer again if its last start failed.
+   *
+   * @throws {TimeoutError} not started in time (the message names what it waits for)
+   * @throws {DynamoError} the start failed (the message says how), or the indexer is closed
    */
   get ready(): Promise<void> {
-    return this.#ready;
+    return this.#whenReady();
   }
 
   /** Workers whose state dump is awaited (their events are buffered meanwhile). */
@@ -237,21 +284,28 @@ export class KvIndexer {
    * @param loraId LoRA adapter id (0 or absent: the base model)
    * @returns matched blocks per worker
    * @throws {InvalidArgumentError} a bad LoRA id
+   * @throws {TimeoutError} the indexer did not start in time (see {@linkcode ready})
+   * @throws {DynamoError} its start failed; the next lookup tries again
    */
   async findMatchesForRequest(tokenIds: ArrayLike<number>, loraId = 0): Promise<OverlapScores> {
-    await this.#ready;
+    if (!this.#started) await this.#whenReady();
     return this.tree.findMatches(computeLocalHashes(tokenIds, this.#blockSize, loraId));
   }
 
-  /** Scores workers by how much of a prefix, given as local block hashes, they cache. */
+  /**
+   * Scores workers by how much of a prefix, given as local block hashes, they cache.
+   * @throws {TimeoutError} the indexer did not start in time (see {@linkcode ready})
+   * @throws {DynamoError} its start failed; the next lookup tries again
+   */
   async findMatches(localHashes: ArrayLike<BlockHash>): Promise<OverlapScores> {
-    await this.#ready;
+    if (!this.#started) await this.#whenReady();
     return this.tree.findMatches(localHashes);
   }
 
   /**
    * Applies one event through the per-worker event-id bookkeeping: in order, duplicates
-   * dropped, a gap starts a resync of the worker.
+   * dropped, a gap starts a resync of the worker, and so does event 1 coming again (the
+   * worker restarted, or a duplicate: its state dump settles which).
    */
   applyEvent(ev: RouterEvent): void {
     const w = ev.worker_id;
@@ -273,10 +327,17 @@ export class KvIndexer {
       st.last = id;
       this.#apply(ev);
     } else if (id === 1) {
-      // The worker's publisher started over: so did its cache.
-      this.tree.clearWorker(w);
-      st.last = 1;
-      this.#apply(ev);
+      // Id 1 again: either the worker's publisher started over (and so did its cache), or
+      // event 1 came twice (a redelivery, an overlap of subscriptions). The wire carries
+      // nothing that tells them apart (no publisher epoch), and guessing wrong costs either
+      // the worker's whole state (clearing on a duplicate) or a stale one (ignoring a
+      // restart). So ask the worker: its dump is its state now, whichever it was, and the
+      // tree keeps the old state until the dump replaces it.
+      this.#log.debug("event 1 again (restart or duplicate); resynchronising", {
+        worker: w,
+        last: st.last,
+      });
+      this.#startResync(w, ev);
     } else if (id > st.last) {
       this.#log.debug("event gap; resynchronising", { worker: w, last: st.last, got: id });
       this.#startResync(w, ev);
@@ -306,8 +367,128 @@ export class KvIndexer {
     for (const st of this.#sync.values()) {
       if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
     }
-    await Promise.allSettled([this.#events.unsubscribe(), this.#replies.unsubscribe()]);
+    await Promise.allSettled(this.#feeds.map((f) => f.sub.unsubscribe()));
     await Promise.allSettled(this.#tasks);
+  }
+
+  #track(task: Promise<void>): void {
+    this.#tasks.push(task);
+    this.#rt.track(task);
+    task.catch((err) => this.#log.warn("indexer task failed", { error: String(err) }));
+  }
+
+  #feed(name: string, handle: (payload: Uint8Array) => void): Feed {
+    const f: Feed = {
+      what: `the ${name} subscription of ${this.#component.path}`,
+      name,
+      handle,
+      sub: undefined!,
+      state: "waiting",
+    };
+    this.#subscribe(f);
+    return f;
+  }
+
+  #subscribe(f: Feed): void {
+    const sub = this.#component.subscribeEvents(f.name, { signal: this.#signal });
+    f.sub = sub;
+    f.state = "waiting";
+    (sub.ready ?? Promise.resolve()).then(
+      () => void (f.sub === sub && (f.state = "ok")),
+      () => void (f.sub === sub && (f.state = "failed")),
+    );
+  }
+
+  /**
+   * Waits (at most `readyTimeoutMs`) for the start under way, or begins one when there is
+   * none (the last one failed).
+   */
+  #whenReady(): Promise<void> {
+    if (this.#started) return Promise.resolve();
+    if (this.#signal.aborted) {
+      return Promise.reject(
+        new DynamoError(`the KvIndexer of ${this.#component.path} is closed; it never started`),
+      );
+    }
+    const ms = this.#readyTimeoutMs;
+    return withDeadline(
+      this.#begin(),
+      ms,
+      () =>
+        new TimeoutError(
+          `the KvIndexer of ${this.#component.path} was not ready after ${ms} ms: ` +
+            `still waiting for ${this.#pendingStart()}`,
+        ),
+    );
+  }
+
+  /** The start under way, or a new one. */
+  #begin(): Promise<void> {
+    if (this.#starting) return this.#starting;
+    const starting: Promise<void> = this.#start().then(
+      () => {
+        this.#started = true;
+      },
+      (err) => {
+        if (this.#starting === starting) this.#starting = undefined;
+        this.#log.warn("indexer start failed; the next lookup tries again", {
+          error: errorText(err),
+        });
+        throw err;
+      },
+    );
+    this.#starting = starting;
+    return starting;
+  }
+
+  async #start(): Promise<void> {
+    this.#resyncSent = false;
+    // A subscription whose `ready` failed may never have reached the server: renew it.
+    for (const f of this.#feeds) {
+      if (f.state !== "failed") continue;
+      await f.sub.unsubscribe();
+      this.#subscribe(f);
+      this.#track(this.#consume(f));
+    }
+    await Promise.all([
+      ...this.#feeds.map(async (f) => {
+        try {
+          await f.sub.ready;
+        } catch (err) {
+          throw new DynamoError(
+            `the KvIndexer of ${this.#component.path} cannot start: ${f.what} failed: ` +
+              errorText(err),
+            { cause: err },
+          );
+        }
+      }),
+      this.#watch.synced,
+    ]);
+    if (this.#signal.aborted) {
+      throw new DynamoError(`the KvIndexer of ${this.#component.path} was closed while starting`);
+    }
+    try {
+      await this.requestResync("*");
+    } catch (err) {
+      throw new DynamoError(
+        `the KvIndexer of ${this.#component.path} cannot ask the workers for their state ` +
+          `(${KV_RESYNC}): ${errorText(err)}`,
+        { cause: err },
+      );
+    }
+    this.#resyncSent = true;
+  }
+
+  /** What the start under way still waits for. */
+  #pendingStart(): string {
+    const parts = this.#feeds.filter((f) => f.state === "waiting").map((f) => f.what);
+    if (!this.#watchSynced) {
+      parts.push(`the discovery watch of ${this.#component.path}'s instances to sync`);
+    }
+    if (parts.length === 0 && !this.#resyncSent) {
+      parts.push(`the ${KV_RESYNC} request to the workers to be sent`);
+    }
+    return parts.join(", ") || "nothing (it has just started)";
   }
 
   #apply(ev: RouterEvent): void {
@@ -387,28 +568,30 @@ export class KvIndexer {
       buffered: buffered.length,
     });
     buffered.sort((a, b) => a.event.event_id - b.event.event_id);
-    for (const ev of buffered) this.applyEvent(ev);
+    // Events the dump already reflects are dropped here: applyEvent would take a stale
+    // id 1 for a restart and ask for the state again.
+    for (const ev of buffered) if (ev.event.event_id > lastEventId) this.applyEvent(ev);
   }
 
-  async #consumeEvents(): Promise<void> {
-    for await (const msg of this.#events) {
-      let ev: RouterEvent;
-      try {
-        ev = decodeRouterEvent(msg.payload);
-      } catch (err) {
-        this.#log.warn("ignoring a malformed KV event", { error: String(err) });
-        continue;
-      }
-      this.applyEvent(ev);
+  #onEvent(bytes: Uint8Array): void {
+    let ev: RouterEvent;
+    try {
+      ev = decodeRouterEvent(bytes);
+    } catch (err) {
+      this.#log.warn("ignoring a malformed KV event", { error: String(err) });
+      return;
     }
+    this.applyEvent(ev);
   }
 
-  async #consumeReplies(): Promise<void> {
-    for await (const msg of this.#replies) {
+  async #consume(f: Feed): Promise<void> {
+    for await (const msg of f.sub) {
       try {
-        this.#onChunk(msg.payload);
+        f.handle(msg.payload);
       } catch (err) {
-        this.#log.warn("ignoring a malformed state chunk", { error: String(err) });
+        this.#log.warn(`ignoring a message on ${f.name} that could not be handled`, {
+          error: String(err),
+        });
       }
     }
   }

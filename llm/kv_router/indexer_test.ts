@@ -1,11 +1,21 @@
-// Indexer units in one process: the approximate indexer's TTL on an injected clock, and
-// the event-id bookkeeping of KvIndexer.
+// Indexer units in one process: the approximate indexer's TTL on an injected clock, the
+// event-id bookkeeping of KvIndexer, and its start-up (retries, deadline).
 
 import assert from "node:assert/strict";
+import type { Component } from "../../runtime/component.ts";
 import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+import { DynamoError, TimeoutError } from "../../runtime/errors.ts";
+import type { EventSubscription } from "../../runtime/events/mod.ts";
 import { computeBlockHashesSync } from "./hashing.ts";
 import { ApproxKvIndexer, KvIndexer } from "./indexer.ts";
-import type { KvCacheEventData, RouterEvent } from "./protocols.ts";
+import {
+  encodeRouterEvent,
+  KV_EVENTS,
+  KV_RESYNC,
+  type KvCacheEventData,
+  type RouterEvent,
+} from "./protocols.ts";
+import { KvEventPublisher } from "./publisher.ts";
 
 const toks = (n: number, salt = 0) => Array.from({ length: n }, (_, i) => i * 17 + salt);
 
@@ -56,21 +66,180 @@ function stored(worker: string, id: number, t: number[]): RouterEvent {
   return { worker_id: worker, event: { event_id: id, data } };
 }
 
-Deno.test("KvIndexer drops duplicate events and starts over when a publisher does", async () => {
+/** Polls `check` until it holds; fails saying what was expected after `ms`. */
+async function waitFor(check: () => boolean, what: string, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+Deno.test("KvIndexer drops duplicate events, even a duplicate event 1", async () => {
   const rt = await DistributedRuntime.connect();
   try {
-    const ix = new KvIndexer(rt.namespace("ns").component("c"), 4);
-    await ix.ready;
-    ix.applyEvent(stored("w", 1, toks(8)));
-    assert.equal(ix.tree.blockCount("w"), 2);
-    ix.applyEvent(stored("w", 2, toks(12)));
-    assert.equal(ix.tree.blockCount("w"), 3);
+    const comp = rt.namespace("ns").component("c");
+    const pub = new KvEventPublisher(comp, { workerId: "w", kvBlockSize: 4 });
+    const ix = new KvIndexer(comp, 4);
+    await Promise.all([pub.ready, ix.ready]);
+    await pub.publish(stored("w", 0, toks(8)).event.data); // id 1
+    await pub.publish(stored("w", 0, toks(12)).event.data); // id 2
+    await waitFor(() => ix.tree.blockCount("w") === 3, "the worker's 3 blocks");
     ix.applyEvent(stored("w", 2, toks(16))); // a duplicate id: ignored
     assert.equal(ix.tree.blockCount("w"), 3);
-    ix.applyEvent(stored("w", 1, toks(4, 5))); // id 1 again: the worker restarted
-    assert.equal(ix.tree.blockCount("w"), 1);
+    // Event 1 again (a redelivery): the worker's blocks stay; its state is asked for.
+    ix.applyEvent(stored("w", 1, toks(8)));
+    assert.equal(ix.tree.blockCount("w"), 3);
+    await waitFor(() => ix.pendingResyncs.length === 0, "the worker's state dump");
+    assert.equal(ix.tree.blockCount("w"), 3);
+    assert.deepEqual((await ix.findMatchesForRequest(toks(12))).scores, new Map([["w", 3]]));
+    // And events go on from where they were.
+    await pub.publish(stored("w", 0, toks(16)).event.data); // id 3
+    await waitFor(() => ix.tree.blockCount("w") === 4, "the worker's 4th block");
+    assert.deepEqual(ix.pendingResyncs, []);
+    await Promise.all([ix.close(), pub.close()]);
+  } finally {
+    await rt.shutdown();
+  }
+});
+
+Deno.test("KvIndexer takes the state of a worker whose publisher started over", async () => {
+  const rt = await DistributedRuntime.connect();
+  try {
+    const comp = rt.namespace("ns").component("c");
+    const first = new KvEventPublisher(comp, { workerId: "w", kvBlockSize: 4 });
+    const ix = new KvIndexer(comp, 4);
+    await Promise.all([first.ready, ix.ready]);
+    await first.publish(stored("w", 0, toks(8)).event.data);
+    await first.publish(stored("w", 0, toks(12)).event.data);
+    await waitFor(() => ix.tree.blockCount("w") === 3, "the worker's 3 blocks");
+    await first.close();
+    // The worker restarts under the same id: its events count from 1 again, its cache is new.
+    const again = new KvEventPublisher(comp, { workerId: "w", kvBlockSize: 4 });
+    await again.ready;
+    await again.publish(stored("w", 0, toks(4, 5)).event.data);
+    await waitFor(
+      () => ix.pendingResyncs.length === 0 && ix.tree.blockCount("w") === 1,
+      "the restarted worker's single block",
+    );
+    assert.deepEqual((await ix.findMatchesForRequest(toks(8))).scores, new Map());
+    assert.deepEqual((await ix.findMatchesForRequest(toks(4, 5))).scores, new Map([["w", 1]]));
+    await again.publish(stored("w", 0, toks(8, 5)).event.data); // id 2 of the new publisher
+    await waitFor(() => ix.tree.blockCount("w") === 2, "the restarted worker's 2nd block");
+    await Promise.all([ix.close(), again.close()]);
+  } finally {
+    await rt.shutdown();
+  }
+});
+
+/**
+ * Makes `comp`'s subscriptions to `name` report `ready` as `readiness()` says (each call
+ * a new subscription), while their events still come through.
+ */
+function fakeReadiness(comp: Component, name: string, readiness: () => Promise<void>): {
+  subscribed: number;
+} {
+  const counter = { subscribed: 0 };
+  const real = comp.subscribeEvents.bind(comp);
+  comp.subscribeEvents = (n, options) => {
+    const sub = real(n, options);
+    if (n !== name) return sub;
+    counter.subscribed++;
+    const ready = readiness();
+    ready.catch(() => {});
+    const fake: EventSubscription = {
+      ready,
+      unsubscribe: () => sub.unsubscribe(),
+      [Symbol.asyncIterator]: () => sub[Symbol.asyncIterator](),
+    };
+    return fake;
+  };
+  return counter;
+}
+
+Deno.test("KvIndexer retries a start whose subscription failed, on the next lookup", async () => {
+  const rt = await DistributedRuntime.connect();
+  try {
+    const comp = rt.namespace("ns").component("c");
+    let fail = true;
+    const events = fakeReadiness(
+      comp,
+      KV_EVENTS,
+      () => fail ? Promise.reject(new Error("flush failed")) : Promise.resolve(),
+    );
+    const ix = new KvIndexer(comp, 4);
+    await assert.rejects(
+      () => ix.findMatchesForRequest(toks(8)),
+      (err: unknown) =>
+        err instanceof DynamoError &&
+        /KvIndexer of ns\/c cannot start: the kv_events subscription of ns\/c failed: flush failed/
+          .test(err.message),
+    );
+    fail = false;
+    assert.deepEqual((await ix.findMatchesForRequest(toks(8))).scores, new Map());
+    assert.equal(events.subscribed, 2); // subscribed again
+    // Events come through the new subscription.
+    await comp.publishEvent(KV_EVENTS, encodeRouterEvent(stored("w", 1, toks(8))));
+    await waitFor(() => ix.tree.blockCount("w") === 2, "the event on the new subscription");
+    await ix.close();
+  } finally {
+    await rt.shutdown();
+  }
+});
+
+Deno.test("KvIndexer retries a start whose resync request could not be sent", async () => {
+  const rt = await DistributedRuntime.connect();
+  try {
+    const comp = rt.namespace("ns").component("c");
+    const real = comp.publishEvent.bind(comp);
+    let fail = true;
+    let resyncs = 0;
+    comp.publishEvent = (name, payload) => {
+      if (name !== KV_RESYNC) return real(name, payload);
+      if (fail) return Promise.reject(new Error("not connected"));
+      resyncs++;
+      return real(name, payload);
+    };
+    const ix = new KvIndexer(comp, 4);
+    await assert.rejects(
+      () => ix.ready,
+      /KvIndexer of ns\/c cannot ask the workers for their state \(kv_resync\): not connected/,
+    );
+    await assert.rejects(() => ix.findMatchesForRequest(toks(8)), /not connected/);
+    fail = false;
+    assert.deepEqual((await ix.findMatchesForRequest(toks(8))).scores, new Map());
+    assert.equal(resyncs, 1);
+    await ix.ready; // started: no more requests
+    assert.equal(resyncs, 1);
+    await ix.close();
+  } finally {
+    await rt.shutdown();
+  }
+});
+
+Deno.test("KvIndexer lookups give up on a start that never ends, naming what they waited for", async () => {
+  const rt = await DistributedRuntime.connect();
+  try {
+    const comp = rt.namespace("ns").component("c");
+    const hang = Promise.withResolvers<void>();
+    fakeReadiness(comp, KV_EVENTS, () => hang.promise);
+    const ix = new KvIndexer(comp, 4, { readyTimeoutMs: 20 });
+    for (let i = 0; i < 2; i++) {
+      await assert.rejects(
+        () => ix.findMatchesForRequest(toks(8)),
+        (err: unknown) =>
+          err instanceof TimeoutError &&
+          /KvIndexer of ns\/c was not ready after 20 ms: still waiting for the kv_events subscription of ns\/c$/
+            .test(err.message),
+      );
+    }
+    hang.resolve(); // the same start goes on and finishes
     assert.deepEqual((await ix.findMatchesForRequest(toks(8))).scores, new Map());
     await ix.close();
+    assert.throws(
+      () => new KvIndexer(comp, 4, { readyTimeoutMs: 0 }),
+      /readyTimeoutMs must be > 0/,
+    );
   } finally {
     await rt.shutdown();
   }

@@ -13,7 +13,7 @@
 
 import type { Client } from "../../runtime/client.ts";
 import type { Component } from "../../runtime/component.ts";
-import { InvalidArgumentError } from "../../runtime/errors.ts";
+import { DynamoError, InvalidArgumentError, TimeoutError } from "../../runtime/errors.ts";
 import type { EventSubscription } from "../../runtime/events/mod.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import {
@@ -147,6 +147,25 @@ export class KvMetricsPublisher {
 export interface KvMetricsAggregatorOptions {
   /** Deadline of a scrape of one worker, in ms (default 2000). */
   scrapeTimeoutMs?: number;
+  /**
+   * How long {@linkcode KvMetricsAggregator.getMetrics} waits for the aggregator to start
+   * (its client of the workers' `load_metrics` endpoint and its event subscription), in
+   * ms (default 5000).
+   */
+  readyTimeoutMs?: number;
+}
+
+/** `promise`, or a {@linkcode TimeoutError} from `late()` once `ms` pass. */
+async function withDeadline<T>(promise: Promise<T>, ms: number, late: () => Error): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(late()), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function parseMetrics(value: unknown): EndpointKvMetrics | undefined {
@@ -169,32 +188,42 @@ function parseMetrics(value: unknown): EndpointKvMetrics | undefined {
 export class KvMetricsAggregator {
   readonly #component: Component;
   readonly #latest = new Map<string, EndpointKvMetrics>();
-  readonly #sub: EventSubscription;
-  readonly #client: Promise<Client>;
-  readonly #consuming: Promise<void>;
+  #sub!: EventSubscription;
+  /** The subscription's `ready` rejected: the next getMetrics() subscribes again. */
+  #subFailed = false;
+  #client!: Promise<Client>;
+  #clientFailed = false;
+  #consuming!: Promise<void>;
   readonly #scrapeTimeoutMs: number;
+  readonly #readyTimeoutMs: number;
   readonly #log: Logger;
+  #closed = false;
 
-  /** @param component the workers' component */
+  /**
+   * @param component the workers' component
+   * @param options scrape and start-up deadlines
+   */
   constructor(component: Component, options: KvMetricsAggregatorOptions = {}) {
     const rt = component.runtimeInternals;
     this.#component = component;
     this.#scrapeTimeoutMs = options.scrapeTimeoutMs ?? 2000;
+    this.#readyTimeoutMs = options.readyTimeoutMs ?? 5000;
     this.#log = rt.logger.child({ component: component.path, kv_metrics_aggregator: true });
-    this.#sub = component.subscribeEvents(LOAD_METRICS, { signal: rt.shutdownSignal });
-    this.#client = component.endpoint(LOAD_METRICS).client();
-    this.#client.catch(() => {});
-    this.#consuming = this.#consume();
-    rt.track(this.#consuming);
+    this.#subscribe();
+    this.#connect();
   }
 
   /**
    * The latest metrics of every live worker, sorted by worker id. Workers not heard from
    * yet are scraped; those that do not answer in time are left out.
+   *
+   * @returns one entry per live worker that publishes metrics
+   * @throws {TimeoutError} the aggregator did not start within `readyTimeoutMs` (the
+   *   message names what it waited for); a later call waits again
+   * @throws {DynamoError} its start failed (the message says how); a later call retries
    */
   async getMetrics(): Promise<AggregatedMetrics> {
-    const client = await this.#client;
-    await this.#sub.ready;
+    const client = await this.#ready();
     const live = new Set(client.instanceIds());
     for (const id of this.#latest.keys()) if (!live.has(id)) this.#latest.delete(id);
     await Promise.all(
@@ -207,13 +236,84 @@ export class KvMetricsAggregator {
 
   /** Stops listening. */
   async close(): Promise<void> {
+    this.#closed = true;
     await this.#sub.unsubscribe();
     await this.#consuming;
     await (await this.#client.catch(() => undefined))?.close();
   }
 
-  async #consume(): Promise<void> {
-    for await (const msg of this.#sub) {
+  #subscribe(): void {
+    const rt = this.#component.runtimeInternals;
+    const sub = this.#component.subscribeEvents(LOAD_METRICS, { signal: rt.shutdownSignal });
+    this.#sub = sub;
+    this.#subFailed = false;
+    (sub.ready ?? Promise.resolve()).catch(() => {
+      if (this.#sub === sub) this.#subFailed = true;
+    });
+    this.#consuming = this.#consume(sub);
+    rt.track(this.#consuming);
+  }
+
+  #connect(): void {
+    const client = this.#component.endpoint(LOAD_METRICS).client();
+    this.#client = client;
+    this.#clientFailed = false;
+    client.catch(() => {
+      if (this.#client === client) this.#clientFailed = true;
+    });
+  }
+
+  /** The client, once it and the subscription are up, retrying what failed before. */
+  async #ready(): Promise<Client> {
+    if (this.#closed) throw new DynamoError(`the KvMetricsAggregator of ${this.#path} is closed`);
+    if (this.#subFailed) {
+      await this.#sub.unsubscribe();
+      await this.#consuming;
+      this.#subscribe();
+    }
+    if (this.#clientFailed) this.#connect();
+    const sub = this.#sub;
+    let waiting = `the client of ${this.#path}'s ${LOAD_METRICS} endpoint (discovery)`;
+    const start = async () => {
+      let client: Client;
+      try {
+        client = await this.#client;
+      } catch (err) {
+        throw new DynamoError(
+          `the KvMetricsAggregator of ${this.#path} cannot watch its workers: ${errorText(err)}`,
+          { cause: err },
+        );
+      }
+      waiting = `the ${LOAD_METRICS} event subscription of ${this.#path}`;
+      try {
+        await sub.ready;
+      } catch (err) {
+        throw new DynamoError(
+          `the KvMetricsAggregator of ${this.#path} cannot subscribe to ${LOAD_METRICS} ` +
+            `events: ${errorText(err)}`,
+          { cause: err },
+        );
+      }
+      return client;
+    };
+    const ms = this.#readyTimeoutMs;
+    return await withDeadline(
+      start(),
+      ms,
+      () =>
+        new TimeoutError(
+          `the KvMetricsAggregator of ${this.#path} was not ready after ${ms} ms: ` +
+            `still waiting for ${waiting}`,
+        ),
+    );
+  }
+
+  get #path(): string {
+    return this.#component.path;
+  }
+
+  async #consume(sub: EventSubscription): Promise<void> {
+    for await (const msg of sub) {
       try {
         const m = parseMetrics(JSON.parse(new TextDecoder().decode(msg.payload)));
         if (m) this.#latest.set(m.worker_id, m);
@@ -238,4 +338,8 @@ export class KvMetricsAggregator {
       clearTimeout(timer);
     }
   }
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }

@@ -13,7 +13,8 @@
 import type { Client } from "../../runtime/client.ts";
 import type { Endpoint } from "../../runtime/component.ts";
 import { Context } from "../../runtime/context.ts";
-import { InvalidArgumentError, NoInstancesError } from "../../runtime/errors.ts";
+import { CancelledError, InvalidArgumentError, NoInstancesError } from "../../runtime/errors.ts";
+import type { Logger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { KvIndexer } from "./indexer.ts";
 import {
@@ -51,6 +52,13 @@ export interface KvRouterOptions {
   client?: Client;
   /** Source of randomness in [0, 1) for ties and sampling (default Math.random). */
   random?: () => number;
+  /**
+   * How long a stream from {@linkcode KvRouter.generate} may wait for its first read, in
+   * ms (default 60000). A stream nobody reads by then (and nobody stopped) is abandoned:
+   * the router stops the request on its worker and takes it out of the load book, and
+   * reading it later throws a {@linkcode CancelledError}.
+   */
+  unreadStreamTimeoutMs?: number;
 }
 
 /** What {@linkcode KvRouter.findBestMatch} decided. */
@@ -65,10 +73,20 @@ export interface FindBestMatchOptions {
   /** Choose only among these instance ids. */
   instances?: readonly string[];
   loraId?: number;
+  /**
+   * Books the decision in the router's load book under this id, and tells an approximate
+   * indexer where the request went, so that later picks see its load (without it, as
+   * before, the decision is only returned). For callers that send the request themselves
+   * (a standalone router whose caller then uses `client.direct()`): report its progress
+   * with {@linkcode KvRouter.markPrefillCompleted} and
+   * {@linkcode KvRouter.addOutputTokens}, and call {@linkcode KvRouter.free} when it
+   * ends, however it ends, or its load stays booked.
+   */
+  requestId?: string;
 }
 
 /** Options of {@linkcode KvRouter.generate}. */
-export interface KvRouteOptions extends FindBestMatchOptions {
+export interface KvRouteOptions extends Omit<FindBestMatchOptions, "requestId"> {
   context?: Context;
 }
 
@@ -82,9 +100,23 @@ interface TokensRequest {
  *
  * @example
  * ```ts
- * const router = await KvRouter.create(endpoint, { blockSize: 16 });
+ * const router = new KvRouter(endpoint, { blockSize: 16 });
  * const { instanceId, overlapBlocks } = await router.findBestMatch(tokenIds);
  * const stream = await router.generate({ token_ids: tokenIds, ... });
+ * ```
+ *
+ * @example Routing decisions for requests the caller sends itself
+ * ```ts
+ * const { instanceId } = await router.findBestMatch(tokenIds, { requestId: ctx.id });
+ * try {
+ *   for await (const out of await client.direct(request, instanceId, { context: ctx })) {
+ *     router.addOutputTokens(ctx.id, out.token_ids.length); // the first also ends prefill
+ *   }
+ * } finally {
+ *   router.free(ctx.id);
+ * }
+ * // A caller that does not count tokens calls router.markPrefillCompleted(ctx.id) instead,
+ * // at the first output.
  * ```
  */
 export class KvRouter {
@@ -97,10 +129,15 @@ export class KvRouter {
   readonly #costFunction: CostFunction | undefined;
   readonly #random: () => number;
   readonly #active: ActiveSequences;
+  readonly #unreadMs: number;
+  /** Deadlines of streams handed out and not read yet. */
+  readonly #unread = new Set<ReturnType<typeof setTimeout>>();
+  readonly #log: Logger;
   #closed = false;
 
   /**
-   * @throws {InvalidArgumentError} a bad block size, weight or temperature
+   * @throws {InvalidArgumentError} a bad block size, weight, temperature or unread-stream
+   *   timeout
    */
   constructor(endpoint: Endpoint, options: KvRouterOptions) {
     const { blockSize } = options;
@@ -108,13 +145,22 @@ export class KvRouter {
       throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);
     }
     const weight = options.overlapScoreWeight ?? 1;
-    if (!(weight >= 0)) {
-      throw new InvalidArgumentError(`overlapScoreWeight must be >= 0, got ${weight}`);
+    if (!(weight >= 0 && weight < Infinity)) {
+      throw new InvalidArgumentError(`overlapScoreWeight must be finite and >= 0, got ${weight}`);
     }
     const temperature = options.temperature ?? 0;
     if (!(temperature >= 0)) {
       throw new InvalidArgumentError(`temperature must be >= 0, got ${temperature}`);
     }
+    const unreadMs = options.unreadStreamTimeoutMs ?? 60_000;
+    if (!(unreadMs > 0)) {
+      throw new InvalidArgumentError(`unreadStreamTimeoutMs must be > 0, got ${unreadMs}`);
+    }
+    this.#unreadMs = unreadMs;
+    this.#log = endpoint.component.runtimeInternals.logger.child({
+      component: endpoint.component.path,
+      kv_router: endpoint.name,
+    });
     this.blockSize = blockSize;
     this.overlapScoreWeight = weight;
     this.temperature = temperature;
@@ -132,15 +178,80 @@ export class KvRouter {
   }
 
   /**
-   * Picks the worker for a prompt.
+   * Picks the worker for a prompt. With `options.requestId`, the decision is also booked
+   * in the router's load book (see {@linkcode FindBestMatchOptions.requestId}).
+   *
+   * @param tokenIds the prompt's token ids
+   * @param options instances to choose among, LoRA id, request id to book under
+   * @returns the picked instance and how many of the prompt's blocks it has cached
    * @throws {NoInstancesError} no instance to pick from
+   * @throws {InvalidArgumentError} a request id that is empty or already booked; a cost
+   *   function's pick that is not an instance, or a cost that is not a finite number
    */
   async findBestMatch(
     tokenIds: readonly number[],
     options: FindBestMatchOptions = {},
   ): Promise<RouteDecision> {
+    const { requestId } = options;
+    if (requestId !== undefined) {
+      if (typeof requestId !== "string" || requestId === "") {
+        throw new InvalidArgumentError(
+          `requestId must be a non-empty string, got ${JSON.stringify(requestId)}`,
+        );
+      }
+      if (this.#active.has(bookedKey(requestId))) {
+        throw new InvalidArgumentError(
+          `request ${JSON.stringify(requestId)} is already booked; free() it first`,
+        );
+      }
+    }
     const client = await this.#client;
-    return await this.#decide(client, tokenIds, options, new Set());
+    const decision = await this.#decide(client, tokenIds, options, new Set());
+    if (requestId !== undefined) {
+      this.#active.add(
+        bookedKey(requestId),
+        decision.instanceId,
+        tokenIds.length,
+        decision.overlapBlocks,
+      );
+      this.#indexer.recordRouted?.(tokenIds, decision.instanceId, options.loraId);
+    }
+    return decision;
+  }
+
+  /**
+   * A request booked by {@linkcode findBestMatch} produced its first output: its prompt
+   * no longer counts as prefill on its worker. Unknown (or freed) ids are ignored.
+   *
+   * @param requestId the id given to findBestMatch
+   */
+  markPrefillCompleted(requestId: string): void {
+    this.#active.progress(bookedKey(requestId), 0);
+  }
+
+  /**
+   * A request booked by {@linkcode findBestMatch} generated `count` more tokens: the KV
+   * blocks it holds grow (and its prefill is over). Unknown (or freed) ids are ignored.
+   *
+   * @param requestId the id given to findBestMatch
+   * @param count tokens generated since the last report
+   * @throws {InvalidArgumentError} a count that is not a non-negative integer
+   */
+  addOutputTokens(requestId: string, count: number): void {
+    if (!Number.isSafeInteger(count) || count < 0) {
+      throw new InvalidArgumentError(`count must be a non-negative integer, got ${count}`);
+    }
+    this.#active.progress(bookedKey(requestId), count);
+  }
+
+  /**
+   * A request booked by {@linkcode findBestMatch} ended (finished, failed or cancelled):
+   * it leaves the load book. Idempotent; unknown ids are ignored.
+   *
+   * @param requestId the id given to findBestMatch
+   */
+  free(requestId: string): void {
+    this.#active.free(bookedKey(requestId));
   }
 
   async #decide(
@@ -174,9 +285,16 @@ export class KvRouter {
         tokenLength: tokenIds.length,
         blockSize: this.blockSize,
       });
-      instanceId = typeof picked === "string"
-        ? picked
-        : pickByCost(picked, this.temperature, this.#random);
+      try {
+        instanceId = typeof picked === "string"
+          ? picked
+          : pickByCost(picked, this.temperature, this.#random);
+      } catch (err) {
+        if (!(err instanceof InvalidArgumentError)) throw err;
+        throw new InvalidArgumentError(`the cost function's costs: ${err.message}`, {
+          cause: err,
+        });
+      }
       if (!ids.includes(instanceId)) {
         throw new InvalidArgumentError(
           `the cost function picked ${JSON.stringify(instanceId)}, not one of ${ids.join(", ")}`,
@@ -211,7 +329,7 @@ export class KvRouter {
       const decision = await this.#decide(client, request.token_ids, options, tried);
       tried.add(decision.instanceId);
       // One entry per attempt: the request id alone is not unique across migrations.
-      const key = `${context.id}/${crypto.randomUUID()}`;
+      const key = `generate:${context.id}/${crypto.randomUUID()}`;
       this.#active.add(key, decision.instanceId, request.token_ids.length, decision.overlapBlocks);
       this.#indexer.recordRouted?.(request.token_ids, decision.instanceId, options.loraId);
       let stream: ResponseStream<T>;
@@ -226,25 +344,69 @@ export class KvRouter {
     }
   }
 
+  /**
+   * Wraps a stream so that the load book follows it: progress as it is read, out when it
+   * ends, when its context is stopped or killed, or when nobody reads it in time.
+   */
   #tracked<T extends { token_ids?: number[] }>(
     stream: ResponseStream<T>,
     key: string,
   ): ResponseStream<T> {
     const active = this.#active;
-    // A stream stopped before anyone iterated it leaves the book too.
-    stream.context.signal.addEventListener("abort", () => active.free(key), { once: true });
+    const unread = this.#unread;
+    const context = stream.context;
+    const timeoutMs = this.#unreadMs;
+    const log = this.#log;
+    let read = false;
+    let abandoned = false;
+    // A stream stopped before anyone read it leaves the book too. onStop rather than the
+    // context's signal: a signal costs an AbortController per request.
+    const offStop = context.onStop(() => active.free(key));
+    if (context.isStopped()) active.free(key);
+    // A stream nobody reads and nobody stops would hold its load forever: stop it.
+    const timer = setTimeout(() => {
+      unread.delete(timer);
+      if (read) return;
+      abandoned = true;
+      offStop();
+      active.free(key);
+      const fields = { request_id: context.id, worker: stream.instanceId, timeout_ms: timeoutMs };
+      // A stopped stream nobody drained is routine; a live one nobody read is a caller bug.
+      if (context.isStopped()) log.debug("a stopped routed stream was never read", fields);
+      else log.warn("a routed stream was not read in time; stopping it", fields);
+      // Ending an iterator before reading stops the request on the worker and hangs up
+      // (stopping the context alone does not reach a worker whose stream is unread).
+      try {
+        const it = stream[Symbol.asyncIterator]();
+        Promise.resolve(it.return?.()).catch((err) =>
+          log.debug("cannot stop an unread stream", { error: String(err) })
+        );
+      } finally {
+        if (!context.isStopped()) context.stopGenerating();
+      }
+    }, timeoutMs);
+    unread.add(timer);
     const iterate = async function* (): AsyncGenerator<T> {
+      if (abandoned) {
+        throw new CancelledError(
+          `request ${context.id} was not read within ${timeoutMs} ms of routing; the router stopped it`,
+        );
+      }
+      read = true;
+      clearTimeout(timer);
+      unread.delete(timer);
       try {
         for await (const item of stream) {
           active.progress(key, item.token_ids?.length ?? 0);
           yield item;
         }
       } finally {
+        offStop();
         active.free(key);
       }
     };
     return {
-      context: stream.context,
+      context,
       instanceId: stream.instanceId,
       [Symbol.asyncIterator]: iterate,
     };
@@ -254,7 +416,14 @@ export class KvRouter {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    for (const timer of this.#unread) clearTimeout(timer);
+    this.#unread.clear();
     await this.#indexer.close?.();
     if (this.#ownsClient) await (await this.#client).close();
   }
+}
+
+/** The load-book key of a request booked through findBestMatch (apart from generate's). */
+function bookedKey(requestId: string): string {
+  return `booked:${requestId}`;
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { DistributedRuntime, EmbeddedCluster } from "../../runtime/mod.ts";
-import { NoInstancesError } from "../../runtime/errors.ts";
+import type { Context } from "../../runtime/context.ts";
+import { CancelledError, InvalidArgumentError, NoInstancesError } from "../../runtime/errors.ts";
 import { KvRouter, type OverlapLookup } from "./router.ts";
 
 /** An indexer whose overlaps the test sets. */
@@ -13,7 +14,10 @@ function fixedOverlaps(scores: Map<string, number> = new Map()): OverlapLookup &
   };
 }
 
-async function fleet(n: number, opts: { gate?: Promise<void> } = {}) {
+async function fleet(
+  n: number,
+  opts: { gate?: Promise<void>; onStopped?: (ctx: Context) => void } = {},
+) {
   const cluster = new EmbeddedCluster();
   const runtimes: DistributedRuntime[] = [];
   const served: string[] = [];
@@ -22,10 +26,11 @@ async function fleet(n: number, opts: { gate?: Promise<void> } = {}) {
     runtimes.push(rt);
     const endpoint = rt.namespace("ns").component("worker").endpoint("generate");
     const id = rt.leaseId;
-    endpoint.serveEndpoint(async function* (req: unknown) {
+    endpoint.serveEndpoint(async function* (req: unknown, ctx: Context) {
       served.push(id);
+      if (opts.onStopped) ctx.onStop(() => opts.onStopped!(ctx));
       yield { token_ids: [1] };
-      await opts.gate;
+      await Promise.race([opts.gate, ctx.stopped()]);
       yield {
         token_ids: [2, 3],
         finish_reason: "length",
@@ -51,6 +56,21 @@ async function fleet(n: number, opts: { gate?: Promise<void> } = {}) {
 }
 
 const tokens = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+
+/** `promise`, or a rejection saying what was expected once `ms` pass. */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const idle = { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
 
 Deno.test("KvRouter sends a request to the worker holding its prefix", async () => {
   const f = await fleet(3);
@@ -171,6 +191,172 @@ Deno.test("KvRouter fails clearly with no instances, and validates its options",
     assert.throws(
       () => new KvRouter(f.endpoint, { blockSize: 16, temperature: -1, indexer: fixedOverlaps() }),
       /temperature must be >= 0/,
+    );
+  } finally {
+    await router.close();
+    await f.close();
+  }
+});
+
+Deno.test("KvRouter.findBestMatch books a decision under requestId until it is freed", async () => {
+  const f = await fleet(2);
+  const routed: [number, string][] = [];
+  const indexer = {
+    ...fixedOverlaps(),
+    recordRouted: (t: ArrayLike<number>, w: string) => void routed.push([t.length, w]),
+  };
+  const router = new KvRouter(f.endpoint, {
+    blockSize: 16,
+    indexer,
+    client: f.client,
+    random: () => 0,
+  });
+  try {
+    // Without a request id nothing is booked, as before.
+    const plain = await router.findBestMatch(tokens(32));
+    assert.deepEqual(router.load(plain.instanceId), idle);
+    assert.deepEqual(routed, []);
+
+    const first = await router.findBestMatch(tokens(32), { requestId: "r1" });
+    assert.deepEqual(router.load(first.instanceId), {
+      activeBlocks: 2,
+      prefillBlocks: 2,
+      requests: 1,
+    });
+    assert.deepEqual(routed, [[32, first.instanceId]]);
+    // The next pick sees that load and goes to the other worker.
+    const second = await router.findBestMatch(tokens(32), { requestId: "r2" });
+    assert.notEqual(second.instanceId, first.instanceId);
+    await assert.rejects(
+      () => router.findBestMatch(tokens(32), { requestId: "r1" }),
+      (err: unknown) => err instanceof InvalidArgumentError && /already booked/.test(err.message),
+    );
+    await assert.rejects(() => router.findBestMatch(tokens(32), { requestId: "" }), /non-empty/);
+
+    router.markPrefillCompleted("r1");
+    assert.deepEqual(router.load(first.instanceId), {
+      activeBlocks: 2,
+      prefillBlocks: 0,
+      requests: 1,
+    });
+    router.addOutputTokens("r1", 1); // 33 tokens: 3 blocks
+    assert.equal(router.load(first.instanceId).activeBlocks, 3);
+    assert.throws(() => router.addOutputTokens("r1", -1), InvalidArgumentError);
+    router.free("r1");
+    router.free("r1"); // idempotent
+    router.markPrefillCompleted("nope"); // unknown ids are ignored
+    assert.deepEqual(router.load(first.instanceId), idle);
+    router.free("r2");
+    assert.deepEqual(router.load(second.instanceId), idle);
+    // A freed id may be booked again.
+    await router.findBestMatch(tokens(16), { requestId: "r1" });
+    router.free("r1");
+  } finally {
+    await router.close();
+    await f.close();
+  }
+});
+
+Deno.test("KvRouter frees an unread stream when its context is stopped", async () => {
+  const gate = Promise.withResolvers<void>();
+  const f = await fleet(1, { gate: gate.promise });
+  const router = new KvRouter(f.endpoint, {
+    blockSize: 16,
+    indexer: fixedOverlaps(),
+    client: f.client,
+  });
+  try {
+    const stream = await router.generate({ token_ids: tokens(32) });
+    assert.equal(router.load(f.ids[0]!).requests, 1);
+    stream.context.stopGenerating();
+    assert.deepEqual(router.load(f.ids[0]!), idle);
+    stream.context.kill(); // a second notice changes nothing
+    assert.deepEqual(router.load(f.ids[0]!), idle);
+  } finally {
+    gate.resolve();
+    await router.close();
+    await f.close();
+  }
+});
+
+Deno.test("KvRouter stops a stream nobody reads or stops, and frees its load", async () => {
+  const stopped = Promise.withResolvers<Context>();
+  const f = await fleet(1, { gate: new Promise(() => {}), onStopped: stopped.resolve });
+  const router = new KvRouter(f.endpoint, {
+    blockSize: 16,
+    indexer: fixedOverlaps(),
+    client: f.client,
+    unreadStreamTimeoutMs: 20,
+  });
+  try {
+    const stream = await router.generate({ token_ids: tokens(32) });
+    assert.equal(router.load(f.ids[0]!).requests, 1);
+    // The worker's handler waits forever: only the router's deadline can stop it.
+    await within(stopped.promise, 5000, "the router to stop the unread stream on its worker");
+    assert.deepEqual(router.load(f.ids[0]!), idle);
+    assert.equal(stream.context.isStopped(), true);
+    await assert.rejects(
+      async () => {
+        for await (const _ of stream) { /* nothing */ }
+      },
+      (err: unknown) => err instanceof CancelledError && /not read within 20 ms/.test(err.message),
+    );
+    assert.throws(
+      () => new KvRouter(f.endpoint, { blockSize: 16, unreadStreamTimeoutMs: 0 }),
+      /unreadStreamTimeoutMs must be > 0, got 0/,
+    );
+  } finally {
+    await router.close();
+    await f.close();
+  }
+});
+
+Deno.test("KvRouter keeps a stream that is read in time", async () => {
+  const gate = Promise.withResolvers<void>();
+  const f = await fleet(1, { gate: gate.promise });
+  const router = new KvRouter(f.endpoint, {
+    blockSize: 16,
+    indexer: fixedOverlaps(),
+    client: f.client,
+    unreadStreamTimeoutMs: 20,
+  });
+  try {
+    const stream = await router.generate({ token_ids: tokens(32) });
+    const it = stream[Symbol.asyncIterator]();
+    await it.next();
+    // Past the deadline: the stream is being read, so it stays.
+    await new Promise((r) => setTimeout(r, 40));
+    assert.equal(router.load(f.ids[0]!).requests, 1);
+    gate.resolve();
+    const rest = [];
+    for (let r = await it.next(); !r.done; r = await it.next()) rest.push(r.value);
+    assert.equal(rest.length, 1);
+    assert.deepEqual(router.load(f.ids[0]!), idle);
+  } finally {
+    await router.close();
+    await f.close();
+  }
+});
+
+Deno.test("KvRouter rejects a custom cost that is not a finite number, naming the worker", async () => {
+  const f = await fleet(2);
+  const router = new KvRouter(f.endpoint, {
+    blockSize: 16,
+    indexer: fixedOverlaps(),
+    client: f.client,
+    temperature: 0.5,
+    costFunction: () => new Map([[f.ids[0]!, 1], [f.ids[1]!, NaN]]),
+  });
+  try {
+    await assert.rejects(
+      () => router.findBestMatch(tokens(32)),
+      (err: unknown) =>
+        err instanceof InvalidArgumentError &&
+        new RegExp(`cost function's costs: .*worker "${f.ids[1]}" .* got NaN`).test(err.message),
+    );
+    assert.throws(
+      () => new KvRouter(f.endpoint, { blockSize: 16, overlapScoreWeight: Infinity }),
+      /overlapScoreWeight must be finite and >= 0, got Infinity/,
     );
   } finally {
     await router.close();

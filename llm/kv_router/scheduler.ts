@@ -63,8 +63,17 @@ export function defaultCosts(
  * Picks from costs: temperature 0 takes the lowest (ties broken at random); a positive
  * temperature samples from a softmax over the costs normalised to [0, 1].
  *
+ * @param costs cost per worker id, lower is better; each must be a finite number
+ * @param temperature 0 for the cheapest, above 0 to sample
  * @param random a source of numbers in [0, 1) (default Math.random)
- * @throws {InvalidArgumentError} no costs
+ * @returns the picked worker id
+ * @throws {InvalidArgumentError} no costs, or a cost that is not a finite number (a
+ *   custom cost function's NaN or Infinity would otherwise pick arbitrarily)
+ *
+ * @example
+ * ```ts
+ * pickByCost(new Map([["w1", 12], ["w2", 20]]), 0); // "w1"
+ * ```
  */
 export function pickByCost(
   costs: Map<string, number>,
@@ -74,7 +83,12 @@ export function pickByCost(
   if (costs.size === 0) throw new InvalidArgumentError("no workers to pick from");
   let min = Infinity;
   let max = -Infinity;
-  for (const v of costs.values()) {
+  for (const [id, v] of costs) {
+    if (typeof v !== "number" || !Number.isFinite(v)) {
+      throw new InvalidArgumentError(
+        `the cost of worker ${JSON.stringify(id)} must be a finite number, got ${String(v)}`,
+      );
+    }
     if (v < min) min = v;
     if (v > max) max = v;
   }
@@ -83,11 +97,13 @@ export function pickByCost(
     for (const [id, v] of costs) if (v === min) best.push(id);
     return best[Math.floor(random() * best.length)]!;
   }
+  // Halves, so that the span of costs near the limits of a double does not overflow.
+  const span = max / 2 - min / 2;
   const ids: string[] = [];
   const weights: number[] = [];
   let total = 0;
   for (const [id, v] of costs) {
-    const w = Math.exp(-((v - min) / (max - min)) / temperature);
+    const w = Math.exp(-((v / 2 - min / 2) / span) / temperature);
     ids.push(id);
     weights.push(w);
     total += w;
@@ -143,6 +159,11 @@ export class ActiveSequences {
   /** The predicted load of a worker. */
   load(workerId: string): Readonly<WorkerBook> {
     return this.#workers.get(workerId) ?? { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
+  }
+
+  /** True when the request is in the book. */
+  has(requestId: string): boolean {
+    return this.#requests.has(requestId);
   }
 
   /** Number of requests in the book. */

@@ -47,7 +47,7 @@ Deno.test("pickByCost with a temperature samples cheaper workers more often", ()
 Deno.test("pickByCost always returns one of the workers", () => {
   fc.assert(fc.property(
     fc.array(
-      fc.tuple(fc.string({ minLength: 1 }), fc.double({ min: -1e6, max: 1e6, noNaN: true })),
+      fc.tuple(fc.string({ minLength: 1 }), fc.double({ noNaN: true, noDefaultInfinity: true })),
       {
         minLength: 1,
       },
@@ -65,6 +65,27 @@ Deno.test("pickByCost rejects an empty set of workers", () => {
   assertThrows(() => pickByCost(new Map(), 0), InvalidArgumentError);
 });
 
+Deno.test("pickByCost rejects a cost that is not a finite number, naming the worker", () => {
+  const bad: [Map<string, number>, number, RegExp][] = [
+    [new Map([["a", NaN], ["b", NaN]]), 0, /worker "a" must be a finite number, got NaN/],
+    [new Map([["a", 1], ["b", NaN]]), 0.5, /worker "b" must be a finite number, got NaN/],
+    [new Map([["a", 1], ["b", Infinity]]), 0, /worker "b" .* got Infinity/],
+    [new Map([["a", -Infinity]]), 1, /worker "a" .* got -Infinity/],
+    [new Map([["a", "3" as unknown as number]]), 0, /worker "a" .* got 3/],
+  ];
+  for (const [costs, temperature, message] of bad) {
+    assertThrows(() => pickByCost(costs, temperature, () => 0.5), (err: unknown) => {
+      return err instanceof InvalidArgumentError && message.test(err.message);
+    }, `${[...costs]} at temperature ${temperature}`);
+  }
+});
+
+Deno.test("pickByCost with a temperature still weighs costs near the limits of a double", () => {
+  // Their span overflows a double: the dear worker must not win by a NaN weight.
+  const costs = new Map([["cheap", -1e308], ["dear", 1e308]]);
+  assertEquals(pickByCost(costs, 0.01, () => 0.5), "cheap");
+});
+
 Deno.test("ActiveSequences predicts load from prefill to finish", () => {
   const seqs = new ActiveSequences(16);
   seqs.add("r1", "w1", 100, 2); // 7 blocks, 5 uncached
@@ -73,7 +94,9 @@ Deno.test("ActiveSequences predicts load from prefill to finish", () => {
   assertEquals(seqs.load("w1"), { activeBlocks: 7, prefillBlocks: 0, requests: 1 });
   seqs.progress("r1", 12); // 113 tokens: 8 blocks
   assertEquals(seqs.load("w1").activeBlocks, 8);
+  assertEquals(seqs.has("r1"), true);
   seqs.free("r1");
+  assertEquals(seqs.has("r1"), false);
   assertEquals(seqs.load("w1"), { activeBlocks: 0, prefillBlocks: 0, requests: 0 });
   assertEquals(seqs.size, 0);
 });

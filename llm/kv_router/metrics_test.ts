@@ -1,0 +1,118 @@
+// KvMetricsAggregator in one process: what getMetrics reports, and its start-up deadline
+// and retry when its event subscription does not come up.
+
+import assert from "node:assert/strict";
+import type { Component } from "../../runtime/component.ts";
+import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+import { DynamoError, TimeoutError } from "../../runtime/errors.ts";
+import type { EventSubscription } from "../../runtime/events/mod.ts";
+import { type KvMetrics, KvMetricsAggregator, KvMetricsPublisher } from "./metrics.ts";
+import { LOAD_METRICS } from "./protocols.ts";
+
+const metrics = (kvActiveBlocks: number): KvMetrics => ({
+  requestActiveSlots: 1,
+  requestTotalSlots: 8,
+  kvActiveBlocks,
+  kvTotalBlocks: 100,
+  numRequestsWaiting: 0,
+  gpuCacheUsagePerc: kvActiveBlocks / 100,
+  gpuPrefixCacheHitRate: 0,
+});
+
+/** `promise`, or a rejection saying what was expected once `ms` pass. */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Makes `comp`'s `load_metrics` subscriptions report `ready` as `readiness()` says (each
+ * call a new subscription), while their events still come through.
+ */
+function fakeReadiness(comp: Component, readiness: () => Promise<void>): { subscribed: number } {
+  const counter = { subscribed: 0 };
+  const real = comp.subscribeEvents.bind(comp);
+  comp.subscribeEvents = (name, options) => {
+    const sub = real(name, options);
+    if (name !== LOAD_METRICS) return sub;
+    counter.subscribed++;
+    const ready = readiness();
+    ready.catch(() => {});
+    const fake: EventSubscription = {
+      ready,
+      unsubscribe: () => sub.unsubscribe(),
+      [Symbol.asyncIterator]: () => sub[Symbol.asyncIterator](),
+    };
+    return fake;
+  };
+  return counter;
+}
+
+Deno.test("KvMetricsAggregator.getMetrics gives up on a subscription that never gets ready, naming it", async () => {
+  const rt = await DistributedRuntime.connect();
+  try {
+    const comp = rt.namespace("ns").component("c");
+    const hang = Promise.withResolvers<void>();
+    fakeReadiness(comp, () => hang.promise);
+    const aggregator = new KvMetricsAggregator(comp, { readyTimeoutMs: 20 });
+    await assert.rejects(
+      () => within(aggregator.getMetrics(), 5000, "getMetrics to give up"),
+      (err: unknown) =>
+        err instanceof TimeoutError &&
+        /KvMetricsAggregator of ns\/c was not ready after 20 ms: still waiting for the load_metrics event subscription of ns\/c$/
+          .test(err.message),
+    );
+    hang.resolve(); // later calls go on once it is ready
+    assert.deepEqual(await aggregator.getMetrics(), { endpoints: [] });
+    await aggregator.close();
+  } finally {
+    await rt.shutdown();
+  }
+});
+
+Deno.test("KvMetricsAggregator subscribes again when its subscription failed to start", async () => {
+  const rt = await DistributedRuntime.connect();
+  try {
+    const publisher = new KvMetricsPublisher();
+    publisher.publish(metrics(5));
+    await publisher.createEndpoint(rt.namespace("ns").component("c"));
+    const comp = rt.namespace("ns").component("c");
+    let fail = true;
+    const counter = fakeReadiness(
+      comp,
+      () => fail ? Promise.reject(new Error("flush failed")) : Promise.resolve(),
+    );
+    const aggregator = new KvMetricsAggregator(comp);
+    await assert.rejects(
+      () => aggregator.getMetrics(),
+      (err: unknown) =>
+        err instanceof DynamoError &&
+        /KvMetricsAggregator of ns\/c cannot subscribe to load_metrics events: flush failed/
+          .test(err.message),
+    );
+    fail = false;
+    const first = await aggregator.getMetrics(); // the worker is scraped
+    assert.equal(counter.subscribed, 2);
+    assert.deepEqual(first.endpoints.map((e) => e.kv_active_blocks), [5]);
+    // Pushes come through the new subscription.
+    publisher.publish(metrics(7));
+    const deadline = Date.now() + 5000;
+    for (;;) {
+      const { endpoints } = await aggregator.getMetrics();
+      if (endpoints[0]?.kv_active_blocks === 7) break;
+      if (Date.now() > deadline) throw new Error("timed out waiting for the pushed metrics");
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    publisher.close();
+    await aggregator.close();
+  } finally {
+    await rt.shutdown();
+  }
+});

@@ -151,10 +151,13 @@ export async function openStream<T>(
     signal?.removeEventListener("abort", onAbort);
     offStop();
   }
+  // Listening from here on, not from the first read: a stop or kill before anyone reads
+  // the stream still reaches the worker.
+  const items = new ItemReceiver<T>(conn!, ctx, subject, signal);
   return {
     context: ctx,
     instanceId,
-    [Symbol.asyncIterator]: () => new ItemReceiver<T>(conn!, ctx, subject, signal),
+    [Symbol.asyncIterator]: () => items,
   };
 }
 
@@ -201,6 +204,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
     this.#ctx = ctx;
     this.#subject = subject;
     this.#signal = signal;
+    this.#start();
   }
 
   [Symbol.asyncIterator](): AsyncIterableIterator<T> {
@@ -209,7 +213,6 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
 
   next(): Promise<IteratorResult<T>> {
     if (this.#state === 2) return Promise.resolve(DONE);
-    if (this.#state === 0) this.#start();
     const ready = this.#poll?.();
     if (ready === undefined) return this.#conn.receive().then(this.#take);
     try {

@@ -199,6 +199,17 @@ const cases: Record<string, Case> = {
     for (let r = await it.next(); !r.done; r = await it.next()) { /* drain */ }
   },
 
+  async "a stop before anyone reads the stream still reaches the worker"(b) {
+    const rt = await b.runtime();
+    const rec = recorder();
+    const { client } = await serveAndConnect(rt, rec.handler);
+    const stream = await client.generate({ n: 100000, delayMs: 1 });
+    const ctx = await within(rec.started, 1000, "the handler to start");
+    stream.context.stopGenerating(); // nobody has called next() yet
+    await within(ctx.stopped(), 1000, "the worker context to stop before the stream was read");
+    for await (const _ of stream) { /* the stream still ends normally */ }
+  },
+
   async "stopGenerating() lets the handler finish gracefully with a last item"(b) {
     const rt = await b.runtime();
     const { client } = await serveAndConnect(rt, async function* (_req: unknown, ctx: Context) {

@@ -5,6 +5,7 @@ import { type Command, ExitCode, type Io, parseCommandArgs, UsageError } from ".
 import { replayTrace } from "./_bench/replay.ts";
 import { formatTable, type ModeSummary, renderChart, summarizeMode } from "./_bench/report.ts";
 import { loadTrace, prefixCeiling } from "./_bench/trace.ts";
+import { DEFAULT_NUM_GPU_BLOCKS } from "../llm/engines/mocker/block_manager.ts";
 
 const MODES = ["kv", "round-robin", "random"] as const;
 
@@ -290,6 +291,9 @@ async function run(args: string[], io: Io): Promise<number> {
     speedup: flags.speedup,
     engine_speedup: flags.engineSpeedup,
     block_size: flags.blockSize,
+    num_gpu_blocks: flags.numGpuBlocks ?? DEFAULT_NUM_GPU_BLOCKS,
+    kv_overlap_score_weight: flags.overlapWeight ?? 1,
+    router_temperature: flags.temperature ?? 0,
     requests: requests.length,
     prefix_ceiling: ceiling,
     modes,

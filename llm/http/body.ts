@@ -2,6 +2,9 @@
 
 import { RequestError } from "../openai.ts";
 
+/** Strict UTF-8 (a bad byte is an error, not U+FFFD); stateless between calls. */
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
 /** Reads and parses a JSON body of at most `limit` bytes. */
 export async function readJsonBody(request: Request, limit: number): Promise<unknown> {
   const declared = Number(request.headers.get("content-length") ?? NaN);
@@ -13,7 +16,7 @@ export async function readJsonBody(request: Request, limit: number): Promise<unk
   if (bytes.length > limit) throw tooLarge(limit);
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    text = utf8.decode(bytes);
   } catch {
     throw new RequestError(400, "request body is not valid UTF-8", { code: "invalid_json" });
   }

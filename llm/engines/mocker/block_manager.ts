@@ -16,6 +16,9 @@ export interface BlockManagerOptions {
   onEvent?: KvEventSink;
 }
 
+/** KV blocks per mocker when `numGpuBlocks` is not given. */
+export const DEFAULT_NUM_GPU_BLOCKS = 16384;
+
 /** A full block: the sequence hash that names it and its tokens' local hash. */
 export interface FullBlock {
   sequenceHash: BlockHash;
@@ -54,7 +57,7 @@ export class BlockManager {
 
   /** @throws {InvalidArgumentError} a size or watermark out of range */
   constructor(options: BlockManagerOptions = {}) {
-    const numGpuBlocks = options.numGpuBlocks ?? 16384;
+    const numGpuBlocks = options.numGpuBlocks ?? DEFAULT_NUM_GPU_BLOCKS;
     const blockSize = options.blockSize ?? 16;
     const watermark = options.watermark ?? 0.01;
     if (!Number.isInteger(numGpuBlocks) || numGpuBlocks < 1) {

@@ -27,6 +27,12 @@ export interface MigrationOptions {
   limit: number;
   /** Called before each migration (for metrics and logs). */
   onMigrate?: (attempt: number, cause: unknown) => void;
+  /**
+   * Called when an attempt's stream broke in a way that says its instance is dead or
+   * leaving (the stream ended without its sentinel, a deadline passed, the engine shut
+   * down), so that routing can skip that instance before discovery drops it.
+   */
+  onInstanceFailed?: (instanceId: string, cause: unknown) => void;
   logger?: Logger;
 }
 
@@ -117,9 +123,18 @@ export async function openMigrating(
   };
 
   const stream = await open();
+  const failed = (stream: ResponseStream<LLMEngineOutput>, err: unknown) => {
+    if (parent.isStopped()) return;
+    if (
+      err instanceof StreamIncompleteError || err instanceof TimeoutError ||
+      err instanceof EngineShutdownError
+    ) {
+      options.onInstanceFailed?.(stream.instanceId, err);
+    }
+  };
   return {
     [Symbol.asyncIterator]: () =>
-      new MigratingIterator(stream, open, migrateOrThrow, generated, parent, maxTokens),
+      new MigratingIterator(stream, open, migrateOrThrow, failed, generated, parent, maxTokens),
   };
 }
 
@@ -136,6 +151,7 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
   #done = false;
   readonly #open: () => Promise<ResponseStream<LLMEngineOutput>>;
   readonly #migrateOrThrow: (err: unknown) => void;
+  readonly #failed: (stream: ResponseStream<LLMEngineOutput>, err: unknown) => void;
   readonly #generated: number[];
   readonly #parent: Context;
   readonly #maxTokens: number | undefined;
@@ -159,6 +175,7 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
   ): Promise<IteratorResult<LLMEngineOutput>> | IteratorResult<LLMEngineOutput> => {
     this.#inner = undefined;
     if (this.#done) return DONE; // return() was called meanwhile
+    this.#failed(this.#stream, err);
     if (
       !this.#parent.isStopped() && isMigratable(err) && this.#maxTokens !== undefined &&
       this.#generated.length >= this.#maxTokens
@@ -189,6 +206,7 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
     stream: ResponseStream<LLMEngineOutput>,
     open: () => Promise<ResponseStream<LLMEngineOutput>>,
     migrateOrThrow: (err: unknown) => void,
+    failed: (stream: ResponseStream<LLMEngineOutput>, err: unknown) => void,
     generated: number[],
     parent: Context,
     maxTokens: number | undefined,
@@ -196,6 +214,7 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
     this.#stream = stream;
     this.#open = open;
     this.#migrateOrThrow = migrateOrThrow;
+    this.#failed = failed;
     this.#generated = generated;
     this.#parent = parent;
     this.#maxTokens = maxTokens;

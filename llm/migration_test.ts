@@ -32,7 +32,9 @@ function flaky(failAfter: (number | Error)[], seen: PreprocessedRequest[]): Send
       }
     })();
     return Promise.resolve(
-      Object.assign(stream, { context, instanceId: "x" }) as ResponseStream<LLMEngineOutput>,
+      Object.assign(stream, { context, instanceId: `w${attempt}` }) as ResponseStream<
+        LLMEngineOutput
+      >,
     );
   };
 }
@@ -60,6 +62,16 @@ Deno.test("a stream that breaks twice continues seamlessly on new attempts", asy
       [[1, 2, 3, 4, 5, 6], 3, 3],
     ],
   );
+});
+
+Deno.test("each instance whose stream broke is reported once, so routing can skip it", async () => {
+  const failed: [string, string][] = [];
+  const s = await openMigrating(flaky([2, 1], []), request, new Context(), {
+    limit: 3,
+    onInstanceFailed: (id, cause) => failed.push([id, (cause as Error).name]),
+  });
+  assert.deepEqual(await tokens(s), [4, 5, 6, 7, 8, 9]);
+  assert.deepEqual(failed, [["w1", "StreamIncompleteError"], ["w2", "StreamIncompleteError"]]);
 });
 
 Deno.test("a failure past the migration limit says the limit is exhausted", async () => {

@@ -117,6 +117,18 @@ export class ServedModel {
   }
 
   /**
+   * Skips an instance for a while in routing (its stream broke: dead or leaving), until
+   * discovery confirms or clears it.
+   */
+  reportInstanceDown(instanceId: string): void {
+    for (const g of this.endpoints.values()) {
+      if (g.instances.has(instanceId)) {
+        void g.client.then((c) => c.reportInstanceDown(instanceId), () => {});
+      }
+    }
+  }
+
+  /**
    * Sends `request` to one of the model's instances, by the manager's router mode.
    * @throws {NoInstancesError} no instance is live
    */

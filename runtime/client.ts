@@ -278,6 +278,9 @@ export class Client {
         this.reportInstanceDown(id);
         throw new NoInstancesError(this.path, id);
       }
+      // No acknowledgement or no call-back in time: a dead or stuck worker that discovery
+      // has not dropped yet. Other requests should not wait on it meanwhile.
+      if (err instanceof TimeoutError) this.reportInstanceDown(id);
       throw err;
     }
   }

@@ -244,6 +244,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
         limit: card.migration_limit,
         logger: log,
         onMigrate: () => migrations.inc(),
+        onInstanceFailed: (id) => model.reportInstanceDown(id),
       })
     ));
     const processors = choiceRequests.map((r) => OutputProcessor.forRequest(tokenizer, r));

@@ -41,10 +41,24 @@ export class NatsRequestPlane implements RequestPlane {
   readonly nc: NatsConnection;
   readonly #tcpOptions: TcpResponseServerOptions;
   #server: TcpResponseServer | undefined;
+  /** Set while the connection is lost and nats.js reconnects. */
+  #disconnected = false;
 
   private constructor(nc: NatsConnection, tcp: TcpResponseServerOptions) {
     this.nc = nc;
     this.#tcpOptions = tcp;
+    void this.#watchStatus();
+  }
+
+  async #watchStatus(): Promise<void> {
+    try {
+      for await (const s of this.nc.status()) {
+        if (s.type === "disconnect" || s.type === "reconnecting") this.#disconnected = true;
+        else if (s.type === "reconnect") this.#disconnected = false;
+      }
+    } catch {
+      // the connection closed
+    }
   }
 
   /** Connects to NATS; reconnects on its own after a server restart. */
@@ -103,6 +117,14 @@ export class NatsRequestPlane implements RequestPlane {
       ? message
       : encodeRequest(message.header, message.body);
     options.signal?.throwIfAborted();
+    // While reconnecting, nats.js would buffer the request and send it once back, when the
+    // worker may not have subscribed again: the caller would wait out the whole timeout.
+    // Failing at once lets it retry (or migrate) on a live connection instead.
+    if (this.#disconnected) {
+      throw new DynamoError(
+        `request to ${subject} not sent: the NATS connection is down (reconnecting)`,
+      );
+    }
     const timeout = options.timeoutMs ?? 5000;
     try {
       await this.nc.request(subject, payload, { timeout });

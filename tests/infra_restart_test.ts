@@ -1,0 +1,120 @@
+// Infrastructure restarts (issue: reliability): under steady load through `dynamo
+// frontend` and two workers, nats-server is killed and restarted, then etcd (down longer
+// than the lease TTL, so leases expire). Frontend and workers must reconnect and
+// re-register on their own: requests may fail only around the outage (counted), and
+// succeed again within 10 s of each server coming back.
+
+import assert from "node:assert/strict";
+import { builtinTestModel } from "../mod.ts";
+import { eventually } from "./_helpers/backends.ts";
+import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
+import { haveServers, type ServerProcess, startServers } from "./_helpers/servers.ts";
+
+const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
+const WORKER = new URL("./_helpers/llm_worker.ts", import.meta.url).pathname;
+const MODEL = "Qwen3-0.6B";
+const RECOVERY_MS = 10_000;
+
+interface Outcome {
+  at: number;
+  ok: boolean;
+  error?: string;
+}
+
+Deno.test({
+  name: "nats-server, then etcd, restarted under load: everything reconnects without help",
+  ignore: !haveServers(),
+  async fn() {
+    const servers = await startServers();
+    const env = { ...servers.env, DYN_LOG: "warn", DYN_LEASE_TTL: "3" };
+    const modelPath = await builtinTestModel();
+    const children: ChildHandle[] = [];
+    let loading = true;
+    let load: Promise<void> | undefined;
+    try {
+      const front = spawnDeno(CLI, env, [
+        "frontend",
+        "--http-port",
+        "0",
+        "--http-host",
+        "127.0.0.1",
+      ]);
+      children.push(front);
+      const line = await front.waitFor<{ text: string }>(
+        (l) => typeof l.text === "string" && l.text.includes("listening on"),
+        30_000,
+        "the frontend to listen",
+      );
+      const base = /listening on (\S+)/.exec(line.text)![1]!;
+      for (let i = 0; i < 2; i++) {
+        const w = spawnDeno(WORKER, env, [modelPath, "--migration-limit", "3"]);
+        children.push(w);
+        await w.waitFor((l) => "ready" in l, 30_000, "a worker to register");
+      }
+      const body = JSON.stringify({ model: MODEL, prompt: "steady load", max_tokens: 2 });
+      const ask = async (): Promise<Outcome> => {
+        const at = performance.now();
+        try {
+          const r = await fetch(`${base}/v1/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body,
+            signal: AbortSignal.timeout(5_000),
+          });
+          const text = await r.text();
+          return r.ok ? { at, ok: true } : { at, ok: false, error: `${r.status} ${text}` };
+        } catch (err) {
+          return { at, ok: false, error: String(err) };
+        }
+      };
+      await eventually(async () => (await ask()).ok, 15_000, "the model answers");
+
+      const outcomes: Outcome[] = [];
+      load = Promise.all(Array.from({ length: 4 }, async () => {
+        while (loading) {
+          outcomes.push(await ask());
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      })).then(() => {});
+
+      const sinceOk = (t: number) => outcomes.filter((o) => o.at >= t && o.ok).length;
+      /** Kills `server` for `downMs`, restarts it, and returns ms until requests succeed again. */
+      const outage = async (server: ServerProcess, downMs: number) => {
+        await new Promise((r) => setTimeout(r, 1_500)); // steady load first
+        const steady = outcomes.filter((o) => !o.ok);
+        assert.deepEqual(steady.map((o) => o.error), [], "no failures before the outage");
+        await server.kill();
+        await new Promise((r) => setTimeout(r, downMs));
+        await server.restart();
+        const back = performance.now();
+        await eventually(() => sinceOk(back + 1) >= 8, RECOVERY_MS, "requests to succeed again");
+        const recoveredMs = Math.max(
+          0,
+          outcomes.filter((o) => o.ok && o.at > back).map((o) => o.at)[0]! - back,
+        );
+        // Then it stays healthy: two seconds with no failure.
+        const calm = performance.now();
+        await new Promise((r) => setTimeout(r, 2_000));
+        const after = outcomes.filter((o) => o.at >= calm && !o.ok);
+        assert.deepEqual(after.map((o) => o.error), [], "no failures once recovered");
+        const failed = outcomes.filter((o) => !o.ok).length;
+        outcomes.length = 0;
+        return { recoveredMs, failed };
+      };
+
+      const nats = await outage(servers.nats, 2_000);
+      const etcd = await outage(servers.etcd, 4_000); // past the 3 s lease TTL
+      console.log(
+        `nats-server down 2 s: ${nats.failed} requests failed, first success ` +
+          `${nats.recoveredMs.toFixed(0)} ms after it was back; etcd down 4 s: ${etcd.failed} ` +
+          `failed, first success ${etcd.recoveredMs.toFixed(0)} ms after it was back`,
+      );
+    } finally {
+      loading = false;
+      await load;
+      for (const c of children) c.kill("SIGKILL");
+      await Promise.all(children.map((c) => c.status));
+      await servers.stop();
+    }
+  },
+});

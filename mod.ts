@@ -30,3 +30,19 @@ export {
   NatsEventPlane,
   subjectMatches,
 } from "./runtime/events/mod.ts";
+// Native KV transfer (NIXL-like) through Deno FFI; the library loads on first use
+// (`deno task build:native` builds it).
+export {
+  type AllocateOptions,
+  loadNativeLibrary,
+  MemoryRegion,
+  type MemType,
+  NativeLibraryError,
+  TransferAgent,
+  type TransferAgentOptions,
+  TransferError,
+  VramUnavailableError,
+  type XferDesc,
+  type XferOp,
+  type XferState,
+} from "./native/mod.ts";

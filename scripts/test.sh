@@ -56,6 +56,13 @@ gate() {
 gate "deno fmt --check" "$DENO" fmt --check
 gate "deno lint" "$DENO" lint
 gate "deno task check" "$DENO" task check
+# The native transfer library (Rust, std only, offline): its tests load it.
+if command -v cargo >/dev/null 2>&1; then
+  gate "deno task build:native" "$DENO" task build:native
+else
+  echo "ERROR: cargo not found: the native library cannot be built" >&2
+  failed_gates+=("cargo missing")
+fi
 
 # 4. Tests.
 section "deno test -A --parallel"

@@ -10,6 +10,7 @@ import {
   ModelManager,
   type RouterMode,
 } from "../mod.ts";
+import { guardFrontend, type GuardOptions } from "../llm/http/guard.ts";
 import type { Io } from "./_common.ts";
 
 /** Options of {@linkcode serveFrontend}. */
@@ -22,6 +23,8 @@ export interface ServeFrontendOptions {
   logger: Logger;
   /** Deadline for draining in-flight requests at shutdown, in ms. */
   drainTimeoutMs?: number;
+  /** Admission limits and the optional API key (the frontend's metrics are added here). */
+  guard?: Omit<GuardOptions, "metrics">;
 }
 
 /** A running frontend. */
@@ -54,16 +57,24 @@ export async function serveFrontend(
     dynamo_component: "frontend",
     dynamo_endpoint: "http",
   });
+  const guard = guardFrontend(frontend.fetch, { ...options.guard, metrics: frontend.metrics });
   const listening = Promise.withResolvers<Deno.NetAddr>();
   const server = Deno.serve({
     port: options.port,
     hostname: options.hostname,
     onListen: (addr) => listening.resolve(addr as Deno.NetAddr),
-  }, frontend.fetch);
+  }, guard.fetch);
   const addr = await listening.promise;
   const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
   const url = `http://${host}:${addr.port}`;
   io.out(`dynamo frontend listening on ${url} (router: ${options.routerMode})`);
+  // Whether a key is required, never the key.
+  options.logger.info("admission", {
+    max_inflight: guard.limits.maxInflight,
+    max_queued: guard.limits.maxQueued,
+    queue_timeout_ms: guard.limits.queueTimeoutMs,
+    api_key: options.guard?.apiKey === undefined ? "off" : "required",
+  });
   let stopping: Promise<void> | undefined;
   return {
     url,

@@ -10,6 +10,7 @@ import {
   UsageError,
 } from "./_common.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
+import type { GuardOptions } from "../llm/http/guard.ts";
 
 const usage =
   `Usage: dynamo frontend [--http-port 8000] [--http-host 0.0.0.0] [--router-mode round-robin|random|kv]
@@ -28,20 +29,54 @@ Options:
                       kv: weight of uncached prefill blocks against decode load (default 1)
   --router-temperature T
                       kv: 0 (default) takes the cheapest worker; above 0 samples
+  --max-inflight N    generation requests handled at once, streams until their last byte
+                      (default 1024; env DYN_HTTP_MAX_INFLIGHT); past it: 429 + Retry-After
+  --max-queued N      requests that may wait for a slot (default 0; env DYN_HTTP_MAX_QUEUED)
+  --queue-timeout-ms MS
+                      longest wait in that queue (default 1000; env DYN_HTTP_QUEUE_TIMEOUT_MS)
+  --api-key KEY       require \`Authorization: Bearer KEY\` on every route but /health, /live
+                      and /metrics (prefer env DYN_HTTP_API_KEY: flags show in ps)
   -h, --help          show this help`;
 
-/** Parses the flags `frontend` and `run` share. */
+/** The flags `frontend` and `run` share, for {@linkcode parseCommandArgs}. */
+export const HTTP_FLAGS = {
+  "http-port": { type: "string" },
+  "http-host": { type: "string" },
+  "router-mode": { type: "string" },
+  "kv-overlap-score-weight": { type: "string" },
+  "router-temperature": { type: "string" },
+  "max-inflight": { type: "string" },
+  "max-queued": { type: "string" },
+  "queue-timeout-ms": { type: "string" },
+  "api-key": { type: "string" },
+} as const;
+
+/** The environment variables behind the admission flags (a flag wins over its variable). */
+const GUARD_ENV = {
+  "max-inflight": "DYN_HTTP_MAX_INFLIGHT",
+  "max-queued": "DYN_HTTP_MAX_QUEUED",
+  "queue-timeout-ms": "DYN_HTTP_QUEUE_TIMEOUT_MS",
+  "api-key": "DYN_HTTP_API_KEY",
+} as const;
+
+/**
+ * Parses the flags `frontend` and `run` share.
+ *
+ * @param env reads an environment variable (the admission flags fall back to DYN_HTTP_*)
+ * @throws {UsageError} a value out of range
+ */
 export function parseHttpFlags(
   command: string,
-  values: {
-    "http-port"?: string;
-    "http-host"?: string;
-    "router-mode"?: string;
-    "kv-overlap-score-weight"?: string;
-    "router-temperature"?: string;
-  },
+  values: { [K in keyof typeof HTTP_FLAGS]?: string },
   defaults: { host: string },
-): { port: number; hostname: string; routerMode: RouterMode; kvRouter: KvRouterSettings } {
+  env: (name: string) => string | undefined = (name) => Deno.env.get(name),
+): {
+  port: number;
+  hostname: string;
+  routerMode: RouterMode;
+  kvRouter: KvRouterSettings;
+  guard: Omit<GuardOptions, "metrics">;
+} {
   const port = Number(values["http-port"] ?? 8000);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new UsageError(
@@ -77,16 +112,60 @@ export function parseHttpFlags(
     }
     kvRouter[key] = n;
   }
-  return { port, hostname: values["http-host"] ?? defaults.host, routerMode, kvRouter };
+  return {
+    port,
+    hostname: values["http-host"] ?? defaults.host,
+    routerMode,
+    kvRouter,
+    guard: parseGuardFlags(command, values, env),
+  };
+}
+
+function parseGuardFlags(
+  command: string,
+  values: { [K in keyof typeof GUARD_ENV]?: string },
+  env: (name: string) => string | undefined,
+): Omit<GuardOptions, "metrics"> {
+  const raw = (flag: keyof typeof GUARD_ENV) => {
+    const v = values[flag];
+    return v === undefined
+      ? { value: env(GUARD_ENV[flag]), what: GUARD_ENV[flag] }
+      : { value: v, what: `--${flag}` };
+  };
+  const whole = (flag: "max-inflight" | "max-queued" | "queue-timeout-ms", min: number) => {
+    const { value, what } = raw(flag);
+    if (value === undefined) return undefined;
+    const n = Number(value);
+    if (value.trim() === "" || !Number.isSafeInteger(n) || n < min) {
+      throw new UsageError(
+        `${what} must be a whole number >= ${min}, got ${JSON.stringify(value)}`,
+        command,
+      );
+    }
+    return n;
+  };
+  const guard: Omit<GuardOptions, "metrics"> = {
+    maxInflight: whole("max-inflight", 1),
+    maxQueued: whole("max-queued", 0),
+    queueTimeoutMs: whole("queue-timeout-ms", 0),
+  };
+  const key = raw("api-key");
+  if (key.value !== undefined) {
+    // Said without the value: it is a secret.
+    if (!/^[\x21-\x7e]+$/.test(key.value)) {
+      throw new UsageError(
+        `${key.what} must be 1 or more visible ASCII characters without spaces`,
+        command,
+      );
+    }
+    guard.apiKey = key.value;
+  }
+  return guard;
 }
 
 async function run(args: string[], io: Io): Promise<number> {
   const { values, positionals } = parseCommandArgs("frontend", args, {
-    "http-port": { type: "string" },
-    "http-host": { type: "string" },
-    "router-mode": { type: "string" },
-    "kv-overlap-score-weight": { type: "string" },
-    "router-temperature": { type: "string" },
+    ...HTTP_FLAGS,
     help: { type: "boolean", short: "h" },
   });
   if (values.help) {

@@ -23,7 +23,7 @@ import {
   parseMs,
   UsageError,
 } from "./_common.ts";
-import { parseHttpFlags } from "./frontend.ts";
+import { HTTP_FLAGS, parseHttpFlags } from "./frontend.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
 import { hubOptionsFromEnv } from "./_hub.ts";
 
@@ -49,6 +49,16 @@ Options:
   --kv-overlap-score-weight W
                            kv: weight of uncached prefill blocks (default 1)
   --router-temperature T   kv: 0 (default) cheapest worker; above 0 samples
+  --max-inflight N         generation requests handled at once, streams until their
+                           last byte (default 1024; env DYN_HTTP_MAX_INFLIGHT); past it
+                           and the queue: 429 with Retry-After
+  --max-queued N           requests that may wait for a slot (default 0;
+                           env DYN_HTTP_MAX_QUEUED)
+  --queue-timeout-ms MS    longest wait in that queue (default 1000;
+                           env DYN_HTTP_QUEUE_TIMEOUT_MS)
+  --api-key KEY            require \`Authorization: Bearer KEY\` on every route but
+                           /health, /live and /metrics (prefer env DYN_HTTP_API_KEY:
+                           flags show in ps)
   --model-name NAME        name clients use (default: from MODEL)
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)
@@ -78,11 +88,7 @@ function parseIntFlag(name: string, value: string | undefined, min: number): num
 
 async function run(args: string[], io: Io): Promise<number> {
   const { values, positionals } = parseCommandArgs("run", args, {
-    "http-port": { type: "string" },
-    "http-host": { type: "string" },
-    "router-mode": { type: "string" },
-    "kv-overlap-score-weight": { type: "string" },
-    "router-temperature": { type: "string" },
+    ...HTTP_FLAGS,
     "model-name": { type: "string" },
     "context-length": { type: "string" },
     "migration-limit": { type: "string" },

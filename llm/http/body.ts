@@ -12,7 +12,18 @@ export async function readJsonBody(request: Request, limit: number): Promise<unk
   if (!request.body) throw empty();
   // A declared length within the limit: take the body in one operation (the common case).
   // A client that sends more than it declared is cut off by the HTTP server itself.
-  const bytes = declared >= 0 ? await request.bytes() : await readLimited(request.body, limit);
+  let bytes: Uint8Array;
+  try {
+    bytes = declared >= 0 ? await request.bytes() : await readLimited(request.body, limit);
+  } catch (err) {
+    if (err instanceof RequestError) throw err;
+    // The connection ended before the body did (a client that stopped sending).
+    throw new RequestError(
+      400,
+      "request body could not be read in full (the client stopped sending)",
+      { code: "incomplete_body", cause: err },
+    );
+  }
   if (bytes.length > limit) throw tooLarge(limit);
   let text: string;
   try {

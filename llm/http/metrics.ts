@@ -56,6 +56,13 @@ export class FrontendMetrics {
   readonly outputTokens: Histogram<string>;
   readonly migrations: Counter<string>;
   readonly disconnected: Counter<string>;
+  /** Requests refused before the frontend saw them (reason: overloaded, unauthorized, ...). */
+  readonly rejected: Counter<string>;
+  /** Generation requests admitted by the guard and not finished (read at scrape time). */
+  readonly admitted: Gauge<string>;
+  /** Generation requests waiting for a slot (read at scrape time). */
+  readonly queued: Gauge<string>;
+  #admission?: () => { admitted: number; queued: number };
 
   /** @param constLabels labels added to every series (e.g. dynamo_namespace) */
   constructor(constLabels: Record<string, string> = {}) {
@@ -121,6 +128,35 @@ export class FrontendMetrics {
       labelNames: ["model"],
       registers,
     });
+    this.rejected = new Counter({
+      name: `${p}rejected_requests_total`,
+      help: "Requests refused by admission control or the API-key check, by reason",
+      labelNames: ["reason"],
+      registers,
+    });
+    // Read from the guard when scraped: nothing to update per request.
+    const admission = () => this.#admission?.() ?? { admitted: 0, queued: 0 };
+    this.admitted = new Gauge({
+      name: `${p}admitted_requests`,
+      help: "Generation requests admitted and not finished (against --max-inflight)",
+      registers,
+      collect() {
+        this.set(admission().admitted);
+      },
+    });
+    this.queued = new Gauge({
+      name: `${p}queued_requests`,
+      help: "Generation requests waiting for a slot (against --max-queued)",
+      registers,
+      collect() {
+        this.set(admission().queued);
+      },
+    });
+  }
+
+  /** Makes the admission gauges read `read()` at each scrape (one guard per metrics object). */
+  trackAdmission(read: () => { admitted: number; queued: number }): void {
+    this.#admission = read;
   }
 
   readonly #models = new Map<string, ModelMetrics>();

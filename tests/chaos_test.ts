@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { builtinTestModel } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
+import { frontendUrl, stopChild as stop } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 
@@ -49,13 +50,6 @@ async function chat(client: OpenAI, prompt: string): Promise<{ text: string; fin
   return { text, finish };
 }
 
-async function stop(child: ChildHandle): Promise<void> {
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-  await child.status;
-  clearTimeout(timer);
-}
-
 Deno.test({
   name: `chaos: ${REQUESTS} streams at concurrency ${CONCURRENCY}, a worker SIGKILLed every 2 s`,
   ignore: !haveServers(),
@@ -77,12 +71,7 @@ Deno.test({
     let running = true;
     try {
       front = spawnDeno(CLI, env, ["frontend", "--http-port", "0", "--http-host", "127.0.0.1"]);
-      const line = await front.waitFor<{ text: string }>(
-        (l) => typeof l.text === "string" && l.text.includes("listening on"),
-        30_000,
-        "the frontend to listen",
-      );
-      const base = /listening on (\S+)/.exec(line.text)![1]!;
+      const base = await frontendUrl(front);
       const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
       for (let i = 0; i < WORKERS; i++) startWorker();
       await Promise.all(

@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { builtinTestModel } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
+import { frontendUrl } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, type ServerProcess, startServers } from "./_helpers/servers.ts";
 
@@ -40,12 +41,7 @@ Deno.test({
         "127.0.0.1",
       ]);
       children.push(front);
-      const line = await front.waitFor<{ text: string }>(
-        (l) => typeof l.text === "string" && l.text.includes("listening on"),
-        30_000,
-        "the frontend to listen",
-      );
-      const base = /listening on (\S+)/.exec(line.text)![1]!;
+      const base = await frontendUrl(front);
       for (let i = 0; i < 2; i++) {
         const w = spawnDeno(WORKER, env, [modelPath, "--migration-limit", "3"]);
         children.push(w);

@@ -4,6 +4,7 @@
 
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { frontendUrl, stopChild as stop } from "./_helpers/frontend.ts";
 import { type ChildHandle, runDeno, spawnDeno } from "./_helpers/process.ts";
 
 const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
@@ -19,22 +20,6 @@ function prompt(i: number): number[] {
   const prefix = Array.from({ length: PREFIX_TOKENS }, (_, k) => 1000 + k);
   const suffix = Array.from({ length: BLOCK }, (_, k) => 20_000 + i * BLOCK + k);
   return [...prefix, ...suffix];
-}
-
-async function frontendUrl(child: ChildHandle): Promise<string> {
-  const line = await child.waitFor<{ text: string }>(
-    (l) => typeof l.text === "string" && l.text.includes("listening on"),
-    15_000,
-    "the frontend to listen",
-  );
-  return /listening on (\S+)/.exec(line.text)![1]!;
-}
-
-async function stop(child: ChildHandle): Promise<void> {
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
-  await child.status;
-  clearTimeout(timer);
 }
 
 function startMocker(routerArgs: string[]): ChildHandle {

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { builtinTestModel, DistributedRuntime, Tokenizer } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
+import { frontendUrl, stopChild as stop } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 
@@ -12,22 +13,6 @@ const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const WORKER = new URL("./_helpers/llm_worker.ts", import.meta.url).pathname;
 const MODEL = "Qwen3-0.6B";
 const PROMPT = "The quick brown fox jumps over the lazy dog near the quiet river bank today";
-
-async function frontendUrl(child: ChildHandle): Promise<string> {
-  const line = await child.waitFor<{ text: string }>(
-    (l) => typeof l.text === "string" && l.text.includes("listening on"),
-    30_000,
-    "the frontend to listen",
-  );
-  return /listening on (\S+)/.exec(line.text)![1]!;
-}
-
-async function stop(child: ChildHandle): Promise<void> {
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-  await child.status;
-  clearTimeout(timer);
-}
 
 let tokenizerCache: Tokenizer | undefined;
 async function tokenizer(): Promise<Tokenizer> {

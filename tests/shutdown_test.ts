@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { builtinTestModel, DistributedRuntime, type DistributedRuntimeOptions } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
+import { frontendUrl } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 
@@ -13,15 +14,6 @@ const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const WORKER = new URL("./_helpers/llm_worker.ts", import.meta.url).pathname;
 const MODEL = "Qwen3-0.6B";
 const PROMPT = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
-
-async function frontendUrl(child: ChildHandle): Promise<string> {
-  const line = await child.waitFor<{ text: string }>(
-    (l) => typeof l.text === "string" && l.text.includes("listening on"),
-    30_000,
-    "the frontend to listen",
-  );
-  return /listening on (\S+)/.exec(line.text)![1]!;
-}
 
 /** Reads a completion stream; `onFirst` runs after its first chunk. */
 async function read(

@@ -15,6 +15,7 @@ import {
   validateCompletionRequest,
 } from "../openai.ts";
 import { OutputProcessor } from "../postprocessor.ts";
+import { routePath } from "./guard.ts";
 import { choiceRequest } from "../preprocessor.ts";
 import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import { ModelInput } from "../protocols.ts";
@@ -120,7 +121,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
   const maxBody = options.maxBodyBytes ?? 32 * 1024 * 1024;
 
   async function route(request: Request): Promise<Response> {
-    const path = pathOf(request.url);
+    const path = routePath(request.url);
     const method = request.method;
     const only = (m: string) => {
       if (method !== m) {
@@ -507,27 +508,6 @@ export function createFrontend(options: FrontendOptions): Frontend {
       }
     },
   };
-}
-
-/** The path of an absolute URL without trailing slashes (no URL object: this is per request). */
-function pathOf(url: string): string {
-  const scheme = url.indexOf("://");
-  const start = url.indexOf("/", scheme === -1 ? 0 : scheme + 3);
-  if (start === -1) return "/";
-  let end = url.length;
-  for (let i = start; i < url.length; i++) {
-    const c = url.charCodeAt(i);
-    if (c === 63 /* ? */ || c === 35 /* # */) {
-      end = i;
-      break;
-    }
-  }
-  while (end > start + 1 && url.charCodeAt(end - 1) === 47 /* / */) end--;
-  const path = url.slice(start, end);
-  // Rare forms (dot segments, escapes) take the exact route.
-  return path.includes(".") || path.includes("%")
-    ? new URL(url).pathname.replace(/\/+$/, "") || "/"
-    : path;
 }
 
 /** A chunk already serialized to JSON. */

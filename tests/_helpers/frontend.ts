@@ -1,0 +1,21 @@
+// A `dynamo frontend` / `dynamo run` child process: where it listens, and a graceful stop.
+
+import type { ChildHandle } from "./process.ts";
+
+/** The URL from the child's "listening on URL" line (waits up to `ms`). */
+export async function frontendUrl(child: ChildHandle, ms = 30_000): Promise<string> {
+  const line = await child.waitFor<{ text: string }>(
+    (l) => typeof l.text === "string" && l.text.includes("listening on"),
+    ms,
+    "the frontend to listen",
+  );
+  return /listening on (\S+)/.exec(line.text)![1]!;
+}
+
+/** SIGTERM, then SIGKILL if the child has not exited after `graceMs`; waits for the exit. */
+export async function stopChild(child: ChildHandle, graceMs = 10_000): Promise<void> {
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+  await child.status;
+  clearTimeout(timer);
+}

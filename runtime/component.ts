@@ -255,6 +255,8 @@ export class Endpoint {
     const stop = () => stopped.resolve();
     rt.shutdownSignal.addEventListener("abort", stop, { once: true });
     options.signal?.addEventListener("abort", stop, { once: true });
+    // A shutdown that began while the endpoint was registering fired before these listeners.
+    if (rt.shutdownSignal.aborted || options.signal?.aborted) stop();
     const done = (async () => {
       await stopped.promise;
       rt.shutdownSignal.removeEventListener("abort", stop);

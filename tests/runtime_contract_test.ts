@@ -375,6 +375,15 @@ const cases: Record<string, Case> = {
     assert.equal(n, 5000);
   },
 
+  async "a stop that comes while the endpoint is still registering still stops it"(b) {
+    const rt = await b.runtime();
+    const abort = new AbortController();
+    const endpoint = rt.namespace("test").component("early").endpoint("generate");
+    const serving = endpoint.serveEndpoint(words, { signal: abort.signal });
+    abort.abort(); // registration has not finished yet
+    await within(serving, 5000, "serveEndpoint to return after the early stop");
+  },
+
   async "graceful shutdown lets in-flight streams finish"(b) {
     const worker = await b.runtime();
     const rec = recorder();

@@ -34,6 +34,21 @@ export class EmbeddedCluster {
   readonly events: LocalEventBus = new LocalEventBus();
 }
 
+/** PEM files for a TLS client: the CA to trust, and an optional client key pair. */
+export interface TlsFiles {
+  /** CA certificate(s) to trust instead of the system roots. */
+  caFile?: string;
+  /** Client certificate, for servers that verify clients (with `keyFile`). */
+  certFile?: string;
+  /** Client private key (with `certFile`). */
+  keyFile?: string;
+  /**
+   * Name to verify the server's certificate against (and send as SNI) instead of the
+   * endpoint's host: needed for etcd endpoints given as IP addresses. etcd only.
+   */
+  serverName?: string;
+}
+
 /** Options of {@linkcode DistributedRuntime.connect}. */
 export interface DistributedRuntimeOptions {
   /** "etcd", "memory" (default), "hub" (a `dynamo hub` server), or a Discovery of your own. */
@@ -48,10 +63,14 @@ export interface DistributedRuntimeOptions {
   etcdEndpoints?: string | string[];
   /** etcd password authentication. */
   etcdAuth?: { username: string; password: string };
+  /** etcd over TLS (`https://` endpoints): PEM files read at connect. */
+  etcdTls?: TlsFiles;
   /** NATS server(s) (default "nats://127.0.0.1:4222"). */
   natsServer?: string | string[];
   /** NATS credentials. */
   natsAuth?: { user?: string; pass?: string; token?: string };
+  /** NATS over TLS: PEM files read at connect; setting it makes TLS required. */
+  natsTls?: TlsFiles;
   /** An EventPlane of your own (default: NATS with the "nats" plane, else in-process). */
   events?: EventPlane;
   /** Lease TTL in seconds (default 10). */
@@ -157,7 +176,7 @@ export class DistributedRuntime {
     let discovery: Discovery;
     let plane: RequestPlane;
     try {
-      discovery = makeDiscovery(options, embedded, hub);
+      discovery = await makeDiscovery(options, embedded, hub);
       try {
         plane = await makePlane(options, embedded, hub);
       } catch (err) {
@@ -209,7 +228,9 @@ export class DistributedRuntime {
    * `DYN_HUB_TOKEN`); otherwise the embedded default. ETCD_ENDPOINTS / NATS_SERVER take
    * precedence over DYN_HUB.
    * Also reads `DYN_LEASE_TTL`, `DYN_TCP_RPC_HOST`, `DYN_LOG` (level) and `DYN_LOG_JSON`,
-   * `ETCD_USERNAME`/`ETCD_PASSWORD`, `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`.
+   * `ETCD_USERNAME`/`ETCD_PASSWORD`, `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`, and the TLS
+   * files `ETCD_TLS_CA`/`ETCD_TLS_CERT`/`ETCD_TLS_KEY` (and `ETCD_TLS_SERVER_NAME`) and
+   * `NATS_TLS_CA`/`NATS_TLS_CERT`/`NATS_TLS_KEY` (any NATS_TLS_* set makes NATS require TLS).
    */
   static fromEnv(options: FromEnvOptions = {}): Promise<DistributedRuntime> {
     const env = options.env ?? Deno.env.toObject();
@@ -236,6 +257,10 @@ export class DistributedRuntime {
     if (env.NATS_USER || env.NATS_TOKEN) {
       opts.natsAuth = { user: env.NATS_USER, pass: env.NATS_PASSWORD, token: env.NATS_TOKEN };
     }
+    const etcdTls = tlsFromEnv(env, "ETCD");
+    if (etcdTls) opts.etcdTls = etcdTls;
+    const natsTls = tlsFromEnv(env, "NATS");
+    if (natsTls) opts.natsTls = natsTls;
     if (!options.logger) {
       const level = (env.DYN_LOG ?? "info") as LogLevel;
       if (!["debug", "info", "warn", "error"].includes(level)) {
@@ -353,6 +378,46 @@ export class DistributedRuntime {
   }
 }
 
+/** `<PREFIX>_TLS_CA`, `_CERT`, `_KEY` as TlsFiles, or undefined when none is set. */
+function tlsFromEnv(env: Record<string, string | undefined>, prefix: string): TlsFiles | undefined {
+  const files: TlsFiles = {};
+  if (env[`${prefix}_TLS_CA`]) files.caFile = env[`${prefix}_TLS_CA`];
+  if (env[`${prefix}_TLS_CERT`]) files.certFile = env[`${prefix}_TLS_CERT`];
+  if (env[`${prefix}_TLS_KEY`]) files.keyFile = env[`${prefix}_TLS_KEY`];
+  if (prefix === "ETCD" && env.ETCD_TLS_SERVER_NAME) files.serverName = env.ETCD_TLS_SERVER_NAME;
+  return Object.keys(files).length > 0 ? files : undefined;
+}
+
+/** Reads the PEM files of `tls`; a missing or unreadable file names the option and path. */
+async function readTls(
+  tls: TlsFiles,
+  what: string,
+): Promise<{ ca?: Uint8Array; cert?: Uint8Array; key?: Uint8Array }> {
+  if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {
+    throw new InvalidArgumentError(
+      `${what} TLS needs both a client certificate and its key, got only the ${
+        tls.certFile === undefined ? "key" : "certificate"
+      }`,
+    );
+  }
+  const read = async (path: string | undefined, role: string) => {
+    if (path === undefined) return undefined;
+    try {
+      return await Deno.readFile(path);
+    } catch (err) {
+      throw new InvalidArgumentError(
+        `cannot read the ${what} TLS ${role} file "${path}": ${(err as Error).message}`,
+      );
+    }
+  };
+  const [ca, cert, key] = await Promise.all([
+    read(tls.caFile, "CA"),
+    read(tls.certFile, "certificate"),
+    read(tls.keyFile, "key"),
+  ]);
+  return { ca, cert, key };
+}
+
 /** Connects to the hub when a "hub" backend is asked for. */
 async function connectHub(options: DistributedRuntimeOptions): Promise<HubConnection | undefined> {
   if (options.discovery !== "hub" && options.requestPlane !== "hub") return undefined;
@@ -368,22 +433,29 @@ async function connectHub(options: DistributedRuntimeOptions): Promise<HubConnec
   });
 }
 
-function makeDiscovery(
+async function makeDiscovery(
   options: DistributedRuntimeOptions,
   embedded: EmbeddedCluster,
   hub: HubConnection | undefined,
-): Discovery {
+): Promise<Discovery> {
   const d = options.discovery ?? "memory";
   if (typeof d === "object") return d;
   if (d === "memory") return new MemoryDiscovery(embedded.store);
   if (d === "hub" && hub) return new HubDiscovery(hub);
   if (d === "etcd") {
     const endpoints = options.etcdEndpoints ?? ["http://127.0.0.1:2379"];
+    const tls = options.etcdTls ? await readTls(options.etcdTls, "etcd") : undefined;
     return new EtcdDiscovery({
       endpoints: (Array.isArray(endpoints) ? endpoints : [endpoints]).map((
         e,
-      ) => (/^https?:\/\//.test(e) ? e : `http://${e}`)),
+      ) => (/^https?:\/\//.test(e) ? e : `${tls ? "https" : "http"}://${e}`)),
       auth: options.etcdAuth,
+      tls: tls && {
+        rootCertificate: tls.ca,
+        privateKey: tls.key,
+        certChain: tls.cert,
+        serverName: options.etcdTls?.serverName,
+      },
       callTimeoutMs: options.connectTimeoutMs,
     });
   }
@@ -404,15 +476,27 @@ async function makePlane(
     return new HubRequestPlane(hub, { tcp: { hostname: options.tcpHost ?? "127.0.0.1" } });
   }
   if (p === "nats") {
+    const tls = options.natsTls ? await readTls(options.natsTls, "NATS") : undefined;
     return await NatsRequestPlane.connect({
       servers: options.natsServer ?? "nats://127.0.0.1:4222",
       ...options.natsAuth,
+      ...(tls && { tls: pemStrings(tls) }),
       tcp: { hostname: options.tcpHost ?? "127.0.0.1" },
     });
   }
   throw new InvalidArgumentError(
     `requestPlane must be "nats", "local" or "hub", got ${JSON.stringify(p)}`,
   );
+}
+
+/** nats.js's TLS options take PEM text. */
+function pemStrings(t: { ca?: Uint8Array; cert?: Uint8Array; key?: Uint8Array }) {
+  const d = new TextDecoder();
+  const out: { ca?: string; cert?: string; key?: string } = {};
+  if (t.ca) out.ca = d.decode(t.ca);
+  if (t.cert) out.cert = d.decode(t.cert);
+  if (t.key) out.key = d.decode(t.key);
+  return out;
 }
 
 /** The hub's event plane as an EventPlane (its unsubscribe() returns nothing). */

@@ -1,6 +1,7 @@
 // Discovery on etcd v3 through npm:etcd3: leases with keep-alive, keys on leases, and
 // list-then-watch from the listed revision so no change between the two is missed.
 
+import { Buffer } from "node:buffer";
 import { Etcd3, type IOptions, type Lease as EtcdLease } from "etcd3";
 import { ExponentialBackoff } from "cockatiel";
 import { AsyncQueue } from "../_queue.ts";
@@ -16,7 +17,13 @@ export interface EtcdDiscoveryOptions {
   /** Password authentication. */
   auth?: { username: string; password: string };
   /** TLS: PEM root certificates (and an optional client key pair). */
-  tls?: { rootCertificate?: Uint8Array; privateKey?: Uint8Array; certChain?: Uint8Array };
+  tls?: {
+    rootCertificate?: Uint8Array;
+    privateKey?: Uint8Array;
+    certChain?: Uint8Array;
+    /** Name to ask for (SNI) and verify the certificate against, instead of the endpoint's host. */
+    serverName?: string;
+  };
 }
 
 const decoder = new TextDecoder();
@@ -41,6 +48,19 @@ export class EtcdDiscovery implements Discovery {
         throw new InvalidArgumentError(`etcd endpoint must look like http://HOST:PORT, got "${e}"`);
       }
     }
+    const secure = options.tls !== undefined ||
+      options.endpoints.some((e) => e.startsWith("https:"));
+    const ipHost = options.endpoints.find((e) =>
+      /^https?:\/\/(\d+\.\d+\.\d+\.\d+|\[[^\]]*\])/.test(e)
+    );
+    // grpc-js sends the endpoint's host as the TLS server name, and Deno's node:tls refuses an
+    // IP address there: every call would fail with UNAVAILABLE after the dial timeout.
+    if (secure && ipHost !== undefined && !options.tls?.serverName) {
+      throw new InvalidArgumentError(
+        `etcd over TLS needs a host name, not an IP address, in its endpoints (got "${ipHost}"): ` +
+          "use the name on the server's certificate, or set the server name (ETCD_TLS_SERVER_NAME)",
+      );
+    }
     const timeout = options.callTimeoutMs ?? 5000;
     const etcdOptions: IOptions = {
       hosts: options.endpoints,
@@ -53,6 +73,9 @@ export class EtcdDiscovery implements Discovery {
       },
     };
     if (options.auth) etcdOptions.auth = options.auth;
+    if (options.tls?.serverName) {
+      etcdOptions.grpcOptions = { "grpc.ssl_target_name_override": options.tls.serverName };
+    }
     if (options.tls) {
       etcdOptions.credentials = {
         rootCertificate: toBuffer(options.tls.rootCertificate),
@@ -185,8 +208,9 @@ export class EtcdDiscovery implements Discovery {
 
 const LEASE = Symbol("etcdLeaseDecimal");
 
-function toBuffer(b: Uint8Array | undefined) {
-  return b === undefined ? undefined : b;
+// grpc-js's createSsl() rejects anything that is not a Node Buffer.
+function toBuffer(b: Uint8Array | undefined): Buffer | undefined {
+  return b === undefined ? undefined : Buffer.from(b);
 }
 
 function errMessage(err: unknown): string {

@@ -1,7 +1,9 @@
 // The request plane on NATS core: one subject per instance, the worker acknowledges each
 // request at once, and streams its answer over TCP to the caller's listener.
 
-import { connect, type ConnectionOptions, ErrorCode, type NatsConnection, NatsError } from "nats";
+import { type ConnectionOptions, ErrorCode, type NatsConnection, NatsError } from "nats";
+import { NatsConnectionImpl, setTransportFactory } from "nats/lib/src/nats-base-client.js";
+import { nodeResolveHost, NodeTransport } from "nats/lib/src/node_transport.js";
 import { DynamoError, NoInstancesError, TimeoutError } from "../errors.ts";
 import type {
   ConnectionInfo,
@@ -34,6 +36,44 @@ export interface NatsRequestPlaneOptions {
 }
 
 const EMPTY = new Uint8Array(0);
+
+/**
+ * nats.js's Node transport with one fix for Deno. When the server refuses a client (bad
+ * credentials) and drops the socket, the transport removes every socket listener and
+ * destroys it, and Deno's node:net can still deliver the pending read's ECONNRESET as an
+ * "error" event: with no listener left it is an uncaught error that kills the process
+ * before the real reason ("Authorization Violation") is reported. A listener that outlives
+ * the close swallows that late event; the transport has already recorded the close.
+ */
+class DenoSafeTransport extends NodeTransport {}
+{
+  // `_closed` is private in the typings; both close paths (ours and the socket's) end in it.
+  type Closer = { socket?: NodeTransport["socket"]; _closed(...args: unknown[]): Promise<void> };
+  const base = (NodeTransport.prototype as unknown as Closer)._closed;
+  const ignore = () => {};
+  (DenoSafeTransport.prototype as unknown as Closer)._closed = function (
+    this: Closer,
+    ...args: unknown[]
+  ) {
+    const socket = this.socket;
+    return base.apply(this, args).finally(() => socket?.on("error", ignore));
+  };
+}
+
+/** `connect()` of nats.js, on {@linkcode DenoSafeTransport}. */
+function natsConnect(opts: ConnectionOptions): Promise<NatsConnection> {
+  // nats.js keeps one global transport factory; its own `connect()` sets the stock one
+  // before each connection, this sets ours (reconnects use whichever was set last).
+  setTransportFactory({ factory: () => new DenoSafeTransport(), dnsResolveFn: nodeResolveHost });
+  return NatsConnectionImpl.connect(opts);
+}
+
+/** Server URLs for messages, with any `user:password@` in them masked. */
+function redactUrls(servers: string | string[]): string {
+  return (Array.isArray(servers) ? servers : [servers])
+    .map((s) => s.replace(/\/\/[^/@]*@/, "//***@"))
+    .join(",");
+}
 
 /** Requests over NATS core, response streams over TCP call-home. */
 export class NatsRequestPlane implements RequestPlane {
@@ -79,13 +119,11 @@ export class NatsRequestPlane implements RequestPlane {
     if (options.tls !== undefined) opts.tls = options.tls;
     let nc: NatsConnection;
     try {
-      nc = await connect(opts);
+      nc = await natsConnect(opts);
     } catch (err) {
       throw new DynamoError(
-        `cannot connect to NATS at ${String(options.servers)}: ${(err as Error).message}`,
-        {
-          cause: err,
-        },
+        `cannot connect to NATS at ${redactUrls(options.servers)}: ${(err as Error).message}`,
+        { cause: err },
       );
     }
     return new NatsRequestPlane(nc, options.tcp ?? {});

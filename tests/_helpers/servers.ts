@@ -117,6 +117,18 @@ function spawnServer(
 export interface StartEtcdOptions {
   /** Extra command-line flags. */
   args?: string[];
+  /**
+   * Serve clients over TLS with this key pair (`--cert-file`/`--key-file`): the client URL
+   * becomes `https://localhost:PORT` (the certificate must name localhost). `caFile` is
+   * what the readiness check trusts.
+   */
+  tls?: { certFile: string; keyFile: string; caFile: string };
+  /**
+   * Turn on password authentication once the server is up: user `root` (role `root`)
+   * with this password, then `auth enable` (what `etcdctl user add root` and
+   * `etcdctl auth enable` do, through etcd's JSON gateway).
+   */
+  rootPassword?: string;
 }
 
 /** Starts a single-member etcd on free loopback ports. */
@@ -124,9 +136,16 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<ServerP
   const port = freePort();
   const peer = freePort();
   const dataDir = await Deno.makeTempDir({ prefix: "dynamo-etcd-" });
+  const scheme = options.tls ? "https" : "http";
+  const tlsArgs = options.tls
+    ? ["--cert-file", options.tls.certFile, "--key-file", options.tls.keyFile]
+    : [];
+  const caCerts = options.tls ? [await Deno.readTextFile(options.tls.caFile)] : undefined;
+  let authEnabled = false;
   return spawnServer(
     "etcd",
-    `http://127.0.0.1:${port}`,
+    // Over TLS the client URL names the host: grpc-js under Deno cannot verify an IP address.
+    options.tls ? `https://localhost:${port}` : `http://127.0.0.1:${port}`,
     port,
     () => [
       "--name",
@@ -134,15 +153,16 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<ServerP
       "--data-dir",
       dataDir,
       "--listen-client-urls",
-      `http://127.0.0.1:${port}`,
+      `${scheme}://127.0.0.1:${port}`,
       "--advertise-client-urls",
-      `http://127.0.0.1:${port}`,
+      `${scheme}://127.0.0.1:${port}`,
       "--listen-peer-urls",
       `http://127.0.0.1:${peer}`,
       "--initial-advertise-peer-urls",
       `http://127.0.0.1:${peer}`,
       "--initial-cluster",
       `test=http://127.0.0.1:${peer}`,
+      ...tlsArgs,
       ...(options.args ?? []),
     ],
     dataDir,
@@ -150,19 +170,76 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<ServerP
       await waitForPort(p, "etcd", child);
       // Listening is not serving: wait until etcd answers a read.
       const deadline = Date.now() + 15_000;
-      while (Date.now() < deadline) {
+      let healthy = false;
+      while (Date.now() < deadline && !healthy) {
         try {
-          const r = await fetch(`http://127.0.0.1:${p}/health`);
-          const body = await r.json() as { health?: string };
-          if (body.health === "true") return;
+          const body = JSON.parse(await httpRequest(p, "GET", "/health", undefined, caCerts)) as {
+            health?: string;
+          };
+          healthy = body.health === "true";
         } catch {
           // not yet
         }
-        await new Promise((r) => setTimeout(r, 50));
+        if (!healthy) await new Promise((r) => setTimeout(r, 50));
       }
-      throw new Error("etcd did not become healthy within 15 s");
+      if (!healthy) throw new Error("etcd did not become healthy within 15 s");
+      if (options.rootPassword !== undefined && !authEnabled) {
+        await enableEtcdAuth(p, options.rootPassword, caCerts);
+        authEnabled = true;
+      }
     },
   );
+}
+
+/** One HTTP/1.1 request to 127.0.0.1 (over TLS when `caCerts` is given); the body back. */
+async function httpRequest(
+  port: number,
+  method: string,
+  path: string,
+  body: string | undefined,
+  caCerts: string[] | undefined,
+): Promise<string> {
+  if (!caCerts) {
+    const r = await fetch(`http://127.0.0.1:${port}${path}`, { method, body });
+    const text = await r.text();
+    if (!r.ok) throw new Error(`${method} ${path}: HTTP ${r.status}: ${text}`);
+    return text;
+  }
+  // fetch cannot be told to trust a CA without --unstable flags: speak HTTP/1.1 by hand.
+  const conn = await Deno.connectTls({ hostname: "127.0.0.1", port, caCerts });
+  try {
+    const payload = body ?? "";
+    await conn.write(
+      new TextEncoder().encode(
+        `${method} ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nConnection: close\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${payload.length}\r\n\r\n${payload}`,
+      ),
+    );
+    const raw = await new Response(conn.readable).text();
+    const [head = "", rest = ""] = raw.split("\r\n\r\n", 2);
+    if (!/^HTTP\/1\.1 2\d\d/.test(head)) throw new Error(`${method} ${path}: ${head}`);
+    // Chunked or not, the JSON object is what lies between the outer braces.
+    return rest.slice(rest.indexOf("{"), rest.lastIndexOf("}") + 1);
+  } finally {
+    try {
+      conn.close();
+    } catch {
+      // closed by the readable's end
+    }
+  }
+}
+
+async function enableEtcdAuth(
+  port: number,
+  rootPassword: string,
+  caCerts: string[] | undefined,
+): Promise<void> {
+  const call = (path: string, body: unknown) =>
+    httpRequest(port, "POST", `/v3/auth/${path}`, JSON.stringify(body), caCerts);
+  await call("role/add", { name: "root" });
+  await call("user/add", { name: "root", password: rootPassword });
+  await call("user/grant", { user: "root", role: "root" });
+  await call("enable", {});
 }
 
 /** Options of {@linkcode startNats}. */
@@ -171,12 +248,25 @@ export interface StartNatsOptions {
   jetstream?: boolean;
   /** Extra command-line flags. */
   args?: string[];
+  /** Require this user and password (`--user`/`--pass`). */
+  user?: { user: string; pass: string };
+  /** Require this token (`--auth`). */
+  token?: string;
+  /** Require TLS with this key pair (`--tls --tlscert --tlskey`). */
+  tls?: { certFile: string; keyFile: string };
 }
 
 /** Starts nats-server on a free loopback port. */
 export async function startNats(options: StartNatsOptions = {}): Promise<ServerProcess> {
   const port = freePort();
   const dataDir = await Deno.makeTempDir({ prefix: "dynamo-nats-" });
+  const authArgs = [
+    ...(options.user ? ["--user", options.user.user, "--pass", options.user.pass] : []),
+    ...(options.token !== undefined ? ["--auth", options.token] : []),
+    ...(options.tls
+      ? ["--tls", "--tlscert", options.tls.certFile, "--tlskey", options.tls.keyFile]
+      : []),
+  ];
   return spawnServer(
     "nats-server",
     `nats://127.0.0.1:${port}`,
@@ -187,6 +277,7 @@ export async function startNats(options: StartNatsOptions = {}): Promise<ServerP
       "-p",
       String(port),
       ...(options.jetstream === false ? [] : ["-js", "-sd", dataDir]),
+      ...authArgs,
       ...(options.args ?? []),
     ],
     dataDir,

@@ -46,3 +46,6 @@ export {
   type XferOp,
   type XferState,
 } from "./native/mod.ts";
+// Disaggregated prefill/decode: the remote-prefill decision, prefill queues, KV bytes moved
+// by the TransferAgent between a decode and a prefill worker (examples/disagg/).
+export * from "./llm/disagg/mod.ts";

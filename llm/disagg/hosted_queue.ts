@@ -1,0 +1,173 @@
+// The prefill queue across processes on any request plane (hub, NATS, TCP): the decode
+// worker hosts an EmbeddedPrefillQueue behind an endpoint, prefill workers pull from it
+// (dequeue is a long poll, ack goes back to the same instance). The same endpoint hands
+// out the decode worker's memory info, which it thereby publishes once per peer.
+
+import type { Client } from "../../runtime/client.ts";
+import type { Context } from "../../runtime/context.ts";
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import type { DecodeMemoryInfo, RemotePrefillRequest } from "./protocol.ts";
+import type { DequeueOptions, PrefillQueue, QueuedItem } from "./queue.ts";
+
+/** Requests to a hosted queue endpoint (wire type). */
+export type HostedQueueRequest =
+  | { op: "dequeue"; timeout_ms: number }
+  | { op: "ack"; id: string; deliveries: number }
+  | { op: "size" }
+  | { op: "memory" };
+
+/** Replies of a hosted queue endpoint (wire type). */
+export type HostedQueueReply =
+  | { item: null }
+  | { item: { id: string; deliveries: number; data: RemotePrefillRequest }; instance_id: string }
+  | { acked: boolean }
+  | { size: number }
+  | { memory: DecodeMemoryInfo };
+
+/**
+ * The decode worker's handler for the queue endpoint.
+ *
+ * @param queue the local queue the decode engine enqueues into
+ * @param memory this worker's published KV memory
+ * @param instanceId this worker's instance id (prefill workers ack here)
+ * @returns a handler for `endpoint.serveEndpoint`
+ * @example
+ * ```ts
+ * await component.endpoint("prefill_queue").serveEndpoint(
+ *   prefillQueueHandler(queue, kv.memoryInfo(), runtime.instanceId));
+ * ```
+ */
+export function prefillQueueHandler(
+  queue: PrefillQueue<RemotePrefillRequest>,
+  memory: DecodeMemoryInfo,
+  instanceId: string,
+): (req: HostedQueueRequest, ctx: Context) => AsyncGenerator<HostedQueueReply> {
+  // Deliveries handed out, by id: an ack finds the delivery it acknowledges.
+  const delivered = new Map<string, QueuedItem<RemotePrefillRequest>>();
+  return async function* (req: HostedQueueRequest, ctx: Context) {
+    switch (req?.op) {
+      case "dequeue": {
+        const item = await queue.dequeue({
+          timeoutMs: Math.min(Math.max(0, req.timeout_ms ?? 0), 30_000),
+          signal: ctx.signal,
+        });
+        if (!item) {
+          yield { item: null };
+          return;
+        }
+        // A redelivery supersedes the earlier one, whose ack would fail anyway.
+        delivered.delete(`${item.id}/${item.deliveries - 1}`);
+        delivered.set(`${item.id}/${item.deliveries}`, item);
+        yield {
+          item: { id: item.id, deliveries: item.deliveries, data: item.data },
+          instance_id: instanceId,
+        };
+        return;
+      }
+      case "ack": {
+        const key = `${req.id}/${req.deliveries}`;
+        const item = delivered.get(key);
+        delivered.delete(key);
+        yield { acked: item ? await item.ack() : false };
+        return;
+      }
+      case "size":
+        yield { size: await queue.size() };
+        return;
+      case "memory":
+        yield { memory };
+        return;
+      default:
+        throw new InvalidArgumentError(
+          `unknown prefill queue op ${JSON.stringify((req as { op?: unknown } | null)?.op)}`,
+        );
+    }
+  };
+}
+
+async function first<T>(stream: AsyncIterable<T>): Promise<T | undefined> {
+  for await (const x of stream) return x;
+  return undefined;
+}
+
+/**
+ * The prefill worker's view of hosted queues: dequeues from any decode instance
+ * (round robin), acks at the one that delivered, and fetches a decode worker's memory
+ * info from the instance that queued its requests.
+ */
+export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
+  readonly #client: Client;
+  readonly #agents = new Map<string, string>();
+
+  /** @param client a client of the decode workers' queue endpoint */
+  constructor(client: Client) {
+    this.#client = client;
+  }
+
+  enqueue(): Promise<void> {
+    return Promise.reject(
+      new InvalidArgumentError("RemotePrefillQueue is consume-only; decode enqueues locally"),
+    );
+  }
+
+  async dequeue(
+    options: DequeueOptions = {},
+  ): Promise<QueuedItem<RemotePrefillRequest> | undefined> {
+    options.signal?.throwIfAborted();
+    if (this.#client.instanceIds().length === 0) {
+      await new Promise((r) => setTimeout(r, Math.min(options.timeoutMs ?? 200, 200)));
+      return undefined;
+    }
+    const reply = await first(
+      await this.#client.generate<HostedQueueReply>(
+        { op: "dequeue", timeout_ms: options.timeoutMs ?? 1000 },
+        { signal: options.signal },
+      ),
+    );
+    if (!reply || !("item" in reply) || reply.item === null || !("instance_id" in reply)) {
+      return undefined;
+    }
+    const { id, deliveries, data } = reply.item;
+    const instance = reply.instance_id;
+    this.#agents.set(data.engine_agent, instance);
+    return {
+      id,
+      deliveries,
+      data,
+      ack: async () => {
+        const r = await first(
+          await this.#client.direct<HostedQueueReply>({ op: "ack", id, deliveries }, instance),
+        );
+        return !!r && "acked" in r && r.acked;
+      },
+    };
+  }
+
+  async size(): Promise<number> {
+    let total = 0;
+    for (const id of this.#client.instanceIds()) {
+      const r = await first(await this.#client.direct<HostedQueueReply>({ op: "size" }, id));
+      if (r && "size" in r) total += r.size;
+    }
+    return total;
+  }
+
+  /**
+   * The memory info of the decode worker whose agent queued a request we took.
+   *
+   * @throws {InvalidArgumentError} no request from that agent was taken yet
+   */
+  async resolveDecode(agentName: string): Promise<DecodeMemoryInfo> {
+    const instance = this.#agents.get(agentName);
+    if (!instance) {
+      throw new InvalidArgumentError(`no decode instance known for agent ${agentName}`);
+    }
+    const r = await first(await this.#client.direct<HostedQueueReply>({ op: "memory" }, instance));
+    if (!r || !("memory" in r)) throw new InvalidArgumentError(`no memory info from ${instance}`);
+    return r.memory;
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}

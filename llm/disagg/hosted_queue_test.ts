@@ -1,0 +1,65 @@
+import assert from "node:assert/strict";
+import { Context } from "../../runtime/context.ts";
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import {
+  type HostedQueueReply,
+  type HostedQueueRequest,
+  prefillQueueHandler,
+} from "./hosted_queue.ts";
+import type { DecodeMemoryInfo, RemotePrefillRequest } from "./protocol.ts";
+import { EmbeddedPrefillQueue } from "./queue.ts";
+
+const MEMORY: DecodeMemoryInfo = {
+  agent_name: "decode-x",
+  metadata: "{}",
+  descs: { mem_type: "DRAM", descs: [] },
+  block_bytes: 64,
+};
+
+function req(id: string): RemotePrefillRequest {
+  return {
+    request_id: id,
+    token_ids: [1, 2, 3],
+    block_size: 16,
+    engine_agent: "decode-x",
+    block_ids: [0],
+    expires_at: Date.now() + 60_000,
+  };
+}
+
+async function call(
+  h: ReturnType<typeof prefillQueueHandler>,
+  r: HostedQueueRequest,
+): Promise<HostedQueueReply[]> {
+  const out: HostedQueueReply[] = [];
+  for await (const x of h(r, new Context())) out.push(x);
+  return out;
+}
+
+Deno.test("prefillQueueHandler serves dequeue, ack, size and the memory info", async () => {
+  const q = new EmbeddedPrefillQueue<RemotePrefillRequest>();
+  const h = prefillQueueHandler(q, MEMORY, "inst-1");
+  try {
+    await q.enqueue(req("a"));
+    assert.deepEqual(await call(h, { op: "size" }), [{ size: 1 }]);
+    const [got] = await call(h, { op: "dequeue", timeout_ms: 0 });
+    assert.ok(got && "item" in got && got.item && "instance_id" in got);
+    assert.equal(got.item.data.request_id, "a");
+    assert.equal(got.instance_id, "inst-1");
+    assert.deepEqual(
+      await call(h, { op: "ack", id: got.item.id, deliveries: got.item.deliveries }),
+      [{ acked: true }],
+    );
+    assert.deepEqual(await call(h, { op: "ack", id: got.item.id, deliveries: 1 }), [{
+      acked: false,
+    }]);
+    assert.deepEqual(await call(h, { op: "dequeue", timeout_ms: 0 }), [{ item: null }]);
+    assert.deepEqual(await call(h, { op: "memory" }), [{ memory: MEMORY }]);
+    await assert.rejects(
+      call(h, { op: "nope" } as unknown as HostedQueueRequest),
+      InvalidArgumentError,
+    );
+  } finally {
+    await q.close();
+  }
+});

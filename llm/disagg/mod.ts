@@ -1,0 +1,59 @@
+/**
+ * Disaggregated prefill/decode (seed 000): the local-or-remote decision, the prefill
+ * queue (embedded, and hosted on a decode worker for other processes), deterministic KV
+ * bytes, the decode worker's KV memory and handler, and the prefill worker.
+ *
+ * @module
+ */
+
+export {
+  DEFAULT_MAX_LOCAL_PREFILL_LENGTH,
+  DisaggRouter,
+  type DisaggRouterOptions,
+  type PrefillDecisionInput,
+  shouldPrefillRemote,
+} from "./router.ts";
+export {
+  type DequeueOptions,
+  EmbeddedPrefillQueue,
+  type EmbeddedPrefillQueueOptions,
+  type PrefillQueue,
+  PrefillQueueClosedError,
+  type QueuedItem,
+} from "./queue.ts";
+export {
+  type HostedQueueReply,
+  type HostedQueueRequest,
+  prefillQueueHandler,
+  RemotePrefillQueue,
+} from "./hosted_queue.ts";
+export { fillKvBlock, kvBlockSeed, splitBlocks, verifyKvBlock } from "./kv_bytes.ts";
+export {
+  DecodeKvCache,
+  type DecodeKvCacheOptions,
+  KvCacheFullError,
+  KvVerificationError,
+  PrefillSkippedError,
+  type WaitPrefilledOptions,
+} from "./kv_cache.ts";
+export {
+  type DecodeMemoryInfo,
+  parsePrefillNotif,
+  prefillDoneNotif,
+  prefillSkippedNotif,
+  type RemotePrefillRequest,
+} from "./protocol.ts";
+export {
+  disaggDecodeEngine,
+  type DisaggDecodeOptions,
+  type PrefillReport,
+  type TokensEngine,
+} from "./decode.ts";
+export { type PrefillResult, PrefillWorker, type PrefillWorkerOptions } from "./prefill_worker.ts";
+export {
+  decodeMemoryKey,
+  DecodeMemoryNotFoundError,
+  lookupDecodeMemory,
+  publishDecodeMemory,
+} from "./discovery.ts";
+export { JetStreamPrefillQueue, type JetStreamPrefillQueueOptions } from "./jetstream_queue.ts";

@@ -1,0 +1,206 @@
+// The prefill side: take remote prefill requests off the queue, compute the blocks (the
+// mocker's deterministic fill), write them into the decode worker's memory in one
+// batched WRITE and notify it.
+
+import type { DlistHandle, MemoryRegion, TransferAgent } from "../../native/mod.ts";
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import type { Logger } from "../../runtime/logger.ts";
+import { fillKvBlock, splitBlocks } from "./kv_bytes.ts";
+import {
+  type DecodeMemoryInfo,
+  prefillDoneNotif,
+  prefillSkippedNotif,
+  type RemotePrefillRequest,
+} from "./protocol.ts";
+import type { PrefillQueue } from "./queue.ts";
+
+/** Options of {@linkcode PrefillWorker}. */
+export interface PrefillWorkerOptions {
+  /** Bytes per KV block (must match the decode worker's). */
+  blockBytes: number;
+  /** Staging blocks, i.e. the longest prompt in blocks; default 1024. */
+  maxBlocks?: number;
+  /** Finds a decode worker's published memory; called once per decode agent. */
+  resolveDecode: (agentName: string) => Promise<DecodeMemoryInfo>;
+  /** Simulated compute time per request in ms (the mocker's prefill time); default 0. */
+  prefillDelayMs?: number;
+  logger?: Logger;
+  /** Epoch ms now; default Date.now (tests inject). */
+  now?: () => number;
+}
+
+/** Options of {@linkcode PrefillWorker.run}. */
+export interface PrefillRunOptions {
+  /** Ends the loop. */
+  signal: AbortSignal;
+  /** Called when a request is taken off the queue. */
+  onStart?: (requestId: string) => void;
+  /** Called when a request was handled and acked. */
+  onResult?: (r: PrefillResult) => void;
+  /** Longest single wait on the queue in ms; default 1000. */
+  pollMs?: number;
+}
+
+/** What one handled request did. */
+export interface PrefillResult {
+  requestId: string;
+  /** Blocks written; 0 when the request had expired and was skipped. */
+  blocks: number;
+  skipped: boolean;
+}
+
+interface Peer {
+  info: DecodeMemoryInfo;
+  remote: DlistHandle;
+}
+
+/**
+ * A prefill worker around a {@linkcode TransferAgent}.
+ *
+ * @example
+ * ```ts
+ * const worker = new PrefillWorker(new TransferAgent("prefill-0"), {
+ *   blockBytes: 4096, resolveDecode: async () => decodeKv.memoryInfo() });
+ * await worker.run(queue, { signal });
+ * ```
+ */
+export class PrefillWorker {
+  readonly agent: TransferAgent;
+  readonly #opts: PrefillWorkerOptions;
+  readonly #staging: MemoryRegion;
+  readonly #local: DlistHandle;
+  readonly #peers = new Map<string, Promise<Peer>>();
+  readonly #now: () => number;
+
+  /**
+   * @param agent the prefill worker's transfer agent
+   * @param options geometry and how to find decode workers
+   */
+  constructor(agent: TransferAgent, options: PrefillWorkerOptions) {
+    this.agent = agent;
+    this.#opts = options;
+    this.#now = options.now ?? Date.now;
+    const maxBlocks = options.maxBlocks ?? 1024;
+    this.#staging = agent.allocate("DRAM", maxBlocks * options.blockBytes);
+    agent.registerMemory(this.#staging);
+    this.#local = agent.prepXferDlist(
+      "",
+      agent.getXferDescs({ region: this.#staging, blockBytes: options.blockBytes }),
+    );
+  }
+
+  /**
+   * Prefills one request: fills its blocks, writes them to the decode worker, notifies.
+   *
+   * @returns what was done
+   * @throws {TransferError} the transfer failed
+   */
+  async handle(req: RemotePrefillRequest): Promise<PrefillResult> {
+    if (req.expires_at <= this.#now()) {
+      // The decode worker prefilled it itself; tell it (best effort) so it can reuse the
+      // blocks. Never fails: an expired request must leave the queue.
+      this.#opts.logger?.warn("skipping an expired remote prefill", { request_id: req.request_id });
+      try {
+        const peer = await this.#peer(req.engine_agent);
+        this.agent.sendNotif(peer.info.agent_name, prefillSkippedNotif(req.request_id));
+      } catch (e) {
+        this.#opts.logger?.warn("cannot tell the decode worker", {
+          request_id: req.request_id,
+          error: e instanceof Error ? e.message : String(e),
+        });
+      }
+      return { requestId: req.request_id, blocks: 0, skipped: true };
+    }
+    const peer = await this.#peer(req.engine_agent);
+    const delay = this.#opts.prefillDelayMs ?? 0;
+    if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+    const blocks = splitBlocks(req.token_ids, req.block_size);
+    const bb = this.#opts.blockBytes;
+    const buf = new Uint8Array(bb);
+    for (const [i, t] of blocks.entries()) {
+      fillKvBlock(buf, t, i);
+      this.agent.writeMemory(this.#staging, i * bb, buf);
+    }
+    const localIdx = blocks.map((_, i) => i);
+    const xfer = this.agent.makePreppedXfer(
+      "WRITE",
+      this.#local,
+      localIdx,
+      peer.remote,
+      req.block_ids.slice(0, blocks.length),
+      prefillDoneNotif(req.request_id),
+    );
+    try {
+      if (this.agent.transfer(xfer) !== "DONE") await this.agent.waitXfer(xfer);
+    } finally {
+      this.agent.releaseXferHandle(xfer);
+    }
+    return { requestId: req.request_id, blocks: blocks.length, skipped: false };
+  }
+
+  /**
+   * Serves `queue` until `signal` aborts: dequeue, handle, ack. A failed request is not
+   * acked (the queue redelivers it).
+   *
+   * @param queue the prefill queue
+   * @param options `signal` ends the loop; `onStart` sees each request taken,
+   *   `onResult` each one handled
+   */
+  async run(
+    queue: PrefillQueue<RemotePrefillRequest>,
+    options: PrefillRunOptions,
+  ): Promise<void> {
+    const { signal } = options;
+    while (!signal.aborted) {
+      let item;
+      try {
+        item = await queue.dequeue({ timeoutMs: options.pollMs ?? 1000, signal });
+      } catch (e) {
+        if (signal.aborted) return;
+        // A queue host that went away: try again shortly (another may serve).
+        this.#opts.logger?.warn("dequeue failed", {
+          error: e instanceof Error ? e.message : String(e),
+        });
+        await new Promise((r) => setTimeout(r, 100));
+        continue;
+      }
+      if (!item) continue;
+      options.onStart?.(item.data.request_id);
+      try {
+        const r = await this.handle(item.data);
+        await item.ack();
+        options.onResult?.(r);
+      } catch (e) {
+        this.#opts.logger?.error("remote prefill failed", {
+          request_id: item.data.request_id,
+          error: e instanceof Error ? e.message : String(e),
+        });
+      }
+    }
+  }
+
+  /** Releases the staging memory (the agent stays open). */
+  close(): void {
+    this.agent.releaseDlistHandle(this.#local);
+    this.agent.releaseMemory(this.#staging);
+  }
+
+  #peer(name: string): Promise<Peer> {
+    let p = this.#peers.get(name);
+    if (!p) {
+      p = (async () => {
+        const info = await this.#opts.resolveDecode(name);
+        if (info.block_bytes !== this.#opts.blockBytes) {
+          throw new InvalidArgumentError(
+            `decode ${name} has ${info.block_bytes}-byte blocks, this worker ${this.#opts.blockBytes}`,
+          );
+        }
+        const added = this.agent.addRemoteAgent(info.metadata);
+        return { info, remote: this.agent.prepXferDlist(added, info.descs) };
+      })();
+      p.catch(() => this.#peers.delete(name));
+      this.#peers.set(name, p);
+    }
+    return p;
+  }
+}

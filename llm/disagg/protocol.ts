@@ -1,0 +1,51 @@
+// Wire types between decode and prefill workers (snake_case: they cross processes).
+
+import type { XferDescList } from "../../native/mod.ts";
+
+/** A remote prefill request, as queued by the decode worker. */
+export interface RemotePrefillRequest {
+  request_id: string;
+  /** The prompt. */
+  token_ids: number[];
+  /** Tokens per KV block. */
+  block_size: number;
+  /** The decode worker's transfer agent (its memory is published under this name). */
+  engine_agent: string;
+  /** Indices into the decode worker's published descriptor list, one per prompt block. */
+  block_ids: number[];
+  /** Epoch ms after which the decode worker no longer waits (the prefill skips it). */
+  expires_at: number;
+}
+
+/** What a decode worker publishes once: how to reach its KV memory. */
+export interface DecodeMemoryInfo {
+  agent_name: string;
+  /** `TransferAgent.getAgentMetadata()` as UTF-8 JSON text. */
+  metadata: string;
+  /** One descriptor per KV block. */
+  descs: XferDescList;
+  block_bytes: number;
+}
+
+/** The notification body a prefill worker sends after writing a request's blocks. */
+export function prefillDoneNotif(requestId: string): string {
+  return `prefill_done:${requestId}`;
+}
+
+/** The notification body a prefill worker sends when it skipped an expired request. */
+export function prefillSkippedNotif(requestId: string): string {
+  return `prefill_skipped:${requestId}`;
+}
+
+/**
+ * @param body a notification body
+ * @returns the request id and outcome of a prefill notification, else undefined
+ */
+export function parsePrefillNotif(
+  body: string,
+): { requestId: string; done: boolean } | undefined {
+  for (const [prefix, done] of [["prefill_done:", true], ["prefill_skipped:", false]] as const) {
+    if (body.startsWith(prefix)) return { requestId: body.slice(prefix.length), done };
+  }
+  return undefined;
+}

@@ -6,6 +6,7 @@ import {
   CancelledError,
   DynamoError,
   EngineShutdownError,
+  ProtocolError,
   RemoteError,
   StreamIncompleteError,
   TimeoutError,
@@ -23,7 +24,6 @@ import {
 } from "./transport/mod.ts";
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 const EMPTY = new Uint8Array(0);
 const SENTINEL: Frame = { type: FrameType.Sentinel, payload: EMPTY };
 /** The "accepted" prologue on connections that carry values (read, never changed). */
@@ -64,9 +64,13 @@ export interface OpenStreamOptions {
   connectTimeoutMs?: number;
 }
 
-function toRemoteError(err: WireError): Error {
-  if (err.name === "EngineShutdownError") return new EngineShutdownError(err.message);
-  return new RemoteError(err.message, err.name);
+function toRemoteError(err: unknown): Error {
+  if (typeof err !== "object" || err === null) {
+    return new ProtocolError(`malformed error frame: ${JSON.stringify(err)}`);
+  }
+  const { name, message } = err as Partial<WireError>;
+  if (name === "EngineShutdownError") return new EngineShutdownError(String(message));
+  return new RemoteError(String(message), String(name));
 }
 
 /**
@@ -137,6 +141,9 @@ export async function openStream<T>(
     const p = ("value" in prologue ? prologue.value : parseFrame(prologue)) as {
       error?: WireError;
     };
+    if (typeof p !== "object" || p === null) {
+      throw new ProtocolError(`${subject} sent a malformed prologue`);
+    }
     if (p.error) throw toRemoteError(p.error);
   } catch (err) {
     pending.cancel();
@@ -270,7 +277,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
       case FrameType.Data:
         this.#received++;
         return {
-          value: ("value" in frame ? frame.value : JSON.parse(decoder.decode(frame.payload))) as T,
+          value: ("value" in frame ? frame.value : parseFrame(frame)) as T,
           done: false,
         };
       case FrameType.Sentinel:
@@ -278,7 +285,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
         return DONE;
       case FrameType.Error:
         this.#end(true);
-        throw toRemoteError(parseFrame(frame) as WireError);
+        throw toRemoteError(parseFrame(frame));
       default:
         this.#end(false);
         throw new DynamoError(

@@ -5,6 +5,8 @@
  * @module
  */
 
+import { ProtocolError } from "../errors.ts";
+
 /** Frame kinds on a response stream. */
 export const FrameType = {
   /** worker -> caller, first frame on TCP: which stream this is (stream id, UTF-8). */
@@ -156,9 +158,21 @@ export function jsonFrame(type: number, value: unknown): Frame {
   return { type, payload: encoder.encode(JSON.stringify(value)) };
 }
 
-/** Parses a JSON frame's payload. */
+/**
+ * Parses a JSON frame's payload.
+ * @throws {ProtocolError} the payload is not JSON (a broken or foreign peer)
+ */
 export function parseFrame(frame: Frame): unknown {
-  return JSON.parse(decoder.decode(frame.payload));
+  try {
+    return JSON.parse(decoder.decode(frame.payload));
+  } catch (err) {
+    throw new ProtocolError(
+      `malformed frame of type ${frame.type} (${frame.payload.length} bytes): ${
+        (err as Error).message
+      }`,
+      { cause: err },
+    );
+  }
 }
 
 export { LocalHub, LocalRequestPlane } from "./local.ts";

@@ -32,6 +32,7 @@ Options:
   --num-gpu-blocks N           KV blocks per mocker (default: the mocker's)
   --kv-overlap-score-weight W  kv mode's weight of cached blocks (default 1)
   --router-temperature T       kv mode's sampling temperature (default 0)
+  --kv-queued-prefill-weight Q kv mode's weight of prompts queued for prefill (default 1)
   --request-timeout-s S        deadline per request (default 600)
   -h, --help                   show this help`;
 
@@ -48,6 +49,7 @@ interface BenchFlags {
   numGpuBlocks?: number;
   overlapWeight?: number;
   temperature?: number;
+  queuedPrefillWeight?: number;
   requestTimeoutS: number;
   /** Set once the trace is read: its longest prompt plus output. */
   contextLength: number;
@@ -81,6 +83,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
     "num-gpu-blocks": { type: "string" },
     "kv-overlap-score-weight": { type: "string" },
     "router-temperature": { type: "string" },
+    "kv-queued-prefill-weight": { type: "string" },
     "request-timeout-s": { type: "string" },
     help: { type: "boolean", short: "h" },
   });
@@ -105,8 +108,13 @@ function parseFlags(args: string[]): BenchFlags | undefined {
   const speedup = positive("speedup", values.speedup, false) ?? 1;
   const weight = values["kv-overlap-score-weight"];
   const temperature = values["router-temperature"];
+  const queued = values["kv-queued-prefill-weight"];
   for (
-    const [flag, v] of [["kv-overlap-score-weight", weight], ["router-temperature", temperature]]
+    const [flag, v] of [
+      ["kv-overlap-score-weight", weight],
+      ["router-temperature", temperature],
+      ["kv-queued-prefill-weight", queued],
+    ]
   ) {
     if (v !== undefined && (v.trim() === "" || !(Number(v) >= 0) || !Number.isFinite(Number(v)))) {
       throw new UsageError(
@@ -128,6 +136,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
     numGpuBlocks: positive("num-gpu-blocks", values["num-gpu-blocks"], true),
     overlapWeight: weight === undefined ? undefined : Number(weight),
     temperature: temperature === undefined ? undefined : Number(temperature),
+    queuedPrefillWeight: queued === undefined ? undefined : Number(queued),
     requestTimeoutS: positive("request-timeout-s", values["request-timeout-s"], false) ?? 600,
     contextLength: 0,
   };
@@ -167,6 +176,9 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
   if (flags.numGpuBlocks !== undefined) args.push("--num-gpu-blocks", String(flags.numGpuBlocks));
   if (mode === "kv" && flags.overlapWeight !== undefined) {
     args.push("--kv-overlap-score-weight", String(flags.overlapWeight));
+  }
+  if (mode === "kv" && flags.queuedPrefillWeight !== undefined) {
+    args.push("--kv-queued-prefill-weight", String(flags.queuedPrefillWeight));
   }
   if (mode === "kv" && flags.temperature !== undefined) {
     args.push("--router-temperature", String(flags.temperature));
@@ -294,6 +306,7 @@ async function run(args: string[], io: Io): Promise<number> {
     num_gpu_blocks: flags.numGpuBlocks ?? DEFAULT_NUM_GPU_BLOCKS,
     kv_overlap_score_weight: flags.overlapWeight ?? 1,
     router_temperature: flags.temperature ?? 0,
+    kv_queued_prefill_weight: flags.queuedPrefillWeight ?? 1,
     requests: requests.length,
     prefix_ceiling: ceiling,
     modes,

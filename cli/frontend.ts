@@ -29,6 +29,9 @@ Options:
                       kv: weight of uncached prefill blocks against decode load (default 1)
   --router-temperature T
                       kv: 0 (default) takes the cheapest worker; above 0 samples
+  --kv-queued-prefill-weight Q
+                      kv: weight of prompts already queued for prefill on a worker
+                      (default 1); below 1 keeps more requests on their cached prefix
   --max-inflight N    generation requests handled at once, streams until their last byte
                       (default 1024; env DYN_HTTP_MAX_INFLIGHT); past it: 429 + Retry-After
   --max-queued N      requests that may wait for a slot (default 0; env DYN_HTTP_MAX_QUEUED)
@@ -45,6 +48,7 @@ export const HTTP_FLAGS = {
   "router-mode": { type: "string" },
   "kv-overlap-score-weight": { type: "string" },
   "router-temperature": { type: "string" },
+  "kv-queued-prefill-weight": { type: "string" },
   "max-inflight": { type: "string" },
   "max-queued": { type: "string" },
   "queue-timeout-ms": { type: "string" },
@@ -96,6 +100,7 @@ export function parseHttpFlags(
     const [flag, key] of [
       ["kv-overlap-score-weight", "overlapScoreWeight"],
       ["router-temperature", "temperature"],
+      ["kv-queued-prefill-weight", "queuedPrefillWeight"],
     ] as const
   ) {
     const raw = values[flag];

@@ -49,6 +49,8 @@ Options:
   --kv-overlap-score-weight W
                            kv: weight of uncached prefill blocks (default 1)
   --router-temperature T   kv: 0 (default) cheapest worker; above 0 samples
+  --kv-queued-prefill-weight Q
+                           kv: weight of prompts queued for prefill on a worker (default 1)
   --max-inflight N         generation requests handled at once, streams until their
                            last byte (default 1024; env DYN_HTTP_MAX_INFLIGHT); past it
                            and the queue: 429 with Retry-After

@@ -32,6 +32,8 @@ export interface KvRouterSettings {
   overlapScoreWeight?: number;
   /** 0 (default): the cheapest worker; above 0: sampling. */
   temperature?: number;
+  /** Weight of blocks other requests still prefill on a worker (default 1). */
+  queuedPrefillWeight?: number;
 }
 
 /** Options of {@linkcode ModelManager}. */

@@ -196,6 +196,10 @@ Deno.test("bad router flags exit 2 with a message naming the flag", async (t) =>
     [["--router-mode", "kv", "--kv-overlap-score-weight=-1"], /--kv-overlap-score-weight.*"-1"/],
     [["--router-mode", "kv", "--kv-overlap-score-weight", "-1"], /--kv-overlap-score-weight/],
     [["--router-mode", "kv", "--router-temperature", "abc"], /--router-temperature.*"abc"/],
+    [
+      ["--router-mode", "kv", "--kv-queued-prefill-weight", "Infinity"],
+      /--kv-queued-prefill-weight.*"Infinity"/,
+    ],
     [["--router-mode", "bogus"], /--router-mode.*"bogus"/],
     [["--router-temperature", "0.5"], /--router-temperature applies to --router-mode kv only/],
   ];

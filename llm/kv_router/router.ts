@@ -44,6 +44,12 @@ export interface KvRouterOptions {
   overlapScoreWeight?: number;
   /** 0 (default): the cheapest worker; above 0: softmax sampling over normalised costs. */
   temperature?: number;
+  /**
+   * Weight of the blocks other requests still prefill on a worker, next to this request's
+   * uncached blocks (default 1, the reference cost). Below 1 favours prefix hits over
+   * spreading queued prefill (see {@linkcode defaultCosts}).
+   */
+  queuedPrefillWeight?: number;
   /** Replaces the reference cost. */
   costFunction?: CostFunction;
   /** Where overlaps come from (default: a KvIndexer on the endpoint's component). */
@@ -123,6 +129,8 @@ export class KvRouter {
   readonly blockSize: number;
   readonly overlapScoreWeight: number;
   readonly temperature: number;
+  /** Weight of other requests' queued prefill blocks in the reference cost. */
+  readonly queuedPrefillWeight: number;
   readonly #indexer: OverlapLookup;
   readonly #client: Promise<Client>;
   readonly #ownsClient: boolean;
@@ -152,6 +160,13 @@ export class KvRouter {
     if (!(temperature >= 0)) {
       throw new InvalidArgumentError(`temperature must be >= 0, got ${temperature}`);
     }
+    const queuedPrefillWeight = options.queuedPrefillWeight ?? 1;
+    if (!(queuedPrefillWeight >= 0 && queuedPrefillWeight < Infinity)) {
+      throw new InvalidArgumentError(
+        `queuedPrefillWeight must be finite and >= 0, got ${queuedPrefillWeight}`,
+      );
+    }
+    this.queuedPrefillWeight = queuedPrefillWeight;
     const unreadMs = options.unreadStreamTimeoutMs ?? 60_000;
     if (!(unreadMs > 0)) {
       throw new InvalidArgumentError(`unreadStreamTimeoutMs must be > 0, got ${unreadMs}`);
@@ -302,7 +317,7 @@ export class KvRouter {
       }
     } else {
       instanceId = pickByCost(
-        defaultCosts(candidates, this.overlapScoreWeight),
+        defaultCosts(candidates, this.overlapScoreWeight, this.queuedPrefillWeight),
         this.temperature,
         this.#random,
       );

@@ -358,6 +358,10 @@ Deno.test("KvRouter rejects a custom cost that is not a finite number, naming th
       () => new KvRouter(f.endpoint, { blockSize: 16, overlapScoreWeight: Infinity }),
       /overlapScoreWeight must be finite and >= 0, got Infinity/,
     );
+    assert.throws(
+      () => new KvRouter(f.endpoint, { blockSize: 16, queuedPrefillWeight: -1 }),
+      /queuedPrefillWeight must be finite and >= 0, got -1/,
+    );
   } finally {
     await router.close();
     await f.close();

@@ -45,14 +45,22 @@ export type CostFunction = (
   input: CostFunctionInput,
 ) => string | Map<string, number> | Promise<string | Map<string, number>>;
 
-/** The reference cost of every candidate. */
+/**
+ * The reference cost of every candidate.
+ *
+ * @param queuedPrefillWeight how much the blocks other requests still prefill on a worker
+ *   count next to this request's own uncached blocks (default 1, the reference). Lower
+ *   values keep more requests on the worker that caches their prefix even when it has
+ *   prompts queued: more prefix hits, at some cost in time to first token under load.
+ */
 export function defaultCosts(
   candidates: readonly WorkerCandidate[],
   overlapScoreWeight: number,
+  queuedPrefillWeight = 1,
 ): Map<string, number> {
   const costs = new Map<string, number>();
   for (const c of candidates) {
-    const prefill = c.requestBlocks - c.overlapBlocks + c.prefillBlocks;
+    const prefill = c.requestBlocks - c.overlapBlocks + queuedPrefillWeight * c.prefillBlocks;
     const decode = c.activeBlocks + c.requestBlocks;
     costs.set(c.workerId, overlapScoreWeight * prefill + decode);
   }

@@ -28,6 +28,18 @@ Deno.test("defaultCosts weighs predicted load against the cached prefix", () => 
   assertEquals(pickByCost(defaultCosts(cands, 10), 0), "a");
 });
 
+Deno.test("defaultCosts: the queued-prefill weight trades a cached prefix against queued prompts", () => {
+  // a caches 8 of the 10 blocks but has 20 blocks of other prompts still to prefill; b is idle.
+  const cands = [candidate("a", { overlapBlocks: 8, prefillBlocks: 20 }), candidate("b")];
+  const reference = defaultCosts(cands, 16);
+  assertEquals(reference, defaultCosts(cands, 16, 1), "1 is the reference cost");
+  assertEquals(reference.get("a"), 16 * (2 + 20) + 10);
+  assertEquals(pickByCost(reference, 0), "b", "the reference spreads queued prefill");
+  const light = defaultCosts(cands, 16, 0.1);
+  assertEquals(light.get("a"), 16 * (2 + 2) + 10);
+  assertEquals(pickByCost(light, 0), "a", "a light queue weight keeps the cached prefix");
+});
+
 Deno.test("pickByCost at temperature 0 breaks ties at random among the cheapest", () => {
   const costs = new Map([["a", 1], ["b", 1], ["c", 2]]);
   assertEquals(pickByCost(costs, 0, () => 0), "a");

@@ -126,3 +126,14 @@ export function flag(name: string): string | undefined {
   const i = Deno.args.indexOf(name);
   return i >= 0 ? Deno.args[i + 1] : undefined;
 }
+
+/** Deterministic pseudo-random numbers in [0, 1) (xorshift32), so runs compare. */
+export function seededRandom(seed: number): () => number {
+  let s = seed;
+  return () => {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    return (s >>> 0) / 4294967296;
+  };
+}

@@ -14,7 +14,7 @@ import {
   type RouterEvent,
 } from "../llm/kv_router/protocols.ts";
 import { RadixTree } from "../llm/kv_router/radix_tree.ts";
-import { flag, summarize, type Summary } from "./_stats.ts";
+import { flag, seededRandom, summarize, type Summary } from "./_stats.ts";
 
 const quick = Deno.args.includes("--quick");
 const jsonPath = flag("--json");
@@ -27,13 +27,7 @@ const SUFFIX_BLOCKS = 48;
 const QUERIES = quick ? 2_000 : 20_000;
 
 // Deterministic pseudo-random numbers, so runs compare.
-let seed = 0x9e3779b9;
-function rnd(): number {
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 4294967296;
-}
+const rnd = seededRandom(0x9e3779b9);
 const randTokens = (n: number) => Array.from({ length: n }, () => Math.floor(rnd() * 150_000));
 
 // --- workload ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import {
 import { startServers } from "../tests/_helpers/servers.ts";
 import { runMockerWorker, startMockerWorkers } from "../llm/engines/mocker/worker.ts";
 import { KvRouter } from "../llm/kv_router/router.ts";
-import { flag, summarize } from "./_stats.ts";
+import { flag, seededRandom, summarize } from "./_stats.ts";
 
 const quick = Deno.args.includes("--quick");
 const WORKERS = Number(flag("--workers") ?? (quick ? 32 : 256));
@@ -31,13 +31,8 @@ const BLOCK = 16;
 const FAMILIES = 64; // shared prefixes ("system prompts"), 1,024 tokens each
 const log = (msg: string) => console.error(`[bench] ${msg}`);
 
-let seed = 0x2545f491;
-function rnd(): number {
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 4294967296;
-}
+// Deterministic pseudo-random numbers, so runs compare.
+const rnd = seededRandom(0x2545f491);
 const randTokens = (n: number) => Array.from({ length: n }, () => 256 + Math.floor(rnd() * 30000));
 const families = Array.from({ length: FAMILIES }, () => randTokens(1024));
 /** A prompt: a family prefix plus a unique tail (2,048 tokens in all). */

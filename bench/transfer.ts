@@ -7,7 +7,7 @@
 // Flags: --json PATH (write results as JSON), --quick (fewer iterations).
 
 import { type MemoryRegion, type MemType, TransferAgent } from "../native/mod.ts";
-import { flag, summarize } from "./_stats.ts";
+import { flag, seededRandom, summarize } from "./_stats.ts";
 
 const quick = Deno.args.includes("--quick");
 const jsonPath = flag("--json");
@@ -21,13 +21,7 @@ const PER_ROUND = quick ? 5 : 10;
 const TARGET = 0.8;
 
 // Deterministic pseudo-random numbers, so runs compare.
-let seed = 0x2545f491;
-function rnd(): number {
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 4294967296;
-}
+const rnd = seededRandom(0x2545f491);
 function pick(n: number, from: number): number[] {
   const all = Array.from({ length: from }, (_, i) => i);
   for (let i = all.length - 1; i > 0; i--) {

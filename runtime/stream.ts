@@ -197,8 +197,8 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
   readonly #subject: string;
   readonly #signal: AbortSignal | undefined;
   #received = 0;
-  /** 0: not started, 1: reading, 2: over. */
-  #state = 0;
+  /** Over: the sentinel, an error, a hang-up or return() ended it. */
+  #over = false;
   #cancelled = false;
   #offStop: (() => void) | undefined;
   #onAbort: (() => void) | undefined;
@@ -219,7 +219,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
   }
 
   next(): Promise<IteratorResult<T>> {
-    if (this.#state === 2) return Promise.resolve(DONE);
+    if (this.#over) return Promise.resolve(DONE);
     const ready = this.#poll?.();
     if (ready === undefined) return this.#conn.receive().then(this.#take);
     try {
@@ -231,12 +231,11 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
 
   /** The consumer broke out: tell the worker to stop, then hang up. */
   return(): Promise<IteratorResult<T>> {
-    if (this.#state !== 2) this.#end(false);
+    if (!this.#over) this.#end(false);
     return Promise.resolve(DONE);
   }
 
   #start(): void {
-    this.#state = 1;
     const conn = this.#conn;
     const ctx = this.#ctx;
     this.#offStop = ctx.onStop((reason) => {
@@ -256,7 +255,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
   }
 
   #frame(frame: Frame | null): IteratorResult<T> {
-    if (this.#state === 2) return DONE; // ended (return()) while this frame was on its way
+    if (this.#over) return DONE; // ended (return()) while this frame was on its way
     const ctx = this.#ctx;
     if (frame === null) {
       if (this.#cancelled) {
@@ -295,7 +294,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
   }
 
   #end(finished: boolean): void {
-    this.#state = 2;
+    this.#over = true;
     this.#offStop?.();
     if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
     const ctx = this.#ctx;

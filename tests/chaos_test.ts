@@ -11,11 +11,10 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { builtinTestModel } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
-import { frontendUrl, stopChild as stop } from "./_helpers/frontend.ts";
+import { frontendUrl, spawnFrontend, stopChild as stop } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 
-const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const WORKER = new URL("./_helpers/llm_worker.ts", import.meta.url).pathname;
 const MODEL = "Qwen3-0.6B";
 const REQUESTS = Number(Deno.env.get("CHAOS_REQUESTS") ?? 400);
@@ -70,7 +69,7 @@ Deno.test({
     let chaos: Promise<void> | undefined;
     let running = true;
     try {
-      front = spawnDeno(CLI, env, ["frontend", "--http-port", "0", "--http-host", "127.0.0.1"]);
+      front = spawnFrontend(env);
       const base = await frontendUrl(front);
       const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
       for (let i = 0; i < WORKERS; i++) startWorker();

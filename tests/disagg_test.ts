@@ -8,10 +8,10 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { builtinTestModel, Tokenizer } from "../mod.ts";
 import { HubServer } from "../runtime/hub/mod.ts";
+import { spawnFrontend } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 
-const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const DECODE = new URL("../examples/disagg/decode_worker.ts", import.meta.url).pathname;
 const PREFILL = new URL("../examples/disagg/prefill_worker.ts", import.meta.url).pathname;
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -75,13 +75,7 @@ async function scenario(
     tokenizer.decode(tokenizer.encode(prompt).slice(0, n));
   const children: ChildHandle[] = [];
   try {
-    const front = spawnDeno(CLI, env, [
-      "frontend",
-      "--http-port",
-      "0",
-      "--http-host",
-      "127.0.0.1",
-    ]);
+    const front = spawnFrontend(env);
     children.push(front);
     const decode = spawnDeno(DECODE, env, [
       modelPath,

@@ -7,11 +7,10 @@
 import assert from "node:assert/strict";
 import { builtinTestModel } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
-import { frontendUrl } from "./_helpers/frontend.ts";
+import { frontendUrl, spawnFrontend } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, type ServerProcess, startServers } from "./_helpers/servers.ts";
 
-const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const WORKER = new URL("./_helpers/llm_worker.ts", import.meta.url).pathname;
 const MODEL = "Qwen3-0.6B";
 const RECOVERY_MS = 10_000;
@@ -33,13 +32,7 @@ Deno.test({
     let loading = true;
     let load: Promise<void> | undefined;
     try {
-      const front = spawnDeno(CLI, env, [
-        "frontend",
-        "--http-port",
-        "0",
-        "--http-host",
-        "127.0.0.1",
-      ]);
+      const front = spawnFrontend(env);
       children.push(front);
       const base = await frontendUrl(front);
       for (let i = 0; i < 2; i++) {

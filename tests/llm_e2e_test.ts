@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { builtinTestModel, DistributedRuntime, Tokenizer } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
-import { frontendUrl, stopChild as stop } from "./_helpers/frontend.ts";
+import { frontendUrl, spawnFrontend, stopChild as stop } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 
@@ -281,13 +281,7 @@ Deno.test({
       return w;
     };
     try {
-      const front = spawnDeno(CLI, env, [
-        "frontend",
-        "--http-port",
-        "0",
-        "--http-host",
-        "127.0.0.1",
-      ]);
+      const front = spawnFrontend(env);
       children.push(front);
       const base = await frontendUrl(front);
       const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });

@@ -24,6 +24,7 @@
  */
 
 import type { Component } from "../../runtime/component.ts";
+import { withDeadline } from "../../runtime/_deadline.ts";
 import { DynamoError, InvalidArgumentError, TimeoutError } from "../../runtime/errors.ts";
 import type { EventSubscription } from "../../runtime/events/mod.ts";
 import type { Logger } from "../../runtime/logger.ts";
@@ -68,19 +69,6 @@ interface Feed {
   sub: EventSubscription;
   /** Its `ready` settled: "ok", or "failed" (subscribe again on the next start). */
   state: "waiting" | "ok" | "failed";
-}
-
-/** `promise`, or the error from `late()` once `ms` pass. */
-async function withDeadline<T>(promise: Promise<T>, ms: number, late: () => Error): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  try {
-    return await Promise.race([
-      promise,
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(late()), ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 function errorText(err: unknown): string {

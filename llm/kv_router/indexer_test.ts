@@ -2,10 +2,8 @@
 // event-id bookkeeping of KvIndexer, and its start-up (retries, deadline).
 
 import assert from "node:assert/strict";
-import type { Component } from "../../runtime/component.ts";
 import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { DynamoError, TimeoutError } from "../../runtime/errors.ts";
-import type { EventSubscription } from "../../runtime/events/mod.ts";
 import { computeBlockHashesSync } from "./hashing.ts";
 import { ApproxKvIndexer, KvIndexer } from "./indexer.ts";
 import {
@@ -16,6 +14,7 @@ import {
   type RouterEvent,
 } from "./protocols.ts";
 import { KvEventPublisher } from "./publisher.ts";
+import { fakeReadiness } from "./_test_support.ts";
 
 const toks = (n: number, salt = 0) => Array.from({ length: n }, (_, i) => i * 17 + salt);
 
@@ -131,31 +130,6 @@ Deno.test("KvIndexer takes the state of a worker whose publisher started over", 
     await rt.shutdown();
   }
 });
-
-/**
- * Makes `comp`'s subscriptions to `name` report `ready` as `readiness()` says (each call
- * a new subscription), while their events still come through.
- */
-function fakeReadiness(comp: Component, name: string, readiness: () => Promise<void>): {
-  subscribed: number;
-} {
-  const counter = { subscribed: 0 };
-  const real = comp.subscribeEvents.bind(comp);
-  comp.subscribeEvents = (n, options) => {
-    const sub = real(n, options);
-    if (n !== name) return sub;
-    counter.subscribed++;
-    const ready = readiness();
-    ready.catch(() => {});
-    const fake: EventSubscription = {
-      ready,
-      unsubscribe: () => sub.unsubscribe(),
-      [Symbol.asyncIterator]: () => sub[Symbol.asyncIterator](),
-    };
-    return fake;
-  };
-  return counter;
-}
 
 Deno.test("KvIndexer retries a start whose subscription failed, on the next lookup", async () => {
   const rt = await DistributedRuntime.connect();

@@ -12,6 +12,7 @@
  */
 
 import type { Client } from "../../runtime/client.ts";
+import { withDeadline } from "../../runtime/_deadline.ts";
 import type { Component } from "../../runtime/component.ts";
 import { DynamoError, InvalidArgumentError, TimeoutError } from "../../runtime/errors.ts";
 import type { EventSubscription } from "../../runtime/events/mod.ts";
@@ -153,19 +154,6 @@ export interface KvMetricsAggregatorOptions {
    * ms (default 5000).
    */
   readyTimeoutMs?: number;
-}
-
-/** `promise`, or a {@linkcode TimeoutError} from `late()` once `ms` pass. */
-async function withDeadline<T>(promise: Promise<T>, ms: number, late: () => Error): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  try {
-    return await Promise.race([
-      promise,
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(late()), ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 function parseMetrics(value: unknown): EndpointKvMetrics | undefined {

@@ -2,12 +2,12 @@
 // and retry when its event subscription does not come up.
 
 import assert from "node:assert/strict";
-import type { Component } from "../../runtime/component.ts";
+import { within } from "../../tests/_helpers/backends.ts";
 import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { DynamoError, TimeoutError } from "../../runtime/errors.ts";
-import type { EventSubscription } from "../../runtime/events/mod.ts";
 import { type KvMetrics, KvMetricsAggregator, KvMetricsPublisher } from "./metrics.ts";
 import { LOAD_METRICS } from "./protocols.ts";
+import { fakeReadiness } from "./_test_support.ts";
 
 const metrics = (kvActiveBlocks: number): KvMetrics => ({
   requestActiveSlots: 1,
@@ -19,48 +19,12 @@ const metrics = (kvActiveBlocks: number): KvMetrics => ({
   gpuPrefixCacheHitRate: 0,
 });
 
-/** `promise`, or a rejection saying what was expected once `ms` pass. */
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/**
- * Makes `comp`'s `load_metrics` subscriptions report `ready` as `readiness()` says (each
- * call a new subscription), while their events still come through.
- */
-function fakeReadiness(comp: Component, readiness: () => Promise<void>): { subscribed: number } {
-  const counter = { subscribed: 0 };
-  const real = comp.subscribeEvents.bind(comp);
-  comp.subscribeEvents = (name, options) => {
-    const sub = real(name, options);
-    if (name !== LOAD_METRICS) return sub;
-    counter.subscribed++;
-    const ready = readiness();
-    ready.catch(() => {});
-    const fake: EventSubscription = {
-      ready,
-      unsubscribe: () => sub.unsubscribe(),
-      [Symbol.asyncIterator]: () => sub[Symbol.asyncIterator](),
-    };
-    return fake;
-  };
-  return counter;
-}
-
 Deno.test("KvMetricsAggregator.getMetrics gives up on a subscription that never gets ready, naming it", async () => {
   const rt = await DistributedRuntime.connect();
   try {
     const comp = rt.namespace("ns").component("c");
     const hang = Promise.withResolvers<void>();
-    fakeReadiness(comp, () => hang.promise);
+    fakeReadiness(comp, LOAD_METRICS, () => hang.promise);
     const aggregator = new KvMetricsAggregator(comp, { readyTimeoutMs: 20 });
     await assert.rejects(
       () => within(aggregator.getMetrics(), 5000, "getMetrics to give up"),
@@ -87,6 +51,7 @@ Deno.test("KvMetricsAggregator subscribes again when its subscription failed to 
     let fail = true;
     const counter = fakeReadiness(
       comp,
+      LOAD_METRICS,
       () => fail ? Promise.reject(new Error("flush failed")) : Promise.resolve(),
     );
     const aggregator = new KvMetricsAggregator(comp);

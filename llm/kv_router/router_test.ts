@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { within } from "../../tests/_helpers/backends.ts";
 import { DistributedRuntime, EmbeddedCluster } from "../../runtime/mod.ts";
 import type { Context } from "../../runtime/context.ts";
 import { CancelledError, InvalidArgumentError, NoInstancesError } from "../../runtime/errors.ts";
@@ -56,19 +57,6 @@ async function fleet(
 }
 
 const tokens = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
-
-/** `promise`, or a rejection saying what was expected once `ms` pass. */
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 const idle = { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
 

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { within } from "../../../tests/_helpers/backends.ts";
 import { Context } from "../../../runtime/context.ts";
 import { DistributedRuntime } from "../../../runtime/distributed_runtime.ts";
 import { EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
@@ -256,19 +257,6 @@ Deno.test("the mocker's first output says how much of the prompt its prefix cach
     await engine.close();
   }
 });
-
-/** `p`, or a failure naming `what` when it has not settled within `ms` (a hang). */
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const hung = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`still pending after ${ms} ms: ${what}`)), ms);
-  });
-  try {
-    return await Promise.race([p, hung]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 Deno.test("a prompt larger than the whole KV cache fails at once; max_tokens is capped to fit", async () => {
   // 4 blocks of 4 tokens, no watermark: 16 tokens in all.

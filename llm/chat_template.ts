@@ -2,6 +2,7 @@
 // normalised the way vLLM hands them to Hugging Face templates.
 
 import { Template } from "@huggingface/jinja";
+import { Bail, type CompiledTemplate, compileTemplate } from "./jinja_compiled.ts";
 import { type ChatMessage, type ChatTool, RequestError } from "./openai.ts";
 
 /** Thrown when a chat template's source does not parse (the model's files are broken). */
@@ -46,6 +47,8 @@ export class ChatTemplate {
   readonly #template: Template;
   /** Names the template reads that the renderer declares (as undefined) when not given. */
   readonly #freeNames: string[];
+  /** The template compiled to closures, when it uses only what the compiler covers. */
+  readonly #compiled: CompiledTemplate | undefined;
 
   /**
    * @param source Jinja source (`chat_template` of tokenizer_config.json).
@@ -56,11 +59,17 @@ export class ChatTemplate {
     try {
       this.#template = new Template(source);
       this.#freeNames = freeNames(this.#template.parsed);
+      this.#compiled = compileTemplate(this.#template.parsed);
     } catch (err) {
       throw new ChatTemplateError(`chat template does not parse: ${errorMessage(err)}`, {
         cause: err,
       });
     }
+  }
+
+  /** Whether renders take the compiled path (falling back to the interpreter per render). */
+  get compiled(): boolean {
+    return this.#compiled !== undefined;
   }
 
   /**
@@ -83,6 +92,15 @@ export class ChatTemplate {
       eos_token: eos_token ?? "",
     };
     if (tools !== undefined && tools.length > 0) vars.tools = tools;
+    if (this.#compiled !== undefined) {
+      try {
+        return this.#compiled(vars);
+      } catch (err) {
+        // Something the compiled form does not reproduce exactly (or an error, which the
+        // interpreter words): the interpreter renders it.
+        if (!(err instanceof Bail)) throw err;
+      }
+    }
     // The interpreter finds a name it was not given by throwing and catching an Error, at
     // every read: declaring the names the template reads as undefined is the same to the
     // template (`is defined` is false, filters see undefined) and much cheaper.

@@ -1,6 +1,8 @@
 // Seed 000's disaggregated serving as a `dynamo serve` graph: DecodeWorker (registers the
-// model, hosts the prefill queue, keeps the KV blocks) depends on PrefillWorker (pulls
-// remote prefills and writes the blocks into the decode worker's shared memory).
+// model, hosts the prefill queue, keeps the KV blocks with a prefix cache, generates with
+// the mocker) depends on PrefillWorker (pulls remote prefills and writes the uncached
+// blocks into the decode worker's shared memory). `queue: jetstream` on both puts the
+// queue on JetStream over the runtime's NATS connection.
 //
 //   deno task build:native
 //   deno task dynamo serve examples/disagg/graph.ts:DecodeWorker
@@ -19,6 +21,7 @@ import {
   echoEngine,
   endpoint,
   type LLMEngineOutput,
+  MockerEngine,
   ModelInput,
   ModelType,
   type PreprocessedRequest,
@@ -32,22 +35,28 @@ import {
   EmbeddedPrefillQueue,
   type HostedQueueReply,
   type HostedQueueRequest,
+  JetStreamPrefillQueue,
   lookupDecodeMemory,
+  mockerDecodeEngine,
+  type PrefillQueue,
   prefillQueueHandler,
   PrefillWorker as PrefillEngine,
   publishDecodeMemory,
   RemotePrefillQueue,
   type RemotePrefillRequest,
+  runtimeNatsConnection,
   type TokensEngine,
 } from "../../llm/disagg/mod.ts";
 
 /** Where the graph registers. */
 export const NAMESPACE = "disagg";
+const STREAM = `dynamo_prefill_${NAMESPACE}`;
 
 const PrefillConfig = z.object({
   block_bytes: z.number().int().positive().default(4096),
   max_blocks: z.number().int().positive().default(1024),
   delay_ms: z.number().nonnegative().default(0),
+  queue: z.enum(["hosted", "jetstream"]).default("hosted"),
 });
 
 /** Takes remote prefill requests off the decode workers' queues and writes the blocks. */
@@ -70,7 +79,12 @@ export class PrefillWorker {
     const [, decodeName] = DecodeWorker.dynamoAddress();
     this.#queueClient = await runtime.namespace(NAMESPACE).component(decodeName)
       .endpoint("prefill_queue").client();
-    const queue = new RemotePrefillQueue(this.#queueClient);
+    const queue: PrefillQueue<RemotePrefillRequest> = this.#config.queue === "jetstream"
+      ? await JetStreamPrefillQueue.open<RemotePrefillRequest>(runtimeNatsConnection(runtime), {
+        stream: STREAM,
+        ackWaitMs: 10_000,
+      })
+      : new RemotePrefillQueue(this.#queueClient);
     this.#agent = new TransferAgent(`prefill-${runtime.instanceId}`);
     this.#engine = new PrefillEngine(this.#agent, {
       blockBytes: this.#config.block_bytes,
@@ -112,6 +126,9 @@ const DecodeConfig = z.object({
   block_bytes: z.number().int().positive().default(4096),
   num_blocks: z.number().int().positive().default(2048),
   block_size: z.number().int().positive().default(16),
+  engine: z.enum(["mocker", "echo"]).default("mocker"),
+  speedup_ratio: z.number().positive().default(1),
+  queue: z.enum(["hosted", "jetstream"]).default("hosted"),
 });
 
 /** Registers the model; prefills long prompts remotely, short ones itself; generates. */
@@ -121,7 +138,8 @@ export class DecodeWorker {
   readonly #config: z.infer<typeof DecodeConfig>;
   #agent: TransferAgent | undefined;
   #kv: DecodeKvCache | undefined;
-  #queue: EmbeddedPrefillQueue<RemotePrefillRequest> | undefined;
+  #queue: PrefillQueue<RemotePrefillRequest> | undefined;
+  #mocker: MockerEngine | undefined;
   #prefillClient: Client | undefined;
   #decode: TokensEngine | undefined;
   #queueHandler: ReturnType<typeof prefillQueueHandler> | undefined;
@@ -144,7 +162,21 @@ export class DecodeWorker {
       blockBytes: c.block_bytes,
     });
     this.#kv = kv;
-    this.#queue = new EmbeddedPrefillQueue<RemotePrefillRequest>({ ackWaitMs: 10_000 });
+    this.#queue = c.queue === "jetstream"
+      ? await JetStreamPrefillQueue.open<RemotePrefillRequest>(runtimeNatsConnection(runtime), {
+        stream: STREAM,
+        ackWaitMs: 10_000,
+      })
+      : new EmbeddedPrefillQueue<RemotePrefillRequest>({ ackWaitMs: 10_000 });
+    // Same block size, so the mocker's prefix cache names blocks as the byte cache does.
+    this.#mocker = c.engine === "mocker"
+      ? new MockerEngine({
+        blockSize: c.block_size,
+        numGpuBlocks: c.num_blocks,
+        speedupRatio: c.speedup_ratio,
+        logger: runtime.logger,
+      })
+      : undefined;
     this.#decode = disaggDecodeEngine({
       router: new DisaggRouter({
         maxLocalPrefillLength: c.max_local_prefill_length,
@@ -152,7 +184,7 @@ export class DecodeWorker {
       }),
       queue: this.#queue,
       kv,
-      engine: echoEngine(),
+      engine: this.#mocker ? mockerDecodeEngine(this.#mocker) : echoEngine(),
       blockSize: c.block_size,
       remoteTimeoutMs: c.remote_timeout_ms,
       remoteAvailable: () => prefillClient.instanceIds().length > 0,
@@ -182,6 +214,7 @@ export class DecodeWorker {
 
   @asyncOnShutdown
   async close(): Promise<void> {
+    await this.#mocker?.close();
     await this.#queue?.close();
     await this.#prefillClient?.close();
     this.#kv?.close();

@@ -1,14 +1,16 @@
 // Seed 000's disaggregated serving, prefill side: pulls remote prefill requests from the
-// decode workers' queues, computes the KV blocks (the mocker's deterministic fill), writes
-// them into the decode worker's shared memory in one batched WRITE and notifies it.
+// decode workers' queues, computes the KV blocks the decode worker does not have cached
+// (the mocker's deterministic fill), writes them into its shared memory in one batched
+// WRITE and notifies it.
 //
 //   deno run -A examples/disagg/prefill_worker.ts [--queue hosted|jetstream]
+//
+// `--queue jetstream` uses the runtime's own NATS connection (its credentials and TLS).
 //
 // Reports one JSON line per event on stdout: {"ready": id}, {"prefilling": id},
 // {"prefilled": {...}}.
 
 import { parseArgs } from "node:util";
-import { connect as connectNats, type NatsConnection } from "nats";
 import { TransferAgent } from "../../native/mod.ts";
 import { dynamoWorker } from "../../mod.ts";
 import {
@@ -18,6 +20,7 @@ import {
   PrefillWorker,
   RemotePrefillQueue,
   type RemotePrefillRequest,
+  runtimeNatsConnection,
 } from "../../llm/disagg/mod.ts";
 
 const { values } = parseArgs({
@@ -31,23 +34,21 @@ const { values } = parseArgs({
   },
 });
 const report = (x: unknown) => console.log(JSON.stringify(x));
+if (values.queue !== "hosted" && values.queue !== "jetstream") {
+  throw new Error(`--queue must be hosted or jetstream, got ${values.queue}`);
+}
 
 await dynamoWorker(async (runtime) => {
   const ns = runtime.namespace(values.namespace!);
   const component = ns.component("prefill");
   await component.createService();
   const queueClient = await ns.component("decode").endpoint("prefill_queue").client();
-  let nc: NatsConnection | undefined;
-  let queue: PrefillQueue<RemotePrefillRequest>;
-  if (values.queue === "jetstream") {
-    nc = await connectNats({ servers: Deno.env.get("NATS_SERVER") ?? "nats://127.0.0.1:4222" });
-    queue = await JetStreamPrefillQueue.open<RemotePrefillRequest>(nc, {
+  const queue: PrefillQueue<RemotePrefillRequest> = values.queue === "jetstream"
+    ? await JetStreamPrefillQueue.open<RemotePrefillRequest>(runtimeNatsConnection(runtime), {
       stream: `dynamo_prefill_${values.namespace}`,
       ackWaitMs: 10_000,
-    });
-  } else {
-    queue = new RemotePrefillQueue(queueClient);
-  }
+    })
+    : new RemotePrefillQueue(queueClient);
 
   using agent = new TransferAgent(`prefill-${runtime.instanceId}`);
   const worker = new PrefillWorker(agent, {
@@ -70,7 +71,6 @@ await dynamoWorker(async (runtime) => {
     await Promise.all([alive, running]);
   } finally {
     worker.close();
-    await nc?.close();
     await queueClient.close();
   }
 });

@@ -1,11 +1,15 @@
-// The decode side of disaggregated serving: per request, prefill locally or queue a
-// remote prefill (DisaggRouter), wait for the prefill worker's notification, check every
-// byte of the received KV blocks, then generate. A remote prefill that does not arrive in
-// time falls back to local prefill, so losing the prefill worker fails no request.
+// The decode side of disaggregated serving: per request, hold the longest prefix of the
+// prompt already in the KV prefix cache, then prefill the rest locally or queue a remote
+// prefill of just those blocks (DisaggRouter on the uncached length), wait for the
+// prefill worker's notification, check every byte of every prompt block (cached ones
+// too), cache the prompt's full blocks, then generate. A remote prefill that does not
+// arrive in time falls back to local prefill, so losing the prefill worker fails no
+// request.
 
 import type { Context } from "../../runtime/context.ts";
 import { TimeoutError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
+import { hashPromptBlocks } from "../engines/mocker/scheduler.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import type { DecodeKvCache } from "./kv_cache.ts";
 import type { RemotePrefillRequest } from "./protocol.ts";
@@ -24,7 +28,15 @@ export interface PrefillReport {
   mode: "local" | "remote";
   /** Remote was chosen but did not arrive in time; prefilled locally instead. */
   fellBack: boolean;
-  /** Blocks checked byte for byte. */
+  /** Leading full blocks found in the prefix cache (not prefilled again). */
+  prefixHitBlocks: number;
+  /** `prefixHitBlocks * blockSize`: what the router subtracted from the prompt length. */
+  prefixHitLength: number;
+  /** Blocks a prefill worker wrote (0 for a local prefill). */
+  remoteBlocks: number;
+  /** Blocks filled here. */
+  localBlocks: number;
+  /** Blocks checked byte for byte: all of the prompt's, cached ones included. */
   verifiedBlocks: number;
   promptTokens: number;
 }
@@ -34,9 +46,9 @@ export interface DisaggDecodeOptions {
   router: DisaggRouter;
   queue: PrefillQueue<RemotePrefillRequest>;
   kv: DecodeKvCache;
-  /** Generates after the prefill. */
+  /** Generates after the prefill (e.g. `mockerDecodeEngine(mocker)` or `echoEngine()`). */
   engine: TokensEngine;
-  /** Tokens per KV block; default 16. */
+  /** Tokens per KV block (the prefix cache's hashes use it too); default 16. */
   blockSize?: number;
   /** Whether a prefill worker is there now (e.g. discovery); default always. */
   remoteAvailable?: () => boolean;
@@ -54,7 +66,8 @@ export interface DisaggDecodeOptions {
  * @returns the handler
  * @example
  * ```ts
- * await endpoint.serveEndpoint(disaggDecodeEngine({ router, queue, kv, engine: echoEngine() }));
+ * const engine = mockerDecodeEngine(new MockerEngine({ blockSize: 16 }));
+ * await endpoint.serveEndpoint(disaggDecodeEngine({ router, queue, kv, engine, blockSize: 16 }));
  * ```
  */
 export function disaggDecodeEngine(options: DisaggDecodeOptions): TokensEngine {
@@ -68,7 +81,7 @@ export function disaggDecodeEngine(options: DisaggDecodeOptions): TokensEngine {
     for (const [rid, ids] of quarantine) {
       if (kv.takeLate(rid)) {
         quarantine.delete(rid);
-        kv.free(ids);
+        kv.release(ids);
       }
     }
   };
@@ -77,8 +90,12 @@ export function disaggDecodeEngine(options: DisaggDecodeOptions): TokensEngine {
     release();
     const tokens = req.token_ids;
     const n = Math.ceil(tokens.length / blockSize);
-    const ids = kv.allocate(n);
+    const hashes = hashPromptBlocks(tokens, blockSize).map((b) => b.sequenceHash);
+    // Held before anything is allocated, so the allocation cannot evict them.
+    const ids = kv.acquirePrefix(hashes);
+    const hit = ids.length;
     try {
+      ids.push(...kv.allocate(n - hit));
       let remote = false;
       if (options.remoteAvailable?.() ?? true) {
         let queueSize: number | undefined;
@@ -92,7 +109,7 @@ export function disaggDecodeEngine(options: DisaggDecodeOptions): TokensEngine {
         remote = queueSize !== undefined &&
           router.shouldPrefillRemote({
             prefillLength: tokens.length,
-            prefixHitLength: 0,
+            prefixHitLength: hit * blockSize,
             queueSize,
           });
       }
@@ -105,14 +122,15 @@ export function disaggDecodeEngine(options: DisaggDecodeOptions): TokensEngine {
             token_ids: tokens,
             block_size: blockSize,
             engine_agent: kv.agent.name,
-            block_ids: ids,
+            first_block: hit,
+            block_ids: ids.slice(hit),
             expires_at: Date.now() + timeoutMs,
           });
           await kv.waitPrefilled(rid, { timeoutMs, signal: ctx.signal });
         } catch (e) {
           // The remote write may still come: never hand these blocks to another request
-          // before its notification does.
-          quarantine.set(rid, ids.splice(0));
+          // before its notification does. The cached prefix is only read, so it stays.
+          quarantine.set(rid, ids.splice(hit));
           if (ctx.signal.aborted) throw e;
           options.logger?.warn("remote prefill failed; prefilling locally", {
             request_id: rid,
@@ -120,21 +138,33 @@ export function disaggDecodeEngine(options: DisaggDecodeOptions): TokensEngine {
             error: e instanceof Error ? e.message : String(e),
           });
           fellBack = true;
-          ids.push(...kv.allocate(n));
+          ids.push(...kv.allocate(n - hit));
         }
       }
-      if (!remote || fellBack) kv.fillLocal(ids, tokens, blockSize);
+      const local = !remote || fellBack;
+      if (local) kv.fillLocal(ids, tokens, blockSize, hit);
       const verifiedBlocks = kv.verify(ids, tokens, blockSize);
+      kv.cache(hashes, ids);
       options.onPrefill?.({
         requestId: ctx.id,
-        mode: remote && !fellBack ? "remote" : "local",
+        mode: local ? "local" : "remote",
         fellBack,
+        prefixHitBlocks: hit,
+        prefixHitLength: hit * blockSize,
+        remoteBlocks: local ? 0 : n - hit,
+        localBlocks: local ? n - hit : 0,
         verifiedBlocks,
         promptTokens: tokens.length,
       });
-      yield* options.engine(req, ctx);
+      let first = true;
+      for await (const out of options.engine(req, ctx)) {
+        // The decode worker's prefix cache is what served the prompt.
+        yield first ? { ...out, cached_tokens: hit * blockSize } : out;
+        first = false;
+      }
     } finally {
-      kv.free(ids);
+      // Tail first: a prompt's tail blocks are evicted before its prefix.
+      kv.release(ids.toReversed());
     }
   };
 }

@@ -22,6 +22,7 @@ function req(id: string): RemotePrefillRequest {
     token_ids: [1, 2, 3],
     block_size: 16,
     engine_agent: "decode-x",
+    first_block: 0,
     block_ids: [0],
     expires_at: Date.now() + 60_000,
   };

@@ -1,6 +1,7 @@
 // The prefill queue on a NATS JetStream work-queue stream (seed 000's production setup):
 // one durable pull consumer shared by all prefill workers, explicit acks, redelivery by
-// the server after `ackWaitMs`.
+// the server after `ackWaitMs`. Workers open it on their runtime's own NATS connection,
+// so it has the runtime's credentials and TLS.
 
 import {
   AckPolicy,
@@ -11,7 +12,9 @@ import {
   type NatsConnection,
   RetentionPolicy,
 } from "nats";
-import { InvalidArgumentError } from "../../runtime/errors.ts";
+import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
+import type { RequestPlane } from "../../runtime/transport/mod.ts";
+import { NatsRequestPlane } from "../../runtime/transport/nats.ts";
 import type { DequeueOptions, PrefillQueue, QueuedItem } from "./queue.ts";
 
 /** Options of {@linkcode JetStreamPrefillQueue.open}. */
@@ -24,6 +27,38 @@ export interface JetStreamPrefillQueueOptions {
   consumer?: string;
   /** Redelivery deadline of an un-acked item; default 30 000 ms. */
   ackWaitMs?: number;
+}
+
+/** The runtime is not on NATS, so it has no JetStream to hold the prefill queue. */
+export class NatsUnavailableError extends DynamoError {
+  /** The runtime's request plane ("hub", "local", ...). */
+  readonly requestPlane: string;
+  constructor(requestPlane: string) {
+    super(
+      `the JetStream prefill queue needs the runtime on NATS (NATS_SERVER or ETCD_ENDPOINTS ` +
+        `set); its request plane is "${requestPlane}"`,
+    );
+    this.requestPlane = requestPlane;
+  }
+}
+
+/**
+ * The runtime's own NATS connection (its request plane's), which carries the runtime's
+ * credentials (`NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`) and TLS (`NATS_TLS_*`). The
+ * runtime owns it: do not close it.
+ *
+ * @param runtime a runtime (or anything with its request plane)
+ * @returns the connection
+ * @throws {NatsUnavailableError} the runtime is on the hub or in-process
+ * @example
+ * ```ts
+ * const queue = await JetStreamPrefillQueue.open(runtimeNatsConnection(runtime));
+ * ```
+ */
+export function runtimeNatsConnection(runtime: { readonly plane: RequestPlane }): NatsConnection {
+  const plane = runtime.plane;
+  if (plane instanceof NatsRequestPlane) return plane.nc;
+  throw new NatsUnavailableError(plane.kind);
 }
 
 const enc = new TextEncoder();

@@ -1,9 +1,15 @@
-// JetStreamPrefillQueue against a real nats-server with JetStream.
+// JetStreamPrefillQueue against a real nats-server with JetStream, directly and on a
+// runtime's own (authenticated) connection.
 
 import assert from "node:assert/strict";
 import { connect } from "nats";
+import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { haveServers, startNats } from "../../tests/_helpers/servers.ts";
-import { JetStreamPrefillQueue } from "./jetstream_queue.ts";
+import {
+  JetStreamPrefillQueue,
+  NatsUnavailableError,
+  runtimeNatsConnection,
+} from "./jetstream_queue.ts";
 
 Deno.test({
   name: "JetStreamPrefillQueue delivers in order, acks, and redelivers an un-acked item",
@@ -36,4 +42,51 @@ Deno.test({
       await nats.stop();
     }
   },
+});
+
+Deno.test({
+  name: "the JetStream prefill queue works on a runtime's own NATS connection with credentials",
+  ignore: !haveServers(),
+  async fn() {
+    const nats = await startNats({ user: { user: "dynamo", pass: "s3cret-pass" } });
+    const connect = (pass: string) =>
+      DistributedRuntime.connect({
+        discovery: "memory",
+        requestPlane: "nats",
+        natsServer: nats.url,
+        natsAuth: { user: "dynamo", pass },
+      });
+    const decode = await connect("s3cret-pass");
+    const prefill = await connect("s3cret-pass");
+    try {
+      const q1 = await JetStreamPrefillQueue.open<{ n: number }>(runtimeNatsConnection(decode));
+      const q2 = await JetStreamPrefillQueue.open<{ n: number }>(runtimeNatsConnection(prefill));
+      await q1.enqueue({ n: 7 });
+      const item = (await q2.dequeue({ timeoutMs: 2000 }))!;
+      assert.deepEqual(item.data, { n: 7 });
+      assert.equal(await item.ack(), true);
+      assert.equal(await q1.size(), 0);
+      await q2.close();
+      await q1.close();
+      assert.equal(runtimeNatsConnection(decode).isClosed(), false, "the runtime keeps it");
+      // Without the password there is no connection to take the queue from.
+      await assert.rejects(connect("wrong"), /authorization/i);
+    } finally {
+      await prefill.shutdown();
+      await decode.shutdown();
+      await nats.stop();
+    }
+  },
+});
+
+Deno.test("runtimeNatsConnection names the plane when the runtime is not on NATS", async () => {
+  const runtime = await DistributedRuntime.connect();
+  try {
+    assert.throws(
+      () => runtimeNatsConnection(runtime),
+      (e: unknown) => e instanceof NatsUnavailableError && e.requestPlane === "local",
+    );
+  } finally {
+    await runtime.shutdown();
+  }
 });

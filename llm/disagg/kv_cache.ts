@@ -1,29 +1,35 @@
-// The decode worker's KV memory: a registered DRAM region cut into blocks, a free list,
-// local (deterministic) prefill, byte-exact verification, and waits on the transfer
-// agent's notifications (which arrive by polling `getNewNotifs`).
+// The decode worker's KV memory: a registered DRAM region cut into blocks, a prefix cache
+// of full blocks over it (KvBlockPool), local (deterministic) prefill, byte-exact
+// verification, and waits on the transfer agent's notifications (which arrive by polling
+// `getNewNotifs`).
 
 import type { TransferAgent } from "../../native/mod.ts";
 import type { MemoryRegion } from "../../native/mod.ts";
 import { DynamoError, InvalidArgumentError, TimeoutError } from "../../runtime/errors.ts";
+import type { BlockHash } from "../kv_router/hashing.ts";
+import { KvBlockPool } from "./block_pool.ts";
 import { fillKvBlock, splitBlocks, verifyKvBlock } from "./kv_bytes.ts";
 import { type DecodeMemoryInfo, parsePrefillNotif } from "./protocol.ts";
 
 /** A block's bytes differ from what its tokens determine. */
 export class KvVerificationError extends DynamoError {
+  /** The block's position in the prompt. */
   readonly blockIndex: number;
   readonly byteOffset: number;
-  constructor(blockIndex: number, byteOffset: number) {
-    super(`KV block ${blockIndex} is wrong at byte ${byteOffset}`);
+  /** Whether the block came from the prefix cache (it was dropped from it). */
+  readonly cached: boolean;
+  constructor(blockIndex: number, byteOffset: number, cached = false) {
+    super(
+      `KV block ${blockIndex}${cached ? " (prefix-cached)" : ""} is wrong at byte ${byteOffset}`,
+    );
     this.blockIndex = blockIndex;
     this.byteOffset = byteOffset;
+    this.cached = cached;
   }
 }
 
 /** The prefill worker skipped the request (it had expired). */
 export class PrefillSkippedError extends DynamoError {}
-
-/** Not enough free KV blocks. */
-export class KvCacheFullError extends DynamoError {}
 
 /** Options of {@linkcode DecodeKvCache}. */
 export interface DecodeKvCacheOptions {
@@ -42,15 +48,22 @@ export interface WaitPrefilledOptions {
 }
 
 /**
- * The decode worker's KV blocks in shared memory that prefill workers write into.
+ * The decode worker's KV blocks in shared memory that prefill workers write into, with a
+ * prefix cache: full blocks stay cached under their sequence hashes (the mocker's
+ * `hashPromptBlocks`) after their request, and a later prompt with the same prefix holds
+ * them instead of prefilling them again.
  *
  * @example
  * ```ts
  * const kv = new DecodeKvCache(new TransferAgent("decode-0"), { numBlocks: 64, blockBytes: 4096 });
- * const ids = kv.allocate(3);
- * kv.fillLocal(ids, prompt, 16);
- * kv.verify(ids, prompt, 16); // 3
- * kv.free(ids);
+ * const hashes = hashPromptBlocks(prompt, 16).map((b) => b.sequenceHash);
+ * const ids = kv.acquirePrefix(hashes); // cached prefix (none at first)
+ * const hit = ids.length;
+ * ids.push(...kv.allocate(Math.ceil(prompt.length / 16) - hit));
+ * kv.fillLocal(ids, prompt, 16, hit);
+ * kv.verify(ids, prompt, 16); // every block, cached ones too
+ * kv.cache(hashes, ids);
+ * kv.release(ids.toReversed());
  * ```
  */
 export class DecodeKvCache {
@@ -59,7 +72,7 @@ export class DecodeKvCache {
   readonly blockBytes: number;
   readonly #region: MemoryRegion;
   readonly #info: DecodeMemoryInfo;
-  readonly #free: number[];
+  readonly #pool: KvBlockPool;
   readonly #waiters = new Map<string, (done: boolean) => void>();
   // Notifications nobody waited for yet: request id -> done (false: skipped).
   readonly #arrived = new Map<string, boolean>();
@@ -91,7 +104,7 @@ export class DecodeKvCache {
       descs: agent.getXferDescs({ region: this.#region, blockBytes }),
       block_bytes: blockBytes,
     };
-    this.#free = Array.from({ length: numBlocks }, (_, i) => i);
+    this.#pool = new KvBlockPool(numBlocks);
   }
 
   /** What prefill workers need to write here (publish it once). */
@@ -99,40 +112,90 @@ export class DecodeKvCache {
     return this.#info;
   }
 
-  /** Free blocks. */
-  get freeBlocks(): number {
-    return this.#free.length;
+  /** Blocks an allocation can take now: free ones plus cached ones no request holds. */
+  get availableBlocks(): number {
+    return this.#pool.availableBlocks;
+  }
+
+  /** Full blocks in the prefix cache, held or not. */
+  get cachedBlocks(): number {
+    return this.#pool.cachedBlocks;
+  }
+
+  /** Reference count of a block (0 when free, or cached and held by nobody). */
+  refCount(id: number): number {
+    return this.#pool.refCount(id);
+  }
+
+  /**
+   * How many leading blocks of a prompt are cached (no side effects).
+   *
+   * @param hashes the sequence hashes of the prompt's full blocks, in order
+   */
+  matchPrefix(hashes: readonly BlockHash[]): number {
+    return this.#pool.matchPrefix(hashes);
+  }
+
+  /**
+   * Holds the longest cached prefix of a prompt.
+   *
+   * @param hashes the sequence hashes of the prompt's full blocks, in order
+   * @returns the prefix's block ids, in order (release them when done)
+   */
+  acquirePrefix(hashes: readonly BlockHash[]): number[] {
+    return this.#pool.acquirePrefix(hashes);
   }
 
   /**
    * @param n blocks wanted
-   * @returns block ids (indices into the published descriptor list)
-   * @throws {KvCacheFullError} fewer than `n` are free
+   * @returns uncached block ids (indices into the published descriptor list), held once
+   * @throws {KvCacheFullError} fewer than `n` are free or evictable
    */
   allocate(n: number): number[] {
-    if (n > this.#free.length) {
-      throw new KvCacheFullError(`need ${n} KV blocks, ${this.#free.length} free`);
-    }
-    return this.#free.splice(0, n);
+    return this.#pool.allocate(n);
   }
 
-  /** Returns blocks to the free list. */
-  free(ids: readonly number[]): void {
-    this.#free.push(...ids);
+  /**
+   * Caches held blocks under their sequence hashes (call after {@linkcode verify}: only
+   * checked bytes enter the cache).
+   *
+   * @param hashes the sequence hashes of the prompt's full blocks, in order
+   * @param ids the prompt's block ids, in order
+   * @returns blocks newly cached
+   */
+  cache(hashes: readonly BlockHash[], ids: readonly number[]): number {
+    return this.#pool.cache(hashes, ids);
   }
 
-  /** Local prefill: writes each block's pattern into `ids`. */
-  fillLocal(ids: readonly number[], tokens: readonly number[], blockSize: number): void {
+  /**
+   * Drops a reference on each block: cached ones stay in the cache (pass a prompt's
+   * blocks tail first, so tails are evicted before prefixes), others are freed.
+   */
+  release(ids: readonly number[]): void {
+    this.#pool.release(ids);
+  }
+
+  /**
+   * Local prefill: writes each block's pattern, from block `firstBlock` on (the blocks
+   * before it are cached).
+   */
+  fillLocal(
+    ids: readonly number[],
+    tokens: readonly number[],
+    blockSize: number,
+    firstBlock = 0,
+  ): void {
     const blocks = splitBlocks(tokens, blockSize);
     const buf = new Uint8Array(this.blockBytes);
-    for (const [i, t] of blocks.entries()) {
-      fillKvBlock(buf, t, i);
+    for (let i = firstBlock; i < blocks.length; i++) {
+      fillKvBlock(buf, blocks[i]!, i);
       this.agent.writeMemory(this.#region, ids[i]! * this.blockBytes, buf);
     }
   }
 
   /**
-   * Checks every byte of the prompt's blocks.
+   * Checks every byte of the prompt's blocks, cached ones included. A wrong cached block
+   * leaves the cache, so no later request hits it.
    *
    * @returns blocks verified
    * @throws {KvVerificationError} the first wrong block
@@ -140,9 +203,14 @@ export class DecodeKvCache {
   verify(ids: readonly number[], tokens: readonly number[], blockSize: number): number {
     const blocks = splitBlocks(tokens, blockSize);
     for (const [i, t] of blocks.entries()) {
-      const bytes = this.agent.readMemory(this.#region, ids[i]! * this.blockBytes, this.blockBytes);
+      const id = ids[i]!;
+      const bytes = this.agent.readMemory(this.#region, id * this.blockBytes, this.blockBytes);
       const bad = verifyKvBlock(bytes, t, i);
-      if (bad >= 0) throw new KvVerificationError(i, bad);
+      if (bad >= 0) {
+        const cached = this.#pool.hashOf(id) !== undefined;
+        this.#pool.forget(id);
+        throw new KvVerificationError(i, bad, cached);
+      }
     }
     return blocks.length;
   }

@@ -1,7 +1,8 @@
 /**
  * Disaggregated prefill/decode (seed 000): the local-or-remote decision, the prefill
- * queue (embedded, and hosted on a decode worker for other processes), deterministic KV
- * bytes, the decode worker's KV memory and handler, and the prefill worker.
+ * queue (embedded, hosted on a decode worker for other processes, or JetStream),
+ * deterministic KV bytes, the decode worker's KV memory with its prefix cache, its
+ * handler (with the mocker generating), and the prefill worker.
  *
  * @module
  */
@@ -28,10 +29,10 @@ export {
   RemotePrefillQueue,
 } from "./hosted_queue.ts";
 export { fillKvBlock, kvBlockSeed, splitBlocks, verifyKvBlock } from "./kv_bytes.ts";
+export { KvBlockPool, KvCacheFullError } from "./block_pool.ts";
 export {
   DecodeKvCache,
   type DecodeKvCacheOptions,
-  KvCacheFullError,
   KvVerificationError,
   PrefillSkippedError,
   type WaitPrefilledOptions,
@@ -49,6 +50,7 @@ export {
   type PrefillReport,
   type TokensEngine,
 } from "./decode.ts";
+export { loadPromptBlocks, mockerDecodeEngine } from "./mocker_decode.ts";
 export { type PrefillResult, PrefillWorker, type PrefillWorkerOptions } from "./prefill_worker.ts";
 export {
   decodeMemoryKey,
@@ -56,4 +58,9 @@ export {
   lookupDecodeMemory,
   publishDecodeMemory,
 } from "./discovery.ts";
-export { JetStreamPrefillQueue, type JetStreamPrefillQueueOptions } from "./jetstream_queue.ts";
+export {
+  JetStreamPrefillQueue,
+  type JetStreamPrefillQueueOptions,
+  NatsUnavailableError,
+  runtimeNatsConnection,
+} from "./jetstream_queue.ts";

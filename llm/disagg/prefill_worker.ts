@@ -1,6 +1,6 @@
-// The prefill side: take remote prefill requests off the queue, compute the blocks (the
-// mocker's deterministic fill), write them into the decode worker's memory in one
-// batched WRITE and notify it.
+// The prefill side: take remote prefill requests off the queue, compute the blocks the
+// decode worker does not have cached (the mocker's deterministic fill), write them into
+// its memory in one batched WRITE and notify it.
 
 import type { DlistHandle, MemoryRegion, TransferAgent } from "../../native/mod.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
@@ -44,7 +44,10 @@ export interface PrefillRunOptions {
 /** What one handled request did. */
 export interface PrefillResult {
   requestId: string;
-  /** Blocks written; 0 when the request had expired and was skipped. */
+  /**
+   * Blocks written (the prompt's blocks from `first_block` on); 0 when the request had
+   * expired and was skipped.
+   */
   blocks: number;
   skipped: boolean;
 }
@@ -90,9 +93,11 @@ export class PrefillWorker {
   }
 
   /**
-   * Prefills one request: fills its blocks, writes them to the decode worker, notifies.
+   * Prefills one request: fills its blocks from `first_block` on, writes them to the
+   * decode worker, notifies.
    *
    * @returns what was done
+   * @throws {InvalidArgumentError} `first_block` and `block_ids` do not fit the prompt
    * @throws {TransferError} the transfer failed
    */
   async handle(req: RemotePrefillRequest): Promise<PrefillResult> {
@@ -111,23 +116,35 @@ export class PrefillWorker {
       }
       return { requestId: req.request_id, blocks: 0, skipped: true };
     }
+    const blocks = splitBlocks(req.token_ids, req.block_size);
+    // The decode worker holds the blocks before `first` in its prefix cache already.
+    const first = req.first_block ?? 0;
+    const count = blocks.length - first;
+    if (!Number.isInteger(first) || first < 0 || count < 0 || req.block_ids.length < count) {
+      throw new InvalidArgumentError(
+        `request ${req.request_id}: first_block ${first} and ${req.block_ids.length} ` +
+          `block ids do not fit a prompt of ${blocks.length} blocks`,
+      );
+    }
     const peer = await this.#peer(req.engine_agent);
     const delay = this.#opts.prefillDelayMs ?? 0;
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
-    const blocks = splitBlocks(req.token_ids, req.block_size);
+    if (count === 0) {
+      this.agent.sendNotif(peer.info.agent_name, prefillDoneNotif(req.request_id));
+      return { requestId: req.request_id, blocks: 0, skipped: false };
+    }
     const bb = this.#opts.blockBytes;
     const buf = new Uint8Array(bb);
-    for (const [i, t] of blocks.entries()) {
-      fillKvBlock(buf, t, i);
-      this.agent.writeMemory(this.#staging, i * bb, buf);
+    for (let j = 0; j < count; j++) {
+      fillKvBlock(buf, blocks[first + j]!, first + j);
+      this.agent.writeMemory(this.#staging, j * bb, buf);
     }
-    const localIdx = blocks.map((_, i) => i);
     const xfer = this.agent.makePreppedXfer(
       "WRITE",
       this.#local,
-      localIdx,
+      Array.from({ length: count }, (_, j) => j),
       peer.remote,
-      req.block_ids.slice(0, blocks.length),
+      req.block_ids.slice(0, count),
       prefillDoneNotif(req.request_id),
     );
     try {
@@ -135,7 +152,7 @@ export class PrefillWorker {
     } finally {
       this.agent.releaseXferHandle(xfer);
     }
-    return { requestId: req.request_id, blocks: blocks.length, skipped: false };
+    return { requestId: req.request_id, blocks: count, skipped: false };
   }
 
   /**

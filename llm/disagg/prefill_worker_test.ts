@@ -10,6 +10,7 @@ function req(expiresAt: number): RemotePrefillRequest {
     token_ids: [1, 2, 3],
     block_size: 16,
     engine_agent: "decode-gone",
+    first_block: 0,
     block_ids: [0],
     expires_at: expiresAt,
   };

@@ -11,7 +11,16 @@ export interface RemotePrefillRequest {
   block_size: number;
   /** The decode worker's transfer agent (its memory is published under this name). */
   engine_agent: string;
-  /** Indices into the decode worker's published descriptor list, one per prompt block. */
+  /**
+   * Prompt blocks before this one are in the decode worker's prefix cache: write only the
+   * blocks from here on (the prompt is still whole, the blocks' bytes depend on their
+   * position). 0 when nothing was cached.
+   */
+  first_block: number;
+  /**
+   * Indices into the decode worker's published descriptor list, one per prompt block from
+   * `first_block` on.
+   */
   block_ids: number[];
   /** Epoch ms after which the decode worker no longer waits (the prefill skips it). */
   expires_at: number;

@@ -249,6 +249,56 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name: "TLS client certificates: NATS and etcd that verify clients take the runtime's " +
+    "certificate and refuse a runtime without one",
+  ignore: !haveServers() || !haveOpenssl(),
+  async fn(t) {
+    const certs = await makeTestCerts();
+    // The server's pair is signed by the test CA and allows client authentication: the
+    // runtime presents it as its client certificate.
+    const pair = { certFile: certs.certFile, keyFile: certs.keyFile };
+    const [etcd, nats] = await Promise.all([
+      startEtcd({ tls: { ...pair, caFile: certs.caFile, verifyClients: true } }),
+      startNats({ tls: { ...pair, verifyClientsCa: certs.caFile } }),
+    ]);
+    const trusting = {
+      ETCD_ENDPOINTS: etcd.url,
+      NATS_SERVER: nats.url,
+      ETCD_TLS_CA: certs.caFile,
+      NATS_TLS_CA: certs.caFile,
+    };
+    const withCerts = {
+      ...trusting,
+      ETCD_TLS_CERT: certs.certFile,
+      ETCD_TLS_KEY: certs.keyFile,
+      NATS_TLS_CERT: certs.certFile,
+      NATS_TLS_KEY: certs.keyFile,
+    };
+    try {
+      await t.step(
+        "with <PLANE>_TLS_CERT and _KEY a call goes through",
+        () => roundTrip(withCerts),
+      );
+      await t.step("NATS without a client certificate is refused", async () => {
+        const { NATS_TLS_CERT: _c, NATS_TLS_KEY: _k, ...env } = withCerts;
+        await refused(env, /cannot connect to NATS/i, []);
+      });
+      await t.step("etcd without a client certificate is refused", async () => {
+        const { ETCD_TLS_CERT: _c, ETCD_TLS_KEY: _k, ...env } = withCerts;
+        await refused(env, /etcd/i, []);
+      });
+      await t.step("a certificate without its key is refused before connecting", async () => {
+        const { NATS_TLS_KEY: _k, ...env } = withCerts;
+        await refused(env, /NATS TLS needs both a client certificate and its key/, []);
+      });
+    } finally {
+      await Promise.all([etcd.stop(), nats.stop()]);
+      await certs.remove();
+    }
+  },
+});
+
 /**
  * Runs the test worker with `env` (and DYN_LOG=debug) until it has registered and served
  * `call`, or exited; then SIGTERM (SIGKILL after 10 s). Returns what it printed.

@@ -2,6 +2,8 @@
 // request at once, and streams its answer over TCP to the caller's listener.
 
 import { type ConnectionOptions, ErrorCode, type NatsConnection, NatsError } from "nats";
+import * as tls from "node:tls";
+import type { Duplex } from "node:stream";
 import { NatsConnectionImpl, setTransportFactory } from "nats/lib/src/nats-base-client.js";
 import { nodeResolveHost, NodeTransport } from "nats/lib/src/node_transport.js";
 import { DynamoError, NoInstancesError, TimeoutError } from "../errors.ts";
@@ -39,33 +41,127 @@ const EMPTY = new Uint8Array(0);
 
 /**
  * nats.js's Node transport with one fix for Deno. When the server refuses a client (bad
- * credentials) and drops the socket, the transport removes every socket listener and
- * destroys it, and Deno's node:net can still deliver the pending read's ECONNRESET as an
- * "error" event: with no listener left it is an uncaught error that kills the process
- * before the real reason ("Authorization Violation") is reported. A listener that outlives
- * the close swallows that late event; the transport has already recorded the close.
+ * credentials, or a TLS alert such as a missing client certificate) and drops the socket,
+ * the transport removes every socket listener and destroys it, and Deno's node:net / tls
+ * can still deliver the pending read's error as an "error" event: with no listener left it
+ * is an uncaught error that kills the process before the real reason ("Authorization
+ * Violation", "BadCertificate") is reported. Every socket the transport uses keeps a
+ * listener that swallows such late events, even across `removeAllListeners()`; the
+ * transport's own listeners still see every error while they are attached.
  */
-class DenoSafeTransport extends NodeTransport {}
+class DenoSafeTransport extends NodeTransport {
+  /** The first error a socket of this transport reported (for a connect that times out). */
+  socketError: Error | undefined;
+}
 {
-  // `_closed` is private in the typings; both close paths (ours and the socket's) end in it.
-  type Closer = { socket?: NodeTransport["socket"]; _closed(...args: unknown[]): Promise<void> };
-  const base = (NodeTransport.prototype as unknown as Closer)._closed;
-  const ignore = () => {};
-  (DenoSafeTransport.prototype as unknown as Closer)._closed = function (
-    this: Closer,
-    ...args: unknown[]
+  type Socket = NonNullable<NodeTransport["socket"]>;
+  // `dial`, `startTLS` and `_closed` are private in the typings.
+  type Internals = {
+    socket?: Socket;
+    dial(...args: unknown[]): Promise<Socket>;
+    startTLS(...args: unknown[]): Promise<Socket>;
+    _closed(...args: unknown[]): Promise<void>;
+  };
+  const guard = (transport: unknown, socket: Socket | undefined): void => {
+    if (socket === undefined) return;
+    const record = (err: Error) => {
+      // The first says why (a TLS alert), unless it is a write that failed because the
+      // server had already hung up: then what follows is the reason.
+      const t = transport as DenoSafeTransport;
+      const code = (t.socketError as { code?: string } | undefined)?.code;
+      if (t.socketError === undefined || code === "EPIPE" || code === "ECONNRESET") {
+        t.socketError = err;
+      }
+    };
+    const removeAll = socket.removeAllListeners;
+    socket.removeAllListeners = function (this: Socket, ...args: unknown[]) {
+      const out = removeAll.apply(this, args as [string?]);
+      this.on("error", record);
+      return out;
+    } as Socket["removeAllListeners"];
+    socket.on("error", record);
+  };
+  const base = NodeTransport.prototype as unknown as Internals;
+  const safe = DenoSafeTransport.prototype as unknown as Internals;
+  safe.dial = async function (this: Internals, ...args: unknown[]) {
+    const socket = await base.dial.apply(this, args);
+    guard(this, socket);
+    return socket;
+  };
+  // nats.js's startTLS, with the TLS socket guarded from its creation on: a TLS alert (the
+  // server refusing the client's certificate) can arrive right after the handshake
+  // callback removed every listener.
+  safe.startTLS = async function (
+    this: Internals & Pick<NodeTransport, "tlsName" | "options" | "loadClientCerts">,
   ) {
-    const socket = this.socket;
-    return base.apply(this, args).finally(() => socket?.on("error", ignore));
+    let options: tls.ConnectionOptions = {
+      socket: this.socket as unknown as Duplex,
+      servername: this.tlsName,
+      rejectUnauthorized: true,
+    };
+    if (typeof this.options.tls === "object" && this.options.tls !== null) {
+      try {
+        const certs = (await this.loadClientCerts()) ?? {};
+        options = { ...options, ...this.options.tls, ...certs } as tls.ConnectionOptions;
+      } catch (err) {
+        throw new NatsError((err as Error).message, ErrorCode.Tls, err as Error);
+      }
+    }
+    return await new Promise<Socket>((resolve, reject) => {
+      let failure: Error | undefined;
+      const socket = tls.connect(options, () => {
+        socket.removeAllListeners();
+        resolve(socket as unknown as Socket);
+      });
+      guard(this, socket as unknown as Socket);
+      socket.on("error", (err) => {
+        failure = err;
+      });
+      socket.on("secureConnect", () => {
+        if (options.rejectUnauthorized !== false && !socket.authorized) {
+          failure = socket.authorizationError;
+          socket.destroy(failure);
+        }
+      });
+      socket.on("close", () => {
+        reject(failure);
+        socket.removeAllListeners();
+      });
+    });
+  };
+  safe._closed = function (this: Internals, ...args: unknown[]) {
+    // A socket that failed before dial() resolved was never guarded.
+    guard(this, this.socket);
+    return base._closed.apply(this, args);
   };
 }
 
-/** `connect()` of nats.js, on {@linkcode DenoSafeTransport}. */
-function natsConnect(opts: ConnectionOptions): Promise<NatsConnection> {
+/**
+ * `connect()` of nats.js, on {@linkcode DenoSafeTransport}. nats.js retries a refused
+ * first connection until its timeout and then says only "TIMEOUT": the first socket error
+ * of the last attempt (a TLS alert, a reset) is added to that message.
+ */
+async function natsConnect(opts: ConnectionOptions): Promise<NatsConnection> {
+  let last: DenoSafeTransport | undefined;
   // nats.js keeps one global transport factory; its own `connect()` sets the stock one
   // before each connection, this sets ours (reconnects use whichever was set last).
-  setTransportFactory({ factory: () => new DenoSafeTransport(), dnsResolveFn: nodeResolveHost });
-  return NatsConnectionImpl.connect(opts);
+  setTransportFactory({
+    factory: () => (last = new DenoSafeTransport()),
+    dnsResolveFn: nodeResolveHost,
+  });
+  try {
+    return await NatsConnectionImpl.connect(opts);
+  } catch (err) {
+    const socketError = last?.socketError;
+    if (err instanceof NatsError && err.code === ErrorCode.Timeout && socketError) {
+      throw new NatsError(
+        `${err.message} (socket error: ${socketError.message})`,
+        err.code,
+        err,
+      );
+    }
+    throw err;
+  }
 }
 
 /** Server URLs for messages, with any `user:password@` in them masked. */

@@ -122,7 +122,13 @@ export interface StartEtcdOptions {
    * becomes `https://localhost:PORT` (the certificate must name localhost). `caFile` is
    * what the readiness check trusts.
    */
-  tls?: { certFile: string; keyFile: string; caFile: string };
+  tls?: {
+    certFile: string;
+    keyFile: string;
+    caFile: string;
+    /** Require client certificates signed by `caFile` (`--client-cert-auth`). */
+    verifyClients?: boolean;
+  };
   /**
    * Turn on password authentication once the server is up: user `root` (role `root`)
    * with this password, then `auth enable` (what `etcdctl user add root` and
@@ -138,9 +144,29 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<ServerP
   const dataDir = await Deno.makeTempDir({ prefix: "dynamo-etcd-" });
   const scheme = options.tls ? "https" : "http";
   const tlsArgs = options.tls
-    ? ["--cert-file", options.tls.certFile, "--key-file", options.tls.keyFile]
+    ? [
+      "--cert-file",
+      options.tls.certFile,
+      "--key-file",
+      options.tls.keyFile,
+      ...(options.tls.verifyClients
+        ? ["--client-cert-auth", "--trusted-ca-file", options.tls.caFile]
+        : []),
+    ]
     : [];
-  const caCerts = options.tls ? [await Deno.readTextFile(options.tls.caFile)] : undefined;
+  // What the readiness check and auth setup present (the server's own pair doubles as a
+  // client certificate: it is signed by the same CA and allows client authentication).
+  const tlsClient: TlsClient | undefined = options.tls
+    ? {
+      caCerts: [await Deno.readTextFile(options.tls.caFile)],
+      ...(options.tls.verifyClients
+        ? {
+          cert: await Deno.readTextFile(options.tls.certFile),
+          key: await Deno.readTextFile(options.tls.keyFile),
+        }
+        : {}),
+    }
+    : undefined;
   let authEnabled = false;
   return spawnServer(
     "etcd",
@@ -173,7 +199,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<ServerP
       let healthy = false;
       while (Date.now() < deadline && !healthy) {
         try {
-          const body = JSON.parse(await httpRequest(p, "GET", "/health", undefined, caCerts)) as {
+          const body = JSON.parse(await httpRequest(p, "GET", "/health", undefined, tlsClient)) as {
             health?: string;
           };
           healthy = body.health === "true";
@@ -184,29 +210,36 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<ServerP
       }
       if (!healthy) throw new Error("etcd did not become healthy within 15 s");
       if (options.rootPassword !== undefined && !authEnabled) {
-        await enableEtcdAuth(p, options.rootPassword, caCerts);
+        await enableEtcdAuth(p, options.rootPassword, tlsClient);
         authEnabled = true;
       }
     },
   );
 }
 
-/** One HTTP/1.1 request to 127.0.0.1 (over TLS when `caCerts` is given); the body back. */
+/** One HTTP/1.1 request to 127.0.0.1 (over TLS when `tls` is given); the body back. */
+/** How the helper itself talks TLS to a server it started. */
+interface TlsClient {
+  caCerts: string[];
+  cert?: string;
+  key?: string;
+}
+
 async function httpRequest(
   port: number,
   method: string,
   path: string,
   body: string | undefined,
-  caCerts: string[] | undefined,
+  tls: TlsClient | undefined,
 ): Promise<string> {
-  if (!caCerts) {
+  if (!tls) {
     const r = await fetch(`http://127.0.0.1:${port}${path}`, { method, body });
     const text = await r.text();
     if (!r.ok) throw new Error(`${method} ${path}: HTTP ${r.status}: ${text}`);
     return text;
   }
   // fetch cannot be told to trust a CA without --unstable flags: speak HTTP/1.1 by hand.
-  const conn = await Deno.connectTls({ hostname: "127.0.0.1", port, caCerts });
+  const conn = await Deno.connectTls({ hostname: "127.0.0.1", port, ...tls });
   try {
     const payload = body ?? "";
     await conn.write(
@@ -232,10 +265,10 @@ async function httpRequest(
 async function enableEtcdAuth(
   port: number,
   rootPassword: string,
-  caCerts: string[] | undefined,
+  tls: TlsClient | undefined,
 ): Promise<void> {
   const call = (path: string, body: unknown) =>
-    httpRequest(port, "POST", `/v3/auth/${path}`, JSON.stringify(body), caCerts);
+    httpRequest(port, "POST", `/v3/auth/${path}`, JSON.stringify(body), tls);
   await call("role/add", { name: "root" });
   await call("user/add", { name: "root", password: rootPassword });
   await call("user/grant", { user: "root", role: "root" });
@@ -252,8 +285,11 @@ export interface StartNatsOptions {
   user?: { user: string; pass: string };
   /** Require this token (`--auth`). */
   token?: string;
-  /** Require TLS with this key pair (`--tls --tlscert --tlskey`). */
-  tls?: { certFile: string; keyFile: string };
+  /**
+   * Require TLS with this key pair (`--tls --tlscert --tlskey`); with `verifyClientsCa`,
+   * also a client certificate signed by that CA (`--tlsverify --tlscacert`).
+   */
+  tls?: { certFile: string; keyFile: string; verifyClientsCa?: string };
 }
 
 /** Starts nats-server on a free loopback port. */
@@ -265,6 +301,9 @@ export async function startNats(options: StartNatsOptions = {}): Promise<ServerP
     ...(options.token !== undefined ? ["--auth", options.token] : []),
     ...(options.tls
       ? ["--tls", "--tlscert", options.tls.certFile, "--tlskey", options.tls.keyFile]
+      : []),
+    ...(options.tls?.verifyClientsCa
+      ? ["--tlsverify", "--tlscacert", options.tls.verifyClientsCa]
       : []),
   ];
   return spawnServer(

@@ -5,6 +5,7 @@ import type { Context } from "./context.ts";
 import type { Discovery } from "./discovery/mod.ts";
 import { DynamoError, NoInstancesError, RuntimeShutdownError, TimeoutError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
+import type { RouteTrace } from "./route_trace.ts";
 import { instancePrefix, parseInstanceRecord, recordSubject } from "./names.ts";
 import { openStream, type ResponseStream } from "./stream.ts";
 import type { RequestPlane } from "./transport/mod.ts";
@@ -36,6 +37,13 @@ export interface ClientDeps {
   plane: RequestPlane;
   logger: Logger;
   connectTimeoutMs: number;
+  /**
+   * How long an instance reported down is skipped, in ms (default 2000). Longer than the
+   * workers' lease TTL, a dead instance stays skipped until discovery drops it.
+   */
+  downMs?: number;
+  /** Told of every routing decision and of instances dropped or skipped (off when unset). */
+  trace?: RouteTrace;
 }
 
 /** How long an instance that did not answer is skipped before discovery is trusted again. */
@@ -95,6 +103,7 @@ export class Client {
         ) {
           backoff = 100;
           if (ev.type === "synced") {
+            if (this.#deps.trace) this.#traceResync(snapshot ?? new Map());
             this.#instances.clear();
             for (const [id, subject] of snapshot ?? []) this.#instances.set(id, subject);
             snapshot = undefined;
@@ -108,8 +117,10 @@ export class Client {
                 this.#deps.logger.warn("ignoring malformed instance record", { key: ev.key });
                 continue;
               }
+              if (!snapshot && this.#deps.trace && !target.has(id)) this.#trace("up", id);
               target.set(id, recordSubject(rec));
             } else {
+              if (!snapshot && this.#deps.trace && target.has(id)) this.#trace("gone", id);
               target.delete(id);
             }
             this.#down.delete(id);
@@ -129,6 +140,16 @@ export class Client {
       await new Promise((r) => setTimeout(r, backoff));
       backoff = Math.min(backoff * 2, 2000);
     }
+  }
+
+  #trace(event: "route" | "down" | "gone" | "up", instance: string): void {
+    this.#deps.trace?.({ event, endpoint: this.path, instance });
+  }
+
+  /** Traces what a (re)started watch's snapshot adds to and drops from the known instances. */
+  #traceResync(snapshot: Map<string, string>): void {
+    for (const id of this.#instances.keys()) if (!snapshot.has(id)) this.#trace("gone", id);
+    for (const id of snapshot.keys()) if (!this.#instances.has(id)) this.#trace("up", id);
   }
 
   /** Ids of the instances known now, sorted. */
@@ -252,13 +273,16 @@ export class Client {
   #available(): string[] {
     if (this.#down.size === 0) return this.#ids;
     const now = Date.now();
-    return this.#ids.filter((id) => {
+    const up = this.#ids.filter((id) => {
       const until = this.#down.get(id);
       if (until === undefined) return true;
       if (until > now) return false;
       this.#down.delete(id);
       return true;
     });
+    // Every instance reported down is more likely a problem on this side (the connection
+    // came back after an outage) than all of them dead: try them rather than refuse.
+    return up.length > 0 ? up : this.#ids;
   }
 
   async #send<T>(
@@ -267,6 +291,7 @@ export class Client {
     request: unknown,
     options: GenerateOptions,
   ): Promise<ResponseStream<T>> {
+    if (this.#deps.trace) this.#trace("route", id);
     try {
       return await openStream<T>(this.#deps.plane, subject, id, request, {
         context: options.context,
@@ -287,7 +312,8 @@ export class Client {
 
   /** Skips `instanceId` for a while (it failed to answer); discovery will confirm or clear it. */
   reportInstanceDown(instanceId: string): void {
-    this.#down.set(instanceId, Date.now() + DOWN_MS);
+    if (this.#deps.trace) this.#trace("down", instanceId);
+    this.#down.set(instanceId, Date.now() + (this.#deps.downMs ?? DOWN_MS));
   }
 
   /** Stops watching. */

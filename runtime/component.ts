@@ -14,6 +14,7 @@ import {
 import type { ObjectStore } from "./objects/mod.ts";
 import { DynamoError, InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
+import type { RouteTrace } from "./route_trace.ts";
 import { instanceKey, type InstanceRecord, instanceSubject, validateName } from "./names.ts";
 import { type Handler, serveRequest } from "./stream.ts";
 import {
@@ -37,6 +38,10 @@ export interface RuntimeInternals {
   /** Aborts when the runtime starts shutting down. */
   readonly shutdownSignal: AbortSignal;
   readonly connectTimeoutMs: number;
+  /** TTL of this runtime's lease, in seconds. */
+  readonly leaseTtlSeconds: number;
+  /** Routing trace for this runtime's clients (off when unset). */
+  readonly routeTrace?: RouteTrace;
   /** Puts `key` on the runtime's lease, and again on every new lease after a loss. */
   registerKey(key: string, value: string): Promise<void>;
   /** Deletes a key put with registerKey. */
@@ -333,6 +338,10 @@ export class Endpoint {
         plane: rt.plane,
         logger: rt.logger,
         connectTimeoutMs: rt.connectTimeoutMs,
+        trace: rt.routeTrace,
+        // A dead worker leaves discovery within its lease TTL (taken to be this runtime's)
+        // plus the time etcd takes to expire it and tell: skip a failed instance that long.
+        downMs: Math.max(2000, (rt.leaseTtlSeconds + 2) * 1000),
       },
       this.component.namespace.name,
       this.component.name,

@@ -12,6 +12,7 @@ import {
 } from "./discovery/mod.ts";
 import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
+import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
 import {
   LocalHub,
   LocalRequestPlane,
@@ -82,6 +83,12 @@ export interface DistributedRuntimeOptions {
   /** Deadline for a worker to acknowledge and call back, in ms (default 5000). */
   connectTimeoutMs?: number;
   logger?: Logger;
+  /**
+   * Told of every routing decision of this runtime's clients and of every instance they
+   * drop or skip (default: none, and no cost). `DYN_ROUTE_TRACE=1` with `fromEnv`:
+   * {@linkcode jsonLinesRouteTrace} on standard error.
+   */
+  routeTrace?: RouteTrace;
 }
 
 /** Options of {@linkcode DistributedRuntime.fromEnv}. */
@@ -127,6 +134,7 @@ export class DistributedRuntime {
     logger: Logger,
     connectTimeoutMs: number,
     events: EventPlane,
+    routeTrace: RouteTrace | undefined,
   ) {
     this.discovery = discovery;
     this.plane = plane;
@@ -147,6 +155,8 @@ export class DistributedRuntime {
       instanceId: lease.id,
       shutdownSignal: this.#shutdown.signal,
       connectTimeoutMs,
+      routeTrace,
+      leaseTtlSeconds: lease.ttlSeconds,
       registerKey: (k, v) => self.#registerKey(k, v),
       unregisterKey: (k) => self.#unregisterKey(k),
       track: (task) => {
@@ -212,6 +222,7 @@ export class DistributedRuntime {
           : hub
           ? hubEventPlane(new HubEventPlane(hub))
           : new LocalEventPlane(embedded.events)),
+      options.routeTrace,
     );
     logger.debug("runtime connected", {
       discovery: discovery.kind,
@@ -228,6 +239,7 @@ export class DistributedRuntime {
    * `DYN_HUB_TOKEN`); otherwise the embedded default. ETCD_ENDPOINTS / NATS_SERVER take
    * precedence over DYN_HUB.
    * Also reads `DYN_LEASE_TTL`, `DYN_TCP_RPC_HOST`, `DYN_LOG` (level) and `DYN_LOG_JSON`,
+   * `DYN_ROUTE_TRACE=1` (a JSON-lines routing trace on standard error, see `routeTrace`),
    * `ETCD_USERNAME`/`ETCD_PASSWORD`, `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`, and the TLS
    * files `ETCD_TLS_CA`/`ETCD_TLS_CERT`/`ETCD_TLS_KEY` (and `ETCD_TLS_SERVER_NAME`) and
    * `NATS_TLS_CA`/`NATS_TLS_CERT`/`NATS_TLS_KEY` (any NATS_TLS_* set makes NATS require TLS).
@@ -251,6 +263,7 @@ export class DistributedRuntime {
     }
     if (env.DYN_LEASE_TTL) opts.leaseTtlSeconds = Number(env.DYN_LEASE_TTL);
     if (env.DYN_TCP_RPC_HOST) opts.tcpHost = env.DYN_TCP_RPC_HOST;
+    if (env.DYN_ROUTE_TRACE === "1" && !opts.routeTrace) opts.routeTrace = jsonLinesRouteTrace();
     if (env.ETCD_USERNAME) {
       opts.etcdAuth = { username: env.ETCD_USERNAME, password: env.ETCD_PASSWORD ?? "" };
     }

@@ -14,6 +14,12 @@ export { dynamoWorker, type DynamoWorkerOptions } from "./worker.ts";
 export { Component, Endpoint, Namespace, type ServeEndpointOptions } from "./component.ts";
 export { Client, type GenerateOptions, type WaitForInstancesOptions } from "./client.ts";
 export { Context, type StopReason } from "./context.ts";
+export {
+  jsonLinesRouteTrace,
+  type JsonLinesRouteTraceOptions,
+  type RouteTrace,
+  type RouteTraceEvent,
+} from "./route_trace.ts";
 export type { Handler, ResponseStream } from "./stream.ts";
 export * from "./errors.ts";
 export {

@@ -1,7 +1,10 @@
 // Worker crashes under load (issue: reliability): streaming chat requests through
 // `dynamo frontend` to echo workers on etcd + NATS while a chaos loop SIGKILLs a random
 // worker every 2 s and starts a fresh one. With migrationLimit 3 no request may fail and
-// every answer must be exactly the echo of its prompt.
+// every answer must be exactly the echo of its prompt. The frontend's routing trace
+// (DYN_ROUTE_TRACE=1) shows that no request goes to a killed instance once the frontend
+// has seen it die (a broken stream, a missed acknowledgement, or discovery dropping it),
+// and that restarted workers come back under new instance ids.
 //
 // Size: at least CHAOS_REQUESTS (default 400; more until 3 workers were killed) at CHAOS_CONCURRENCY (default 32) over CHAOS_WORKERS
 // (default 4) worker processes; the issue's full size is
@@ -13,6 +16,7 @@ import { builtinTestModel } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
 import { frontendUrl, spawnFrontend, stopChild as stop } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
+import { type RouteTraceLine, routeViolations } from "./_helpers/route_trace.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 
 const WORKER = new URL("./_helpers/llm_worker.ts", import.meta.url).pathname;
@@ -55,6 +59,13 @@ Deno.test({
   async fn() {
     const servers = await startServers();
     const env = { ...servers.env, DYN_LOG: "warn", DYN_LEASE_TTL: "3" };
+    const trace: RouteTraceLine[] = [];
+    /** Killed instance id -> when (epoch ms on the monotonic clock, as the trace's `t`). */
+    const killed = new Map<string, number>();
+    const readyId = (w: ChildHandle) => {
+      const line = w.lines.find((l) => typeof l === "object" && l !== null && "ready" in l);
+      return (line as { ready?: string } | undefined)?.ready;
+    };
     const modelPath = await builtinTestModel();
 
     const workers: ChildHandle[] = [];
@@ -69,7 +80,12 @@ Deno.test({
     let chaos: Promise<void> | undefined;
     let running = true;
     try {
-      front = spawnFrontend(env);
+      front = spawnFrontend({ ...env, DYN_ROUTE_TRACE: "1" }, {
+        onStderrLine: (line) => {
+          if (line.startsWith('{"route_trace"')) trace.push(JSON.parse(line));
+          else console.error(line);
+        },
+      });
       const base = await frontendUrl(front);
       const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
       for (let i = 0; i < WORKERS; i++) startWorker();
@@ -85,13 +101,18 @@ Deno.test({
       const expected: { text: string; finish: string }[] = [];
       for (let p = 0; p < PROMPTS; p++) expected.push(await chat(client, promptOf(p)));
 
-      // The chaos loop: every 2 s, SIGKILL a random live worker and start a fresh one.
+      // The chaos loop: every 2 s, SIGKILL a random live (registered) worker and start a
+      // fresh one.
       let kills = 0;
       chaos = (async () => {
         while (running) {
           await new Promise((r) => setTimeout(r, KILL_EVERY_MS));
           if (!running) break;
-          const victim = workers.splice(Math.floor(Math.random() * workers.length), 1)[0]!;
+          const ready = workers.filter((w) => readyId(w) !== undefined);
+          if (ready.length === 0) continue;
+          const victim = ready[Math.floor(Math.random() * ready.length)]!;
+          workers.splice(workers.indexOf(victim), 1);
+          killed.set(readyId(victim)!, performance.timeOrigin + performance.now());
           victim.kill("SIGKILL");
           kills++;
           startWorker();
@@ -134,6 +155,34 @@ Deno.test({
       assert.deepEqual(failures.slice(0, 10), [], `${failures.length} of ${done} failed`);
       const metrics = await (await fetch(`${base}/metrics`)).text();
       assert.match(metrics, /dynamo_frontend_model_migration_total\{[^}]*\} [1-9]/);
+
+      // Every restarted worker registered under an instance id of its own, and took requests.
+      const ids = all.map(readyId).filter((id) => id !== undefined);
+      assert.equal(new Set(ids).size, ids.length, `instance ids repeat: ${ids.join(", ")}`);
+      const restarted = new Set(all.slice(WORKERS).map(readyId));
+      assert.ok(
+        trace.some((l) => l.route_trace === "route" && restarted.has(l.instance)),
+        "no request went to a restarted worker",
+      );
+      // Discovery drops every killed instance (its lease expires): the frontend sees it.
+      await eventually(
+        () =>
+          [...killed.keys()].every((id) =>
+            trace.some((l) => l.route_trace === "gone" && l.instance === id)
+          ),
+        15_000,
+        "the frontend's discovery to drop every killed instance",
+      );
+      const check = routeViolations(trace, killed);
+      console.log(
+        `chaos: ${check.routes} routing decisions checked, ${check.routedBeforeNoticed} sent ` +
+          `to a killed instance before its death was seen, ${check.violations.length} after`,
+      );
+      assert.deepEqual(
+        check.violations.slice(0, 10),
+        [],
+        `${check.violations.length} request(s) routed to an instance after its death was seen`,
+      );
     } finally {
       running = false;
       await chaos?.catch(() => {});

@@ -1,6 +1,6 @@
 // A `dynamo frontend` / `dynamo run` child process: where it listens, and a graceful stop.
 
-import { type ChildHandle, spawnDeno } from "./process.ts";
+import { type ChildHandle, spawnDeno, type SpawnDenoOptions } from "./process.ts";
 
 /** The URL from the child's "listening on URL" line (waits up to `ms`). */
 export async function frontendUrl(child: ChildHandle, ms = 30_000): Promise<string> {
@@ -23,6 +23,14 @@ export async function stopChild(child: ChildHandle, graceMs = 10_000): Promise<v
 const CLI = new URL("../../cli/main.ts", import.meta.url).pathname;
 
 /** `dynamo frontend` on a free loopback port, with `env` (backends, log level). */
-export function spawnFrontend(env: Record<string, string>): ChildHandle {
-  return spawnDeno(CLI, env, ["frontend", "--http-port", "0", "--http-host", "127.0.0.1"]);
+export function spawnFrontend(
+  env: Record<string, string>,
+  options: SpawnDenoOptions = {},
+): ChildHandle {
+  return spawnDeno(
+    CLI,
+    env,
+    ["frontend", "--http-port", "0", "--http-host", "127.0.0.1"],
+    options,
+  );
 }

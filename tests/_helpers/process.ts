@@ -17,38 +17,55 @@ export interface ChildHandle {
   readonly status: Promise<Deno.CommandStatus>;
 }
 
+/** Options of {@linkcode spawnDeno}. */
+export interface SpawnDenoOptions {
+  /** Receives each line the child writes to stderr (default: stderr is the test's). */
+  onStderrLine?: (line: string) => void;
+}
+
+/** Calls `onLine` with each line of `stream` (a last line without a newline included). */
+async function eachLine(
+  stream: ReadableStream<Uint8Array>,
+  onLine: (line: string) => void,
+): Promise<void> {
+  let buf = "";
+  for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+    buf += chunk;
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      onLine(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+    }
+  }
+  if (buf !== "") onLine(buf);
+}
+
 /** Spawns `deno run -A script` with extra env; stdout lines parsed as JSON when they are JSON. */
 export function spawnDeno(
   script: string,
   env: Record<string, string>,
   args: string[] = [],
+  options: SpawnDenoOptions = {},
 ): ChildHandle {
+  const onStderrLine = options.onStderrLine;
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", script, ...args],
     env,
     stdout: "piped",
-    stderr: "inherit",
+    stderr: onStderrLine ? "piped" : "inherit",
     stdin: "null",
   }).spawn();
   const lines: unknown[] = [];
   const listeners = new Set<() => void>();
-  void (async () => {
-    let buf = "";
-    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
-      buf += chunk;
-      let nl;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        try {
-          lines.push(JSON.parse(line));
-        } catch {
-          lines.push({ text: line });
-        }
-        for (const l of [...listeners]) l();
-      }
+  void eachLine(child.stdout, (line) => {
+    try {
+      lines.push(JSON.parse(line));
+    } catch {
+      lines.push({ text: line });
     }
-  })();
+    for (const l of [...listeners]) l();
+  }).catch(() => {/* the pipe broke: the child is gone, its status says how */});
+  if (onStderrLine) eachLine(child.stderr, onStderrLine).catch(() => {});
   return {
     child,
     lines,

@@ -21,6 +21,7 @@ import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../prot
 import { ModelInput } from "../protocols.ts";
 import { readJsonBody } from "./body.ts";
 import { FrontendMetrics } from "./metrics.ts";
+import { choiceJson } from "./sse_choice.ts";
 
 /** Options of {@linkcode createFrontend}. */
 export interface FrontendOptions {
@@ -251,24 +252,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
     const processors = choiceRequests.map((r) => OutputProcessor.forRequest(tokenizer, r));
     const includeUsage = req.stream_options?.include_usage === true;
     const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
-    const choiceOf = (
-      index: number,
-      text: string,
-      finishReason: FinishReason | null,
-      first: boolean,
-    ) =>
-      kind === "chat"
-        ? {
-          index,
-          delta: first
-            ? { role: "assistant", content: text }
-            : text === ""
-            ? {}
-            : { content: text },
-          logprobs: null,
-          finish_reason: finishReason,
-        }
-        : { index, text, logprobs: null, finish_reason: finishReason };
+    const chat = kind === "chat";
     // Prompt tokens served from an engine's prefix cache, when the engine says (choice 0's:
     // every choice has the same prompt).
     let cachedTokens: number | undefined;
@@ -362,7 +346,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
       let ended = false;
       let observed = false;
       const chunk = (text: string, reason: FinishReason | null) => {
-        const event = head + JSON.stringify(choiceOf(0, text, reason, first)) + "]}\n\n";
+        const event = head + choiceJson(chat, 0, text, reason, first) + "]}\n\n";
         first = false;
         return event;
       };
@@ -420,7 +404,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
             const isFirst = !first.has(ev.index);
             first.add(ev.index);
             yield new RawJson(
-              head + JSON.stringify(choiceOf(ev.index, ev.text, ev.reason, isFirst)) + "]}",
+              head + choiceJson(chat, ev.index, ev.text, ev.reason, isFirst) + "]}",
             );
           }
         } finally {

@@ -2,6 +2,7 @@
 // its own so several frontends in one process do not collide.
 
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { counterSeries, gaugeSeries, histogramSeries } from "./fast_series.ts";
 
 const LATENCY_BUCKETS = [
   0.001,
@@ -168,14 +169,14 @@ export class FrontendMetrics {
     if (!m) {
       const labels = { model };
       m = {
-        inflight: this.inflight.labels(labels),
-        duration: this.duration.labels(labels),
-        ttft: this.ttft.labels(labels),
-        itl: this.itl.labels(labels),
-        inputTokens: this.inputTokens.labels(labels),
-        outputTokens: this.outputTokens.labels(labels),
-        migrations: this.migrations.labels(labels),
-        disconnected: this.disconnected.labels(labels),
+        inflight: gaugeSeries(this.inflight, labels),
+        duration: histogramSeries(this.duration, labels),
+        ttft: histogramSeries(this.ttft, labels),
+        itl: histogramSeries(this.itl, labels),
+        inputTokens: histogramSeries(this.inputTokens, labels),
+        outputTokens: histogramSeries(this.outputTokens, labels),
+        migrations: counterSeries(this.migrations, labels),
+        disconnected: counterSeries(this.disconnected, labels),
       };
       this.#models.set(model, m);
     }
@@ -187,7 +188,7 @@ export class FrontendMetrics {
     const key = `${labels.model}\0${labels.endpoint}\0${labels.request_type}\0${status}`;
     let series = this.#requestSeries.get(key);
     if (!series) {
-      series = this.requests.labels({ ...labels, status });
+      series = counterSeries(this.requests, { ...labels, status });
       this.#requestSeries.set(key, series);
     }
     series.inc();

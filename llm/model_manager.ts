@@ -80,7 +80,7 @@ export class ServedModel {
   readonly endpoints: Map<string, EndpointGroup> = new Map();
   readonly #manager: ModelManager;
   #pipeline: Promise<ModelPipeline> | undefined;
-  #pipelineSum: string | undefined;
+  #pipelineKey: string | undefined;
   #next = 0;
   #kvFallbackLogged = false;
 
@@ -100,17 +100,28 @@ export class ServedModel {
     return n;
   }
 
-  /** The model's card, tokenizer and preprocessor (loaded once per card checksum). */
+  /**
+   * The model's card, tokenizer and preprocessor: loaded once per card checksum (each
+   * worker publishes its own card under its own key; equal checksums share one pipeline).
+   */
   pipeline(): Promise<ModelPipeline> {
-    const sum = this.cardKey;
-    if (!this.#pipeline || this.#pipelineSum !== sum) {
-      this.#pipelineSum = sum;
-      this.#pipeline = this.#manager.loadPipeline(this.cardKey).catch((err) => {
-        this.#pipeline = undefined;
-        throw err;
-      });
-    }
-    return this.#pipeline;
+    const key = this.cardKey;
+    if (this.#pipeline && this.#pipelineKey === key) return this.#pipeline;
+    this.#pipelineKey = key;
+    const previous = this.#pipeline;
+    const loading = (async () => {
+      const old = await previous?.catch(() => undefined);
+      if (old !== undefined) {
+        const card = await this.#manager.loadCard(key);
+        if (card.mdcsum !== undefined && card.mdcsum === old.card.mdcsum) return old;
+      }
+      return await this.#manager.loadPipeline(key);
+    })();
+    this.#pipeline = loading;
+    loading.catch(() => {
+      if (this.#pipeline === loading) this.#pipeline = undefined;
+    });
+    return loading;
   }
 
   /** The card of a live instance. */
@@ -271,6 +282,7 @@ export class ModelManager {
     this.#entries.set(key, entry);
     const instance = key.slice(key.lastIndexOf("/") + 1);
     let model = this.#models.get(entry.name);
+    const added = model === undefined;
     if (!model) {
       model = new ServedModel(this, entry);
       this.#models.set(entry.name, model);
@@ -278,7 +290,18 @@ export class ModelManager {
     }
     model.modelInput = entry.model_input;
     model.modelType = entry.model_type;
+    const newCard = model.cardKey !== entry.card_key;
     model.cardKey = entry.card_key;
+    if (model.modelInput === ModelInput.Tokens && (added || newCard)) {
+      // Load the tokenizer and template now, not on the first request: it takes a few
+      // hundred ms of the event loop, which would stall every stream in flight then.
+      model.pipeline().catch((err: unknown) => {
+        this.#log.warn("could not load the model's preprocessing pipeline; will retry on use", {
+          model: entry.name,
+          error: err instanceof Error ? err.message : String(err),
+        });
+      });
+    }
     const { namespace, component, name } = entry.endpoint;
     const path = `${namespace}/${component}/${name}`;
     let group = model.endpoints.get(path);

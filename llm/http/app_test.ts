@@ -164,3 +164,39 @@ Deno.test("usage reports the prompt tokens an engine found in its prefix cache",
     await rt.shutdown();
   }
 });
+
+Deno.test("a tokens model's pipeline is loaded when the model appears, not on its first request", async () => {
+  const cluster = new EmbeddedCluster();
+  const front = await DistributedRuntime.connect({ embedded: cluster });
+  const models = new ModelManager(front);
+  const loads: string[] = [];
+  const load = models.loadPipeline.bind(models);
+  models.loadPipeline = (cardKey) => {
+    loads.push(cardKey);
+    return load(cardKey);
+  };
+  const app = createFrontend({ models });
+  let w1: DistributedRuntime | undefined;
+  let w2: DistributedRuntime | undefined;
+  try {
+    await models.start();
+    w1 = await worker(cluster, "m1");
+    await eventually(() => Promise.resolve(loads.length === 1), "the pipeline loads unasked");
+    w2 = await worker(cluster, "m1");
+    await eventually(() => Promise.resolve(models.list()[0]?.instanceCount === 2), "2 instances");
+    const r = await app.fetch(
+      new Request("http://x/v1/completions", {
+        method: "POST",
+        body: JSON.stringify({ model: "m1", prompt: "hello", max_tokens: 1 }),
+      }),
+    );
+    assert.equal(r.status, 200);
+    await r.body?.cancel();
+    assert.equal(loads.length, 1, "loaded once: not again for a second worker or a request");
+  } finally {
+    await w1?.shutdown();
+    await w2?.shutdown();
+    await models.close();
+    await front.shutdown();
+  }
+});

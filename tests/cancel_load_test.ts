@@ -1,8 +1,7 @@
 // Cancellation under load (issue: reliability): 500 streaming clients of the frontend
 // disconnect at random points while mocker workers generate. The worker's context of
-// a request must stop within 50 ms of its client's disconnect becoming visible to the
-// frontend (measured per request: one process, one clock; see STOP_WITHIN_MS) for 99% of
-// them and within STOP_MAX_MS for every one, every
+// every request must stop within 50 ms of its client's disconnect becoming visible to the
+// frontend (measured per request: one process, one clock; see STOP_WITHIN_MS), every
 // sequence must leave its mocker's scheduler, and every KV block must go back to the free
 // pool (cached blocks may stay, as prefix cache, but none may stay held). Deno's op and
 // resource sanitizers (off by default in Deno 2.9, turned on for this test) check that no
@@ -33,15 +32,13 @@ const CONCURRENCY = 50;
  * closed connection only when the answer is written to it (measured: `request.signal` was
  * never aborted before that; the frontend learnt through the body's cancel()), so no
  * frontend can react earlier.
+ *
+ * The bound is about this process (frontend, workers and 50 clients in one event loop):
+ * beside the whole suite on a 2-core machine, its stalls put a few stops at 51-73 ms. So
+ * `scripts/test.sh` and `deno task test` run this file alone, after the parallel suite
+ * (alone: max 11-28 ms, p99 9-24 ms over six runs).
  */
 const STOP_WITHIN_MS = 50;
-/**
- * The bound every single stop is held to. Run alone, every stop is within 50 ms (max 31-49
- * ms over 20 runs); with the whole suite in parallel on a 2-core machine, event-loop stalls
- * of this one process (frontend, workers and 50 clients) put a few at 51-73 ms while the
- * p99 stays under 50. A stop that does not happen (a lost disconnect) is caught either way.
- */
-const STOP_MAX_MS = 250;
 /** Set by the `--trace-leaks` run: stop times are printed, not asserted. */
 const TRACING_LEAKS = Deno.env.get("CANCEL_TRACE_LEAKS") === "1";
 /** Client `i` sends the prompt `FIRST_TOKEN + i, FIRST_TOKEN + i + 1, ...`. */
@@ -92,7 +89,7 @@ function rnd(): number {
 }
 
 Deno.test({
-  name: "500 clients disconnecting at random points: worker contexts stop within 50 ms (p99), " +
+  name: "500 clients disconnecting at random points: each worker context stops within 50 ms, " +
     "no sequence and no held KV block is left",
   // Deno 2.9 runs tests without these unless told: this test is about leaks.
   sanitizeOps: true,
@@ -213,7 +210,7 @@ Deno.test({
       const visible = Math.min(Math.max(at, answered), side.stopped!);
       fromAbort.push(side.stopped! - at);
       fromVisible.push(side.stopped! - visible);
-      if (side.stopped! - visible > STOP_MAX_MS) {
+      if (side.stopped! - visible > STOP_WITHIN_MS) {
         late.push(
           `client ${i}: worker context stopped ${(side.stopped! - at).toFixed(1)} ms after ` +
             `the abort; the request reached the worker ${(side.started - at).toFixed(1)} ms ` +
@@ -234,10 +231,8 @@ Deno.test({
       assert.deepEqual(
         late.slice(0, 10),
         [],
-        `${late.length} worker context(s) stopped later than ${STOP_MAX_MS} ms`,
+        `${late.length} worker context(s) stopped later than ${STOP_WITHIN_MS} ms`,
       );
-      const p99 = [...fromVisible].sort((a, b) => a - b)[Math.floor(fromVisible.length * 0.99)]!;
-      assert.ok(p99 <= STOP_WITHIN_MS, `p99 stop ${p99.toFixed(1)} ms > ${STOP_WITHIN_MS} ms`);
     }
 
     // Every sequence leaves its scheduler, and every block it held is released.

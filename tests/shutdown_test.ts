@@ -123,6 +123,21 @@ Deno.test({
         (await runtime.discovery.list("v1/instances/e2e/backend/generate/"))
           .map((kv) => kv.key.split("/").at(-1)!);
       assert.deepEqual((await instances()).sort(), [...ids].sort());
+      // Each worker's lease, read from etcd's JSON gateway: the stopped one must be revoked.
+      const etcd = servers.env.ETCD_ENDPOINTS!.split(",")[0]!;
+      const etcdCall = async (path: string, body: unknown) =>
+        await (await fetch(`${etcd}${path}`, { method: "POST", body: JSON.stringify(body) }))
+          .json();
+      const leases = await Promise.all(ids.map(async (id) => {
+        const r = await etcdCall("/v3/kv/range", {
+          key: btoa(`v1/instances/e2e/backend/generate/${id}`),
+        }) as { kvs?: { lease?: string }[] };
+        const lease = r.kvs?.[0]?.lease;
+        assert.ok(lease, `instance ${id} is on a lease`);
+        return lease;
+      }));
+      const ttlOf = async (lease: string) =>
+        Number((await etcdCall("/v3/lease/timetolive", { ID: lease }) as { TTL: string }).TTL);
 
       const requestsOf = (w: ChildHandle) =>
         w.lines.filter((l) => typeof l === "object" && l !== null && "request" in l).length;
@@ -151,6 +166,10 @@ Deno.test({
       );
       const status = await exitWithin(victim!, 20_000);
       assert.equal(status.code, 0);
+      const victimLease = leases[ids.indexOf(victimId)]!;
+      assert.equal(await ttlOf(victimLease), -1, "the stopped worker revoked its lease");
+      const survivorLease = leases[1 - ids.indexOf(victimId)]!;
+      assert.ok((await ttlOf(survivorLease)) > 0, "the other worker's lease is alive");
       // New work goes to the survivor.
       const after = await client.completions.create({ model: MODEL, prompt: PROMPT });
       assert.equal(after.choices[0]!.text, want);

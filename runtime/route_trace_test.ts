@@ -9,7 +9,8 @@ const words = async function* (req: { text: string }) {
   for (const w of req.text.split(" ")) yield w;
 };
 
-Deno.test("a client traces each routing decision and each instance it drops or skips", async () => {
+/** A traced caller and two serving workers on one embedded cluster. */
+async function tracedPair() {
   const embedded = new EmbeddedCluster();
   const events: RouteTraceEvent[] = [];
   const caller = await DistributedRuntime.connect({ embedded, routeTrace: (e) => events.push(e) });
@@ -17,15 +18,22 @@ Deno.test("a client traces each routing decision and each instance it drops or s
     await DistributedRuntime.connect({ embedded }),
     await DistributedRuntime.connect({ embedded }),
   ];
+  for (const w of workers) {
+    w.namespace("ns").component("backend").endpoint("generate").serveEndpoint(words)
+      .catch(() => {});
+  }
+  const client = await caller.namespace("ns").component("backend").endpoint("generate").client();
+  await client.waitForInstances({ count: 2, timeoutMs: 5000 });
+  const close = async () => {
+    await caller.shutdown();
+    for (const w of workers) await w.shutdown();
+  };
+  return { events, workers, client, close, ids: workers.map((w) => w.instanceId) };
+}
+
+Deno.test("a client traces each routing decision and each instance it drops or skips", async () => {
+  const { events, workers, client, close, ids: [a, b] } = await tracedPair();
   try {
-    for (const w of workers) {
-      w.namespace("ns").component("backend").endpoint("generate").serveEndpoint(words)
-        .catch(() => {});
-    }
-    const client = await caller.namespace("ns").component("backend").endpoint("generate")
-      .client();
-    await client.waitForInstances({ count: 2, timeoutMs: 5000 });
-    const [a, b] = workers.map((w) => w.instanceId);
     for await (const _ of await client.direct({ text: "x y" }, a!));
     client.reportInstanceDown(b!);
     await workers[0]!.shutdown();
@@ -48,8 +56,7 @@ Deno.test("a client traces each routing decision and each instance it drops or s
       [a, b].sort(),
     );
   } finally {
-    await caller.shutdown();
-    for (const w of workers) await w.shutdown();
+    await close();
   }
 });
 
@@ -66,22 +73,8 @@ Deno.test("jsonLinesRouteTrace numbers and stamps each event on one JSON line", 
 });
 
 Deno.test("an instance reported down is skipped, unless every instance is", async () => {
-  const embedded = new EmbeddedCluster();
-  const events: RouteTraceEvent[] = [];
-  const caller = await DistributedRuntime.connect({ embedded, routeTrace: (e) => events.push(e) });
-  const workers = [
-    await DistributedRuntime.connect({ embedded }),
-    await DistributedRuntime.connect({ embedded }),
-  ];
+  const { events, client, close, ids: [a, b] } = await tracedPair();
   try {
-    for (const w of workers) {
-      w.namespace("ns").component("backend").endpoint("generate").serveEndpoint(words)
-        .catch(() => {});
-    }
-    const client = await caller.namespace("ns").component("backend").endpoint("generate")
-      .client();
-    await client.waitForInstances({ count: 2, timeoutMs: 5000 });
-    const [a, b] = workers.map((w) => w.instanceId);
     const routed = async () => {
       const before = events.length;
       for await (const _ of await client.generate({ text: "x" }));
@@ -95,7 +88,6 @@ Deno.test("an instance reported down is skipped, unless every instance is", asyn
     assert.deepEqual(client.availableInstanceIds().sort(), [a, b].sort());
     assert.equal((await routed()).length, 1);
   } finally {
-    await caller.shutdown();
-    for (const w of workers) await w.shutdown();
+    await close();
   }
 });

@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { builtinTestModel, Tokenizer } from "../mod.ts";
+import type { PrefillReport } from "../llm/disagg/mod.ts";
 import { HubServer } from "../runtime/hub/mod.ts";
 import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
@@ -27,17 +28,6 @@ function longPrompt(word: string): string {
 }
 const LONG = longPrompt("word");
 
-interface PrefillReport {
-  requestId: string;
-  mode: "local" | "remote";
-  fellBack: boolean;
-  prefixHitBlocks: number;
-  prefixHitLength: number;
-  remoteBlocks: number;
-  localBlocks: number;
-  verifiedBlocks: number;
-  promptTokens: number;
-}
 interface PrefillLine {
   prefill: PrefillReport;
 }

@@ -94,13 +94,15 @@ export const errors = {
 
 // --- the library -------------------------------------------------------------------------
 
-const ABI_VERSION = 1;
+const ABI_VERSION = 2;
 
 const SYMBOLS = {
   dyn_abi_version: { parameters: [], result: "u32" },
   dyn_last_error: { parameters: ["buffer", "usize"], result: "usize" },
   dyn_process_token: { parameters: [], result: "u64" },
   dyn_vram_probe: { parameters: [], result: "i32" },
+  dyn_cuda_kernel_info: { parameters: ["i32", "buffer", "usize"], result: "usize" },
+  dyn_cuda_kernel_ptx: { parameters: ["buffer", "usize"], result: "usize" },
   dyn_region_alloc_dram: { parameters: ["u64", "buffer", "usize"], result: "i32" },
   dyn_region_open_dram: { parameters: ["buffer", "usize", "u64"], result: "i32" },
   dyn_region_alloc_vram: { parameters: ["u64", "i32", "buffer"], result: "i32" },
@@ -331,6 +333,60 @@ export interface VramStatus {
   devices: number;
   /** Why VRAM is unavailable, when it is. */
   reason?: string;
+}
+
+/** Options of {@linkcode TransferAgent.cudaKernelStatus}. */
+export interface CudaKernelStatusOptions {
+  /** CUDA device to load the kernel on; default 0. */
+  device?: number;
+}
+
+/**
+ * What {@linkcode TransferAgent.cudaKernelStatus} finds: whether VRAM-to-VRAM batches run
+ * as one launch of the library's copy kernel, or as one `cudaMemcpyAsync` per descriptor.
+ */
+export interface CudaKernelStatus {
+  /** Whether the library was built with the kernel's PTX (nvcc was found at build time). */
+  ptxEmbedded: boolean;
+  /** Size of the embedded PTX in bytes (0 without it). */
+  ptxBytes: number;
+  /** Virtual architecture of the PTX, e.g. "compute_75" ("" without it). */
+  ptxArch: string;
+  /** What the build found: the nvcc used and its release, or why there is no PTX. */
+  buildNote: string;
+  /** Whether the kernel is loaded on the device (the probe loads it, as a batch would). */
+  loaded: boolean;
+  /** Why the kernel is not loaded, when it is not. */
+  reason?: string;
+  /** VRAM batches of this process that ran as one kernel launch. */
+  kernelBatches: number;
+  /** VRAM batches of this process that ran as one cudaMemcpyAsync per descriptor. */
+  copyBatches: number;
+  /** Why the latest of those ran as copies (host memory on one side, a single copy, ...). */
+  lastCopyReason?: string;
+}
+
+interface CudaKernelInfoWire {
+  ptx_embedded: boolean;
+  ptx_bytes: number;
+  ptx_arch: string;
+  build_note: string;
+  loaded: boolean;
+  reason: string | null;
+  kernel_batches: number;
+  copy_batches: number;
+  last_copy_reason: string;
+}
+
+/** Calls a native function that copies a string into a buffer and returns its length. */
+function nativeString(read: (buf: Uint8Array, cap: bigint) => number | bigint): string {
+  let buf = new Uint8Array(4096);
+  let len = Number(read(buf, BigInt(buf.length)));
+  if (len > buf.length) {
+    buf = new Uint8Array(len);
+    len = Number(read(buf, BigInt(buf.length)));
+  }
+  return dec.decode(buf.subarray(0, Math.min(len, buf.length)));
 }
 
 // Wire form of the agent metadata (snake_case: it crosses process boundaries).
@@ -635,6 +691,56 @@ export class TransferAgent {
     return rc > 0
       ? { available: true, devices: rc }
       : { available: false, devices: 0, reason: lastError(n) };
+  }
+
+  /**
+   * Whether VRAM-to-VRAM batches can run as one launch of the library's copy kernel:
+   * whether the build embedded its PTX, whether it loads on `options.device` (this loads
+   * it, as the first such batch would), and why not. Also counts the VRAM batches of this
+   * process by the path they took, so a run can report which one it used. Without the
+   * kernel, batches run as one `cudaMemcpyAsync` per descriptor.
+   *
+   * @param options the CUDA device to probe (default 0)
+   * @returns what was built in, whether it loaded, and the batch counters
+   * @throws {NativeLibraryError} the native library is not built
+   * @throws {TransferArgumentError} `options.device` is not a non-negative integer
+   * @example
+   * ```ts
+   * import { TransferAgent } from "./native/mod.ts";
+   * const k = TransferAgent.cudaKernelStatus();
+   * if (!k.loaded) console.log(`batches use cudaMemcpyAsync: ${k.reason}`);
+   * ```
+   */
+  static cudaKernelStatus(options: CudaKernelStatusOptions = {}): CudaKernelStatus {
+    const device = checkSize(options.device ?? 0, "device");
+    const n = native();
+    const w = JSON.parse(
+      nativeString((buf, cap) => n.dyn_cuda_kernel_info(device, buf, cap)),
+    ) as CudaKernelInfoWire;
+    const status: CudaKernelStatus = {
+      ptxEmbedded: w.ptx_embedded,
+      ptxBytes: w.ptx_bytes,
+      ptxArch: w.ptx_arch,
+      buildNote: w.build_note,
+      loaded: w.loaded,
+      kernelBatches: w.kernel_batches,
+      copyBatches: w.copy_batches,
+    };
+    if (w.reason !== null) status.reason = w.reason;
+    if (w.last_copy_reason !== "") status.lastCopyReason = w.last_copy_reason;
+    return status;
+  }
+
+  /**
+   * The PTX of the copy kernel embedded in the library ("" when it was built without
+   * nvcc), e.g. to check it offline with `ptxas`.
+   *
+   * @returns the PTX source text
+   * @throws {NativeLibraryError} the native library is not built
+   */
+  static cudaKernelPtx(): string {
+    const n = native();
+    return nativeString((buf, cap) => n.dyn_cuda_kernel_ptx(buf, cap));
   }
 
   #alive(): void {

@@ -59,6 +59,7 @@ gate "deno task check" "$DENO" task check
 # The native transfer library (Rust, std only, offline): its tests load it.
 if command -v cargo >/dev/null 2>&1; then
   gate "deno task build:native" "$DENO" task build:native
+  gate "cargo test (native)" cargo test --offline --quiet --manifest-path native/Cargo.toml
 else
   echo "ERROR: cargo not found: the native library cannot be built" >&2
   failed_gates+=("cargo missing")

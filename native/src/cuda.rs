@@ -3,6 +3,7 @@
 // says why VRAM is unavailable (no libcudart, no driver, no device) instead of failing.
 
 use crate::error::{err, Res, E_CUDA, E_NO_CUDA};
+use crate::kernel;
 use crate::sys;
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_uint, c_void};
@@ -16,8 +17,11 @@ pub struct IpcHandle {
 }
 
 type CudaError = c_int;
-type Stream = *mut c_void;
+/// `cudaStream_t`, which is also the driver API's `CUstream`.
+pub type Stream = *mut c_void;
 
+/// `cudaMemcpyHostToDevice`.
+const MEMCPY_HOST_TO_DEVICE: c_int = 1;
 /// `cudaMemcpyDefault`: direction inferred from the pointers (unified addressing).
 const MEMCPY_DEFAULT: c_int = 4;
 /// `cudaStreamNonBlocking`.
@@ -65,7 +69,8 @@ pub fn cuda() -> Res<&'static Cuda> {
     }
 }
 
-unsafe fn sym<T: Copy>(lib: *mut c_void, name: &str, path: &str) -> Result<T, String> {
+/// The address of `name` in `lib` as a function pointer of type `T`.
+pub(crate) unsafe fn sym<T: Copy>(lib: *mut c_void, name: &str, path: &str) -> Result<T, String> {
     let c = CString::new(name).unwrap();
     let p = sys::dlsym(lib, c.as_ptr());
     if p.is_null() {
@@ -74,28 +79,29 @@ unsafe fn sym<T: Copy>(lib: *mut c_void, name: &str, path: &str) -> Result<T, St
     Ok(std::mem::transmute_copy::<*mut c_void, T>(&p))
 }
 
-fn load() -> Result<Cuda, String> {
-    let mut lib = std::ptr::null_mut();
-    let mut path = "";
+/// dlopens the first of `candidates` that loads: its handle and name, or the last dlerror.
+pub(crate) fn open_first(
+    candidates: &[&'static str],
+) -> Result<(*mut c_void, &'static str), String> {
     let mut last = String::new();
-    for &cand in CANDIDATES {
+    for &cand in candidates {
         let c = CString::new(cand).unwrap();
         let h = unsafe { sys::dlopen(c.as_ptr(), sys::RTLD_NOW) };
         if !h.is_null() {
-            lib = h;
-            path = cand;
-            break;
+            return Ok((h, cand));
         }
         let e = unsafe { sys::dlerror() };
         if !e.is_null() {
             last = unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned();
         }
     }
-    if lib.is_null() {
-        return Err(format!(
-            "VRAM unavailable: the CUDA runtime (libcudart) was not found ({last})"
-        ));
-    }
+    Err(last)
+}
+
+fn load() -> Result<Cuda, String> {
+    let (lib, path) = open_first(CANDIDATES).map_err(|last| {
+        format!("VRAM unavailable: the CUDA runtime (libcudart) was not found ({last})")
+    })?;
     let mut c = unsafe {
         Cuda {
             get_device_count: sym(lib, "cudaGetDeviceCount", path)?,
@@ -218,32 +224,91 @@ impl Cuda {
         )
     }
 
-    /// A batch of copies queued on one stream, then one synchronisation.
-    pub fn copy_batch(&self, device: i32, ops: &[(*mut u8, *const u8, usize)]) -> Res<()> {
+    /// Makes `device`'s primary context current on the calling thread (cudaSetDevice, then
+    /// cudaFree(NULL), which creates the context where cudaSetDevice alone does not), as
+    /// driver API calls need.
+    pub fn init_context(&self, device: i32) -> Res<()> {
+        self.set_device(device)?;
+        self.check(
+            unsafe { (self.free)(std::ptr::null_mut()) },
+            "cudaFree(NULL)",
+        )
+    }
+
+    /// Device memory on the current device, not zeroed.
+    pub(crate) fn malloc_raw(&self, len: usize) -> Res<*mut u8> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        self.check(
+            unsafe { (self.malloc)(&mut p, len) },
+            &format!("cudaMalloc({len})"),
+        )?;
+        Ok(p as *mut u8)
+    }
+
+    pub(crate) fn free_raw(&self, p: *mut u8) {
+        unsafe { (self.free)(p as *mut c_void) };
+    }
+
+    /// Queues a host-to-device copy on `stream`.
+    pub(crate) fn upload(&self, dst: *mut u8, src: *const u8, len: usize, s: Stream) -> Res<()> {
+        self.check(
+            unsafe {
+                (self.memcpy_async)(
+                    dst as *mut c_void,
+                    src as *const c_void,
+                    len,
+                    MEMCPY_HOST_TO_DEVICE,
+                    s,
+                )
+            },
+            "cudaMemcpyAsync (copy descriptors to the device)",
+        )
+    }
+
+    /// A batch of copies queued on one stream, then one synchronisation. The batch is one
+    /// launch of the copy kernel when `device_only` (every side is memory of `device`) and
+    /// the kernel is loaded and fits the batch; otherwise one cudaMemcpyAsync per copy, in
+    /// order. Either way the path taken, and why, is counted for `dyn_cuda_kernel_info`.
+    pub fn copy_batch(
+        &self,
+        device: i32,
+        ops: &[(*mut u8, *const u8, usize)],
+        device_only: Result<(), &str>,
+    ) -> Res<()> {
         self.set_device(device)?;
         let mut s: Stream = std::ptr::null_mut();
         self.check(
             unsafe { (self.stream_create)(&mut s, STREAM_NON_BLOCKING) },
             "cudaStreamCreateWithFlags",
         )?;
+        let mut launch = kernel::Launch::new(device);
+        let route = device_only
+            .map_err(String::from)
+            .and_then(|()| kernel::fits(ops))
+            .and_then(|()| launch.enqueue(self, s, ops));
         let mut result = Ok(());
-        for &(dst, src, len) in ops {
-            let rc = unsafe {
-                (self.memcpy_async)(
-                    dst as *mut c_void,
-                    src as *const c_void,
-                    len,
-                    MEMCPY_DEFAULT,
-                    s,
-                )
-            };
-            if rc != 0 {
-                result = self.check(rc, "cudaMemcpyAsync");
-                break;
+        if route.is_err() {
+            for &(dst, src, len) in ops {
+                let rc = unsafe {
+                    (self.memcpy_async)(
+                        dst as *mut c_void,
+                        src as *const c_void,
+                        len,
+                        MEMCPY_DEFAULT,
+                        s,
+                    )
+                };
+                if rc != 0 {
+                    result = self.check(rc, "cudaMemcpyAsync");
+                    break;
+                }
             }
         }
         let sync = self.check(unsafe { (self.stream_sync)(s) }, "cudaStreamSynchronize");
         unsafe { (self.stream_destroy)(s) };
+        // Only now may another batch reuse the device copy of the descriptors.
+        drop(launch);
+        kernel::count(route);
         result.and(sync)
     }
 }

@@ -12,6 +12,7 @@
 
 mod cuda;
 mod error;
+mod kernel;
 mod ring;
 mod shm;
 mod sys;
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Bumped whenever an exported signature changes; `mod.ts` refuses a stale build.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum MemKind {
@@ -199,7 +200,8 @@ fn write_name(name: &str, out: *mut u8, cap: usize) -> Res<()> {
 }
 
 /// Runs a batch of copies: plain memmove for host memory, one CUDA stream for the batch
-/// when any side is VRAM.
+/// when any side is VRAM (one launch of the copy kernel when every side is memory of
+/// that one device, see `cuda::Cuda::copy_batch`).
 fn run_ops(ops: &[Op]) -> Res<()> {
     let device = ops
         .iter()
@@ -223,7 +225,20 @@ fn run_ops(ops: &[Op]) -> Res<()> {
                     )
                 })
                 .collect();
-            c.copy_batch(device, &batch)
+            let device_only = if ops
+                .iter()
+                .any(|o| o.src.kind == MemKind::Dram || o.dst.kind == MemKind::Dram)
+            {
+                Err("host memory on one side")
+            } else if ops
+                .iter()
+                .any(|o| o.src.device() != Some(device) || o.dst.device() != Some(device))
+            {
+                Err("regions on more than one device")
+            } else {
+                Ok(())
+            };
+            c.copy_batch(device, &batch, device_only)
         }
     }
 }
@@ -262,6 +277,32 @@ pub extern "C" fn dyn_process_token() -> u64 {
 #[no_mangle]
 pub extern "C" fn dyn_vram_probe() -> i32 {
     guard(|| Ok(cuda::cuda()?.device_count))
+}
+
+/// The batched copy kernel's status as JSON: whether its PTX is embedded, whether it
+/// loads on `device` (this loads it, as the first batch would), why not, and how many VRAM
+/// batches ran as one launch or as per-copy cudaMemcpyAsync. Returns the JSON's full
+/// length; `out` gets as much as fits.
+#[no_mangle]
+pub extern "C" fn dyn_cuda_kernel_info(device: i32, out: *mut u8, cap: usize) -> usize {
+    let json = std::panic::catch_unwind(|| kernel::info_json(kernel::probe(device)))
+        .unwrap_or_else(|_| kernel::info_json(Err("internal error while probing".into())));
+    copy_out(&json, out, cap)
+}
+
+/// Copies the embedded PTX of the copy kernel (empty without nvcc at build time) into
+/// `out`; returns its full length.
+#[no_mangle]
+pub extern "C" fn dyn_cuda_kernel_ptx(out: *mut u8, cap: usize) -> usize {
+    copy_out(kernel::PTX, out, cap)
+}
+
+fn copy_out(s: &str, out: *mut u8, cap: usize) -> usize {
+    if let Ok(o) = unsafe { slice_mut(out, cap) } {
+        let n = s.len().min(o.len());
+        o[..n].copy_from_slice(&s.as_bytes()[..n]);
+    }
+    s.len()
 }
 
 /// Allocates `bytes` of zeroed shared memory; writes its segment name (NUL-terminated)

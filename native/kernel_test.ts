@@ -6,6 +6,14 @@ import assert from "node:assert/strict";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadNativeLibrary, TransferAgent, VramUnavailableError } from "./mod.ts";
+import {
+  BYTES,
+  COPIES,
+  expectedAfter,
+  firstDiff,
+  patternData,
+  prepCopies,
+} from "./testdata/copies.ts";
 
 // Fails the whole file with "run `deno task build:native`" when the library is missing.
 loadNativeLibrary();
@@ -41,14 +49,6 @@ if (!nvcc) {
   console.log(
     "native/kernel_test: nvcc not found: the kernel's CPU, ptxas and mock-CUDA tests skip",
   );
-}
-
-/** Index of the first byte where `a` and `b` differ, -1 when equal (a cheap failure message
- * where deepEqual would print a megabyte diff). */
-function firstDiff(a: Uint8Array, b: Uint8Array): number {
-  if (a.length !== b.length) return Math.min(a.length, b.length);
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return i;
-  return -1;
 }
 
 /** Runs a command; fails the test with its output unless it exits 0. */
@@ -199,7 +199,6 @@ Deno.test({
   name: "a VRAM-to-VRAM batch of unaligned blocks runs as one kernel launch where it loads",
   ignore: !vram.available,
   fn: async () => {
-    const BYTES = 1 << 20;
     const a = new TransferAgent("kernel-src");
     const b = new TransferAgent("kernel-dst");
     try {
@@ -208,37 +207,15 @@ Deno.test({
       const dst = b.allocate("VRAM", BYTES);
       a.registerMemory([src, host]);
       b.registerMemory(dst);
-      const data = new Uint8Array(BYTES);
-      for (let i = 0; i < BYTES; i++) data[i] = (i * 131 + 7) & 255;
+      const data = patternData();
       a.writeMemory(src, 0, data);
-      a.addRemoteAgent(b.getAgentMetadata());
-      // Odd offsets and lengths (heads and tails), a 16-byte-aligned pair, and one longer
-      // than a kernel chunk; destinations disjoint.
-      const copies = [
-        { from: 3, to: 1, length: 1 },
-        { from: 17, to: 100, length: 333 },
-        { from: 4096, to: 8192, length: 4096 },
-        { from: 5000, to: 20_003, length: 70_000 },
-        { from: 200_001, to: 300_008, length: 150_001 },
-      ];
-      const local = a.prepXferDlist(
-        "",
-        a.getXferDescs(copies.map((c) => ({ region: src, offset: c.from, length: c.length }))),
-      );
-      const remote = a.prepXferDlist(
-        "kernel-dst",
-        b.getXferDescs(copies.map((c) => ({ region: dst, offset: c.to, length: c.length }))),
-      );
       const before = TransferAgent.cudaKernelStatus();
-      const idx = copies.map((_, i) => i);
-      const xfer = a.makePreppedXfer("WRITE", local, idx, remote, idx);
+      const xfer = prepCopies(a, src, b, dst, COPIES);
       a.transfer(xfer);
       await a.waitXfer(xfer);
       const after = TransferAgent.cudaKernelStatus();
       const got = b.readMemory(dst, 0, BYTES);
-      const want = new Uint8Array(BYTES);
-      for (const c of copies) want.set(data.subarray(c.from, c.from + c.length), c.to);
-      assert.equal(firstDiff(got, want), -1, "first wrong byte");
+      assert.equal(firstDiff(got, expectedAfter(COPIES, data)), -1, "first wrong byte");
       if (before.loaded) {
         assert.equal(after.kernelBatches, before.kernelBatches + 1);
       } else {
@@ -246,11 +223,7 @@ Deno.test({
         assert.ok(after.lastCopyReason, "a batch run as copies says why");
       }
       // With host memory on one side the batch runs as copies, and says so.
-      const hostList = a.prepXferDlist(
-        "",
-        a.getXferDescs(copies.map((c) => ({ region: host, offset: c.from, length: c.length }))),
-      );
-      const up = a.makePreppedXfer("WRITE", hostList, idx, remote, idx);
+      const up = prepCopies(a, host, b, dst, COPIES);
       a.transfer(up);
       await a.waitXfer(up);
       const last = TransferAgent.cudaKernelStatus();

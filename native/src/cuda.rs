@@ -2,7 +2,7 @@
 // and loads where CUDA is absent. Every VRAM entry point goes through `cuda()`, which
 // says why VRAM is unavailable (no libcudart, no driver, no device) instead of failing.
 
-use crate::error::{err, Res, E_CUDA, E_NO_CUDA};
+use crate::error::{err, Res, E_CUDA, E_INVALID, E_NO_CUDA};
 use crate::kernel;
 use crate::sys;
 use std::ffi::{CStr, CString};
@@ -67,6 +67,21 @@ pub fn cuda() -> Res<&'static Cuda> {
         Ok(c) => Ok(c),
         Err(m) => err(E_NO_CUDA, m.clone()),
     }
+}
+
+/// The loaded runtime, checked to have device `device`.
+pub fn cuda_device(device: i32) -> Res<&'static Cuda> {
+    let c = cuda()?;
+    if device < 0 || device >= c.device_count {
+        return err(
+            E_INVALID,
+            format!(
+                "CUDA device {device} does not exist ({} present)",
+                c.device_count
+            ),
+        );
+    }
+    Ok(c)
 }
 
 /// The address of `name` in `lib` as a function pointer of type `T`.

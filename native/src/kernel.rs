@@ -264,13 +264,7 @@ pub fn probe(device: i32) -> Result<(), String> {
     if let Some(why) = ptx_missing() {
         return Err(why);
     }
-    let c = crate::cuda::cuda().map_err(|e| e.msg)?;
-    if device < 0 || device >= c.device_count {
-        return Err(format!(
-            "CUDA device {device} does not exist ({} present)",
-            c.device_count
-        ));
-    }
+    let c = crate::cuda::cuda_device(device).map_err(|e| e.msg)?;
     c.init_context(device).map_err(|e| e.msg)?;
     function(device).map(|_| ())
 }

@@ -133,6 +133,13 @@ impl Tables {
         Ok(self.next)
     }
 
+    /// Registers a region under a new id.
+    fn add_region(&mut self, region: Region) -> Res<i32> {
+        let id = self.id()?;
+        self.regions.insert(id, Arc::new(region));
+        Ok(id)
+    }
+
     fn region(&self, id: i32) -> Res<Arc<Region>> {
         self.regions.get(&id).cloned().map_or_else(
             || {
@@ -312,16 +319,12 @@ pub extern "C" fn dyn_region_alloc_dram(bytes: u64, name_out: *mut u8, cap: usiz
     guard(|| {
         let map = shm::create(usize::try_from(bytes).unwrap_or(usize::MAX))?;
         write_name(&map.name, name_out, cap)?;
-        let region = Region {
+        tables().add_region(Region {
             ptr: map.ptr,
             len: map.len,
             kind: MemKind::Dram,
             backing: Backing::Shm(map),
-        };
-        let mut t = tables();
-        let id = t.id()?;
-        t.regions.insert(id, Arc::new(region));
-        Ok(id)
+        })
     })
 }
 
@@ -335,16 +338,12 @@ pub extern "C" fn dyn_region_open_dram(name: *const u8, name_len: usize, bytes: 
             msg: "segment name is not UTF-8".into(),
         })?;
         let map = shm::open(name, Some(usize::try_from(bytes).unwrap_or(usize::MAX)))?;
-        let region = Region {
+        tables().add_region(Region {
             ptr: map.ptr,
             len: map.len,
             kind: MemKind::Dram,
             backing: Backing::Shm(map),
-        };
-        let mut t = tables();
-        let id = t.id()?;
-        t.regions.insert(id, Arc::new(region));
-        Ok(id)
+        })
     })
 }
 
@@ -353,16 +352,7 @@ pub extern "C" fn dyn_region_open_dram(name: *const u8, name_len: usize, bytes: 
 #[no_mangle]
 pub extern "C" fn dyn_region_alloc_vram(bytes: u64, device: i32, ipc_out: *mut u8) -> i32 {
     guard(|| {
-        let c = cuda::cuda()?;
-        if device < 0 || device >= c.device_count {
-            return err(
-                E_INVALID,
-                format!(
-                    "CUDA device {device} does not exist ({} present)",
-                    c.device_count
-                ),
-            );
-        }
+        let c = cuda::cuda_device(device)?;
         if bytes == 0 {
             return err(E_INVALID, "cannot allocate 0 bytes of VRAM");
         }
@@ -377,10 +367,7 @@ pub extern "C" fn dyn_region_alloc_vram(bytes: u64, device: i32, ipc_out: *mut u
         };
         let h = c.ipc_handle(ptr)?; // on error, `region` drops and frees the memory
         out.copy_from_slice(&h.reserved);
-        let mut t = tables();
-        let id = t.id()?;
-        t.regions.insert(id, Arc::new(region));
-        Ok(id)
+        tables().add_region(region)
     })
 }
 
@@ -388,16 +375,7 @@ pub extern "C" fn dyn_region_alloc_vram(bytes: u64, device: i32, ipc_out: *mut u
 #[no_mangle]
 pub extern "C" fn dyn_region_open_vram(ipc: *const u8, bytes: u64, device: i32) -> i32 {
     guard(|| {
-        let c = cuda::cuda()?;
-        if device < 0 || device >= c.device_count {
-            return err(
-                E_INVALID,
-                format!(
-                    "CUDA device {device} does not exist ({} present)",
-                    c.device_count
-                ),
-            );
-        }
+        let c = cuda::cuda_device(device)?;
         let h = unsafe { slice(ipc, 64)? };
         let mut handle = cuda::IpcHandle { reserved: [0; 64] };
         handle.reserved.copy_from_slice(h);
@@ -409,10 +387,7 @@ pub extern "C" fn dyn_region_open_vram(ipc: *const u8, bytes: u64, device: i32) 
             kind: MemKind::Vram,
             backing: Backing::Vram { device, ipc: true },
         };
-        let mut t = tables();
-        let id = t.id()?;
-        t.regions.insert(id, Arc::new(region));
-        Ok(id)
+        tables().add_region(region)
     })
 }
 

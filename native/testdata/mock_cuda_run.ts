@@ -7,6 +7,15 @@
 
 import assert from "node:assert/strict";
 import { type MemoryRegion, TransferAgent } from "../mod.ts";
+import {
+  BYTES,
+  COPIES,
+  type Copy,
+  expectedAfter,
+  firstDiff,
+  patternData,
+  prepCopies,
+} from "./copies.ts";
 
 const [scenario, mockPath] = Deno.args;
 if (!scenario || !mockPath) throw new Error("usage: mock_cuda_run.ts <scenario> <libmockcuda.so>");
@@ -29,26 +38,7 @@ function stats() {
   return { launches, mallocs, grid, block, descs, noContext };
 }
 
-/** Index of the first byte where `a` and `b` differ, -1 when equal (a cheap failure message
- * where deepEqual would print a megabyte diff). */
-function firstDiff(a: Uint8Array, b: Uint8Array): number {
-  if (a.length !== b.length) return Math.min(a.length, b.length);
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return i;
-  return -1;
-}
-
-const BYTES = 1 << 20;
-const data = new Uint8Array(BYTES);
-for (let i = 0; i < BYTES; i++) data[i] = (i * 131 + 7) & 255;
-
-/** Odd offsets and lengths, one 16-byte-aligned pair, two longer than a 64 KiB chunk. */
-const COPIES = [
-  { from: 3, to: 1, length: 1 },
-  { from: 17, to: 100, length: 333 },
-  { from: 4096, to: 8192, length: 4096 },
-  { from: 5000, to: 20_003, length: 70_000 },
-  { from: 200_001, to: 300_008, length: 150_001 },
-];
+const data = patternData();
 // Chunks of at most 64 KiB: 1 + 1 + 1 + 2 + 3.
 const CHUNKS = 8;
 
@@ -56,28 +46,14 @@ const a = new TransferAgent("mock-src");
 const b = new TransferAgent("mock-dst");
 
 /** Runs copies from `src` (of agent a) into a fresh VRAM region of b; checks the bytes. */
-async function batch(
-  src: MemoryRegion,
-  copies: { from: number; to: number; length: number }[],
-): Promise<void> {
+async function batch(src: MemoryRegion, copies: readonly Copy[]): Promise<void> {
   const dst = b.allocate("VRAM", BYTES);
   b.registerMemory(dst);
-  a.addRemoteAgent(b.getAgentMetadata());
-  const local = a.prepXferDlist(
-    "",
-    a.getXferDescs(copies.map((c) => ({ region: src, offset: c.from, length: c.length }))),
-  );
-  const remote = a.prepXferDlist(
-    "mock-dst",
-    b.getXferDescs(copies.map((c) => ({ region: dst, offset: c.to, length: c.length }))),
-  );
-  const idx = copies.map((_, i) => i);
-  const xfer = a.makePreppedXfer("WRITE", local, idx, remote, idx);
+  const xfer = prepCopies(a, src, b, dst, copies);
   assert.equal(a.transfer(xfer), "PROC");
   await a.waitXfer(xfer); // on a native thread: its context must be made current there
   // In order, as the copies' semantics say (matters only where destinations overlap).
-  const want = new Uint8Array(BYTES);
-  for (const c of copies) want.set(data.subarray(c.from, c.from + c.length), c.to);
+  const want = expectedAfter(copies, data);
   assert.equal(firstDiff(b.readMemory(dst, 0, BYTES), want), -1, "first wrong byte");
 }
 

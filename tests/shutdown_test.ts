@@ -6,13 +6,12 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { builtinTestModel, DistributedRuntime, type DistributedRuntimeOptions } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
+import { MODEL, startDynamoRun } from "./_helpers/dynamo_run.ts";
 import { frontendUrl, spawnFrontend } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 
-const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const WORKER = new URL("./_helpers/llm_worker.ts", import.meta.url).pathname;
-const MODEL = "Qwen3-0.6B";
 const PROMPT = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
 
 /** Reads a completion stream; `onFirst` runs after its first chunk. */
@@ -47,17 +46,9 @@ async function exitWithin(child: ChildHandle, ms: number): Promise<Deno.CommandS
 }
 
 Deno.test("SIGTERM to the frontend drains the stream in flight, refuses new work, exits 0", async () => {
-  const run = spawnDeno(CLI, { DYN_LOG: "warn" }, [
-    "run",
-    "in=http",
-    "out=echo",
-    "--http-port",
-    "0",
-    "--delay-ms",
-    "60",
-  ]);
+  const run = await startDynamoRun(["--delay-ms", "60"]);
   try {
-    const base = await frontendUrl(run);
+    const base = run.url;
     const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
     const reference = await client.completions.create({ model: MODEL, prompt: PROMPT });
     const want = reference.choices[0]!.text;
@@ -65,8 +56,9 @@ Deno.test("SIGTERM to the frontend drains the stream in flight, refuses new work
 
     const stream = await client.completions.create({ model: MODEL, prompt: PROMPT, stream: true });
     let signalled = 0;
+    let stopped: Promise<Deno.CommandStatus> | undefined;
     const got = await read(stream, () => {
-      run.kill("SIGTERM");
+      stopped = run.stop(); // SIGTERM now (SIGKILL after 10 s: the exit code says which)
       signalled = performance.now();
     });
     // The whole answer arrived after the signal (the echo takes ~60 ms per token).
@@ -74,13 +66,12 @@ Deno.test("SIGTERM to the frontend drains the stream in flight, refuses new work
     assert.equal(got.finish, "stop");
     assert.ok(performance.now() - signalled > 200, "the stream went on after SIGTERM");
 
-    const status = await exitWithin(run, 15_000);
+    const status = await stopped!;
     assert.equal(status.code, 0);
     // Nothing listens any more: a new request fails to connect.
     await assert.rejects(fetch(`${base}/v1/models`));
   } finally {
-    run.kill("SIGKILL");
-    await run.status;
+    await run.stop();
   }
 });
 

@@ -104,6 +104,9 @@ const GLOBALS: ReadonlyArray<[string, Value]> = [
   ["False", false],
   ["None", null],
 ];
+/** The globals, shared by every render (nothing writes to this scope). */
+const GLOBAL_SCOPE = new Scope();
+for (const [name, value] of GLOBALS) GLOBAL_SCOPE.vars.set(name, value);
 /** Names the interpreter declares itself: a variable of the same name is an error there. */
 const RESERVED = new Set([
   ...GLOBALS.map(([name]) => name),
@@ -141,13 +144,12 @@ export function compileTemplate(program: Node): CompiledTemplate | undefined {
     throw err;
   }
   return (vars) => {
-    const root = new Scope();
-    for (const [name, value] of GLOBALS) root.vars.set(name, value);
+    // The variables and top-level `set`s share one scope, as in the interpreter.
+    const scope = new Scope(GLOBAL_SCOPE);
     for (const name in vars) {
       if (RESERVED.has(name)) throw new Bail();
-      root.vars.set(name, vars[name]);
+      scope.vars.set(name, vars[name]);
     }
-    const scope = new Scope(root);
     try {
       return body(scope);
     } catch (err) {

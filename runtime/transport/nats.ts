@@ -62,8 +62,10 @@ class DenoSafeTransport extends NodeTransport {
     startTLS(...args: unknown[]): Promise<Socket>;
     _closed(...args: unknown[]): Promise<void>;
   };
+  const guarded = new WeakSet<Socket>();
   const guard = (transport: unknown, socket: Socket | undefined): void => {
-    if (socket === undefined) return;
+    if (socket === undefined || guarded.has(socket)) return;
+    guarded.add(socket);
     const record = (err: Error) => {
       // The first says why (a TLS alert), unless it is a write that failed because the
       // server had already hung up: then what follows is the reason.

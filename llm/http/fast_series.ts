@@ -41,21 +41,21 @@ function seriesOf(
   const internals = metric as Internals;
   let key = "";
   let entry: SeriesEntry | undefined;
+  const scan = (): SeriesEntry | undefined => {
+    for (const [k, e] of Object.entries(internals.hashMap)) {
+      if (sameLabels(e.labels, labels)) {
+        key = k;
+        return (entry = e);
+      }
+    }
+    return undefined;
+  };
   const find = (): SeriesEntry => {
-    for (const [k, e] of Object.entries(internals.hashMap)) {
-      if (sameLabels(e.labels, labels)) {
-        key = k;
-        return (entry = e);
-      }
+    const found = scan() ?? (create(), scan());
+    if (found === undefined) {
+      throw new Error("prom-client did not create the series (its internals changed?)");
     }
-    create();
-    for (const [k, e] of Object.entries(internals.hashMap)) {
-      if (sameLabels(e.labels, labels)) {
-        key = k;
-        return (entry = e);
-      }
-    }
-    throw new Error("prom-client did not create the series (its internals changed?)");
+    return found;
   };
   return () => {
     const e = internals.hashMap[key];

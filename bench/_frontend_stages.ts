@@ -18,7 +18,7 @@ import {
   type PreprocessedRequest,
   registerLlm,
 } from "../mod.ts";
-import { validateChatRequest } from "../llm/openai.ts";
+import { validateChatRequest } from "../llm/openai/validate.ts";
 import type { BareArgs } from "./_frontend_bare.ts";
 
 /** One timed stage: microseconds per request (median over batches). */

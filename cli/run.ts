@@ -25,7 +25,7 @@ import {
 } from "./_common.ts";
 import { HTTP_FLAGS, parseHttpFlags } from "./frontend.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
-import { hubOptionsFromEnv } from "./_hub.ts";
+import { huggingFaceOptionsFromEnv } from "./_huggingface.ts";
 
 const usage = `Usage: dynamo run in=http out=ENGINE [MODEL] [options]
 
@@ -182,7 +182,12 @@ async function run(args: string[], io: Io): Promise<number> {
         connect: { logger },
         component: "backend",
         modelPath,
-        register: { modelName, contextLength, migrationLimit, hub: hubOptionsFromEnv() },
+        register: {
+          modelName,
+          contextLength,
+          migrationLimit,
+          huggingFace: huggingFaceOptionsFromEnv(),
+        },
       });
       const card = mockers.workers[0]!.card;
       logger.info("mocker workers registered", {
@@ -206,7 +211,7 @@ async function run(args: string[], io: Io): Promise<number> {
         modelName,
         contextLength,
         migrationLimit,
-        hub: hubOptionsFromEnv(),
+        huggingFace: huggingFaceOptionsFromEnv(),
       },
     );
     logger.info("model registered", {

@@ -5,38 +5,43 @@
  */
 
 export * from "./protocols.ts";
-export { modelCardKey, modelEntryKey, registerLlm, type RegisterLlmOptions } from "./register.ts";
-export { builtinTestModel } from "./test_model.ts";
+export {
+  modelCardKey,
+  modelEntryKey,
+  registerLlm,
+  type RegisterLlmOptions,
+} from "./model/register.ts";
+export { builtinTestModel } from "./model/test_model.ts";
 export {
   CardFileError,
   computeMdcsum,
   fetchCardFiles,
   loadModelSource,
   ModelSourceError,
-} from "./model_card.ts";
+} from "./model/card.ts";
 export {
-  defaultHubCacheDir,
+  defaultHuggingFaceCacheDir,
   downloadRepo,
-  HubAccessDeniedError,
-  HubError,
-  HubNotFoundError,
-  HubUnreachableError,
+  HuggingFaceAccessDeniedError,
+  HuggingFaceError,
+  HuggingFaceNotFoundError,
+  HuggingFaceUnreachableError,
   terminalProgress,
-} from "./hub.ts";
-export { GgufError, readGgufMetadata } from "./gguf.ts";
-export { IncrementalDetokenizer, Tokenizer } from "./tokenizer.ts";
-export { ChatTemplate } from "./chat_template.ts";
-export { Preprocessor } from "./preprocessor.ts";
-export { OutputProcessor } from "./postprocessor.ts";
-export { RequestError } from "./openai.ts";
-export { isMigratable, MigrationExhaustedError, openMigrating } from "./migration.ts";
+} from "./model/huggingface.ts";
+export { GgufError, readGgufMetadata } from "./model/gguf.ts";
+export { IncrementalDetokenizer, Tokenizer } from "./preprocess/tokenizer.ts";
+export { ChatTemplate } from "./preprocess/chat_template.ts";
+export { Preprocessor } from "./preprocess/preprocessor.ts";
+export { OutputProcessor } from "./pipeline/postprocessor.ts";
+export { RequestError } from "./openai/errors.ts";
+export { isMigratable, MigrationExhaustedError, openMigrating } from "./pipeline/migration.ts";
 export {
   type KvRouterSettings,
   ModelManager,
   type ModelManagerOptions,
   type RouterMode,
   ServedModel,
-} from "./model_manager.ts";
+} from "./model/registry.ts";
 // KV-aware routing: the router and its worker selection.
 export {
   type FindBestMatchOptions,

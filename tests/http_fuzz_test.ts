@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { CHAT_ROLES } from "../llm/openai.ts";
+import { CHAT_ROLES } from "../llm/openai/types.ts";
 import { echoOf, MODEL, openAIErrorProblem, startDynamoRun } from "./_helpers/dynamo_run.ts";
 
 // 200 runs a step keeps the file near 5 s; DYN_FUZZ_RUNS=5000 for a longer hunt.

@@ -5,18 +5,14 @@
 import { Context } from "../../runtime/context.ts";
 import { DynamoError, NoInstancesError, RemoteError } from "../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
-import { isMigratable, MigrationExhaustedError, openMigrating } from "../migration.ts";
-import type { ModelManager, ServedModel } from "../model_manager.ts";
-import {
-  type ChatCompletionRequest,
-  type CompletionRequest,
-  RequestError,
-  validateChatRequest,
-  validateCompletionRequest,
-} from "../openai.ts";
-import { OutputProcessor } from "../postprocessor.ts";
+import { isMigratable, MigrationExhaustedError, openMigrating } from "../pipeline/migration.ts";
+import type { ModelManager, ServedModel } from "../model/registry.ts";
+import type { ChatCompletionRequest, CompletionRequest } from "../openai/types.ts";
+import { RequestError } from "../openai/errors.ts";
+import { validateChatRequest, validateCompletionRequest } from "../openai/validate.ts";
+import { OutputProcessor } from "../pipeline/postprocessor.ts";
 import { routePath } from "./guard.ts";
-import { choiceRequest } from "../preprocessor.ts";
+import { choiceRequest } from "../preprocess/preprocessor.ts";
 import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import { ModelInput } from "../protocols.ts";
 import { readJsonBody } from "./body.ts";

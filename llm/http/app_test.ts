@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { DistributedRuntime, EmbeddedCluster } from "../../runtime/mod.ts";
 import { echoEngine } from "../engines/echo.ts";
-import { ModelManager } from "../model_manager.ts";
+import { ModelManager } from "../model/registry.ts";
 import { ModelInput, ModelType } from "../protocols.ts";
-import { registerLlm } from "../register.ts";
-import { builtinTestModel } from "../test_model.ts";
+import { registerLlm } from "../model/register.ts";
+import { builtinTestModel } from "../model/test_model.ts";
 import { createFrontend } from "./app.ts";
 
 async function eventually(check: () => Promise<boolean>, what: string, ms = 3000): Promise<void> {

@@ -1,6 +1,6 @@
 // Reading a request body with a size limit: 413 past it, 400 for malformed JSON.
 
-import { RequestError } from "../openai.ts";
+import { RequestError } from "../openai/errors.ts";
 
 /** Strict UTF-8 (a bad byte is an error, not U+FFFD); stateless between calls. */
 const utf8 = new TextDecoder("utf-8", { fatal: true });

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { RequestError } from "../openai.ts";
+import { RequestError } from "../openai/errors.ts";
 import { readJsonBody } from "./body.ts";
 
 const post = (body: BodyInit, headers: Record<string, string> = {}) =>

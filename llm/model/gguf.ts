@@ -2,7 +2,7 @@
 // and turns what a model card needs (context length, chat template, tokenizer) into HF form.
 
 import { basename, extname } from "node:path";
-import { DynamoError } from "../runtime/errors.ts";
+import { DynamoError } from "../../runtime/errors.ts";
 
 /** A GGUF file that cannot be read: truncated, corrupt, or of an unsupported kind. */
 export class GgufError extends DynamoError {

@@ -1,8 +1,8 @@
 // registerLlm (seeds 001/002): loads a model's card, uploads its files to the object store,
 // and publishes the card and a model entry under the worker's lease so frontends find it.
 
-import type { Endpoint } from "../runtime/component.ts";
-import { InvalidArgumentError } from "../runtime/errors.ts";
+import type { Endpoint } from "../../runtime/component.ts";
+import { InvalidArgumentError } from "../../runtime/errors.ts";
 import {
   MODEL_CARD_PREFIX,
   MODEL_ENTRY_PREFIX,
@@ -10,7 +10,7 @@ import {
   type ModelEntry,
   type ModelInput,
   type ModelType,
-} from "./protocols.ts";
+} from "../protocols.ts";
 import {
   cardObjectName,
   computeMdcsum,
@@ -18,7 +18,7 @@ import {
   loadModelSource,
   validateModelInput,
   validateModelType,
-} from "./model_card.ts";
+} from "./card.ts";
 
 /** Options of {@linkcode registerLlm} (the seeds' register_llm kwargs). */
 export type RegisterLlmOptions = Omit<LoadModelOptions, "modelInput" | "modelType">;
@@ -50,7 +50,7 @@ export function modelEntryKey(endpoint: Endpoint): string {
  * @returns the published card
  * @throws {InvalidArgumentError} bad modelInput, modelType, endpoint or options
  * @throws {ModelSourceError} the model path is missing or incomplete
- * @throws {HubError} a repo download failed
+ * @throws {HuggingFaceError} a repo download failed
  *
  * @example
  * ```ts
@@ -88,7 +88,7 @@ export async function registerLlm(
     kvCacheBlockSize: options.kvCacheBlockSize,
     migrationLimit: options.migrationLimit,
     userData: options.userData,
-    hub: options.hub,
+    huggingFace: options.huggingFace,
     signal: options.signal,
   });
 

@@ -2,7 +2,7 @@
 // (EngineShutdownError), re-send the request to another instance with the tokens already
 // streamed appended, so the caller sees one seamless stream. Cancellation never migrates.
 
-import { Context } from "../runtime/context.ts";
+import { Context } from "../../runtime/context.ts";
 import {
   CancelledError,
   DynamoError,
@@ -10,10 +10,10 @@ import {
   NoInstancesError,
   StreamIncompleteError,
   TimeoutError,
-} from "../runtime/errors.ts";
-import type { Logger } from "../runtime/logger.ts";
-import type { ResponseStream } from "../runtime/stream.ts";
-import type { LLMEngineOutput, PreprocessedRequest } from "./protocols.ts";
+} from "../../runtime/errors.ts";
+import type { Logger } from "../../runtime/logger.ts";
+import type { ResponseStream } from "../../runtime/stream.ts";
+import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 
 /** Sends one attempt of a request with the given context. */
 export type SendTokens = (

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { Context } from "../runtime/context.ts";
-import { EngineShutdownError, RemoteError, StreamIncompleteError } from "../runtime/errors.ts";
-import type { ResponseStream } from "../runtime/stream.ts";
+import { Context } from "../../runtime/context.ts";
+import { EngineShutdownError, RemoteError, StreamIncompleteError } from "../../runtime/errors.ts";
+import type { ResponseStream } from "../../runtime/stream.ts";
 import { MigrationExhaustedError, openMigrating, type SendTokens } from "./migration.ts";
-import type { LLMEngineOutput, PreprocessedRequest } from "./protocols.ts";
+import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 
 const request: PreprocessedRequest = {
   model: "m",

@@ -7,7 +7,7 @@ import {
   qwen3Tokenizer,
   qwen3TokenizerConfig,
   qwen3TokenizerJson,
-} from "../tests/_helpers/qwen3.ts";
+} from "../../tests/_helpers/qwen3.ts";
 
 /** A Llama-style tokenizer: Metaspace (`▁`) words, byte fallback, leading space stripped. */
 function sentencePieceLike(): Tokenizer {

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import fc from "fast-check";
-import { InvalidArgumentError } from "../runtime/errors.ts";
-import { MemoryObjectStore } from "../runtime/objects/mod.ts";
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import { MemoryObjectStore } from "../../runtime/objects/mod.ts";
 import {
   canonicalJson,
   CardFileError,
@@ -13,8 +13,8 @@ import {
   ModelSourceError,
   sha256Hex,
   trimModelInfo,
-} from "./model_card.ts";
-import { ModelInput, ModelType } from "./protocols.ts";
+} from "./card.ts";
+import { ModelInput, ModelType } from "../protocols.ts";
 import { builtinTestModel, TEST_MODEL_NAME } from "./test_model.ts";
 
 const root = await Deno.makeTempDir({ prefix: "dynamo-card-test-" });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { ChatTemplate, ChatTemplateError } from "./chat_template.ts";
-import { RequestError } from "./openai.ts";
-import { qwen3ChatTemplate } from "../tests/_helpers/qwen3.ts";
+import { RequestError } from "../openai/errors.ts";
+import { qwen3ChatTemplate } from "../../tests/_helpers/qwen3.ts";
 
 const qwen3 = new ChatTemplate(qwen3ChatTemplate());
 

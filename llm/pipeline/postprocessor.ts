@@ -2,8 +2,8 @@
 // detokenization, hidden stop tokens and eos, stop strings across chunk boundaries,
 // max_tokens and min_tokens.
 
-import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "./protocols.ts";
-import { IncrementalDetokenizer, type Tokenizer } from "./tokenizer.ts";
+import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
+import { IncrementalDetokenizer, type Tokenizer } from "../preprocess/tokenizer.ts";
 
 /**
  * Finds stop strings in streamed text. Text that could be the start of a stop string is

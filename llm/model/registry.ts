@@ -2,23 +2,23 @@
 // by name, keeps a client per serving endpoint, and loads each model's card, tokenizer
 // and preprocessor once. A model exists while at least one instance registers it.
 
-import type { Client } from "../runtime/client.ts";
-import type { Context } from "../runtime/context.ts";
-import type { DistributedRuntime } from "../runtime/distributed_runtime.ts";
-import { DynamoError, InvalidArgumentError, NoInstancesError } from "../runtime/errors.ts";
-import { type Logger, silentLogger } from "../runtime/logger.ts";
-import type { ResponseStream } from "../runtime/stream.ts";
-import { fetchCardFiles } from "./model_card.ts";
-import { Preprocessor } from "./preprocessor.ts";
+import type { Client } from "../../runtime/client.ts";
+import type { Context } from "../../runtime/context.ts";
+import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+import { DynamoError, InvalidArgumentError, NoInstancesError } from "../../runtime/errors.ts";
+import { type Logger, silentLogger } from "../../runtime/logger.ts";
+import type { ResponseStream } from "../../runtime/stream.ts";
+import { fetchCardFiles } from "./card.ts";
+import { Preprocessor } from "../preprocess/preprocessor.ts";
 import {
   MODEL_ENTRY_PREFIX,
   type ModelDeploymentCard,
   type ModelEntry,
   ModelInput,
   type ModelType,
-} from "./protocols.ts";
-import { KvRouter } from "./kv_router/router.ts";
-import { Tokenizer } from "./tokenizer.ts";
+} from "../protocols.ts";
+import { KvRouter } from "../kv_router/router.ts";
+import { Tokenizer } from "../preprocess/tokenizer.ts";
 
 /**
  * How the frontend spreads requests over a model's instances. "kv" applies to models that

@@ -2,8 +2,9 @@
 // normalised the way vLLM hands them to Hugging Face templates.
 
 import { Template } from "@huggingface/jinja";
-import { Bail, type CompiledTemplate, compileTemplate } from "./jinja_compiled.ts";
-import { type ChatMessage, type ChatTool, RequestError } from "./openai.ts";
+import { Bail, type CompiledTemplate, compileTemplate } from "./template_compiler.ts";
+import type { ChatMessage, ChatTool } from "../openai/types.ts";
+import { RequestError } from "../openai/errors.ts";
 
 /** Thrown when a chat template's source does not parse (the model's files are broken). */
 export class ChatTemplateError extends Error {

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { Template } from "@huggingface/jinja";
-import { Bail, compileTemplate } from "./jinja_compiled.ts";
+import { Bail, compileTemplate } from "./template_compiler.ts";
 import { ChatTemplate } from "./chat_template.ts";
-import { qwen3ChatTemplate } from "../tests/_helpers/qwen3.ts";
+import { qwen3ChatTemplate } from "../../tests/_helpers/qwen3.ts";
 
 type Outcome = { ok: true; text: string } | { ok: false };
 

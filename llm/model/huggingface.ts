@@ -6,10 +6,10 @@ import { homedir } from "node:os";
 import process from "node:process";
 // @ts-types="@types/cli-progress"
 import cliProgress from "cli-progress";
-import { CancelledError, DynamoError, InvalidArgumentError } from "../runtime/errors.ts";
+import { CancelledError, DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
 
 /** A download from the Hub failed. */
-export class HubError extends DynamoError {
+export class HuggingFaceError extends DynamoError {
   /** The repo, e.g. "Qwen/Qwen3-0.6B". */
   readonly repoId: string;
   /** HTTP status, when the Hub answered. */
@@ -22,13 +22,13 @@ export class HubError extends DynamoError {
 }
 
 /** 401/403: the repo is gated or private, or the token is wrong. */
-export class HubAccessDeniedError extends HubError {}
+export class HuggingFaceAccessDeniedError extends HuggingFaceError {}
 
 /** 404: no such repo, revision or file. */
-export class HubNotFoundError extends HubError {}
+export class HuggingFaceNotFoundError extends HuggingFaceError {}
 
 /** The Hub could not be reached (and the cache could not stand in). */
-export class HubUnreachableError extends HubError {}
+export class HuggingFaceUnreachableError extends HuggingFaceError {}
 
 /** Progress of one file's download. */
 export interface DownloadProgress {
@@ -49,7 +49,7 @@ export interface DownloadRepoOptions {
   /**
    * Cache folder (the `hub` folder of huggingface_hub). The library does not read the
    * environment: the CLI passes `$HF_HUB_CACHE`, `$HF_HOME/hub` or
-   * `~/.cache/huggingface/hub` (see {@linkcode defaultHubCacheDir}); without one,
+   * `~/.cache/huggingface/hub` (see {@linkcode defaultHuggingFaceCacheDir}); without one,
    * `~/.cache/huggingface/hub`.
    */
   cacheDir?: string;
@@ -92,7 +92,7 @@ export const DEFAULT_ALLOW_PATTERNS: readonly string[] = [
 export const WEIGHT_PATTERNS: readonly string[] = ["*.safetensors", "*.bin", "*.gguf"];
 
 /** The public Hub. */
-export const DEFAULT_HUB_ENDPOINT = "https://huggingface.co";
+export const DEFAULT_HUGGINGFACE_ENDPOINT = "https://huggingface.co";
 
 /**
  * The cache folder huggingface_hub would use for this environment: `HF_HUB_CACHE`, else
@@ -101,7 +101,7 @@ export const DEFAULT_HUB_ENDPOINT = "https://huggingface.co";
  *
  * @param env environment variables (e.g. `Deno.env.toObject()`)
  */
-export function defaultHubCacheDir(env: Record<string, string | undefined> = {}): string {
+export function defaultHuggingFaceCacheDir(env: Record<string, string | undefined> = {}): string {
   if (env.HF_HUB_CACHE) return env.HF_HUB_CACHE;
   if (env.HF_HOME) return join(env.HF_HOME, "hub");
   if (env.XDG_CACHE_HOME) return join(env.XDG_CACHE_HOME, "huggingface", "hub");
@@ -213,9 +213,9 @@ const COMMIT = /^[0-9a-f]{40}$/;
  * @param repoId `org/name` (a `hf://` prefix and `@revision` suffix are accepted)
  * @param options revision, cache, endpoint, token, patterns, progress, deadline, signal
  * @returns the local snapshot folder
- * @throws {HubAccessDeniedError} 401/403 (gated or private repo)
- * @throws {HubNotFoundError} 404 (no such repo or revision)
- * @throws {HubUnreachableError} network failure or deadline, and no usable cache
+ * @throws {HuggingFaceAccessDeniedError} 401/403 (gated or private repo)
+ * @throws {HuggingFaceNotFoundError} 404 (no such repo or revision)
+ * @throws {HuggingFaceUnreachableError} network failure or deadline, and no usable cache
  * @throws {CancelledError} `signal` aborted
  *
  * @example
@@ -242,8 +242,8 @@ export async function downloadRepo(
       `revision must be a branch, tag or commit, got ${JSON.stringify(revision)}`,
     );
   }
-  const endpoint = (options.endpoint ?? DEFAULT_HUB_ENDPOINT).replace(/\/+$/, "");
-  const cacheDir = resolve(options.cacheDir ?? defaultHubCacheDir({}));
+  const endpoint = (options.endpoint ?? DEFAULT_HUGGINGFACE_ENDPOINT).replace(/\/+$/, "");
+  const cacheDir = resolve(options.cacheDir ?? defaultHuggingFaceCacheDir({}));
   const timeoutMs = options.timeoutMs ?? 30_000;
   const concurrency = options.concurrency ?? 4;
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
@@ -286,7 +286,7 @@ export async function downloadRepo(
     const hit = knownSha ? await cached(knownSha) : undefined;
     if (hit) return hit;
     if (options.offline) {
-      throw new HubUnreachableError(
+      throw new HuggingFaceUnreachableError(
         repo,
         `${repo}@${revision} is not in the cache at ${cacheDir} and offline mode is on`,
       );
@@ -297,22 +297,22 @@ export async function downloadRepo(
   const headers: Record<string, string> = { "user-agent": "dynamo-deno" };
   if (options.token) headers.authorization = `Bearer ${options.token}`;
 
-  const classify = (status: number, what: string): HubError => {
+  const classify = (status: number, what: string): HuggingFaceError => {
     if (status === 401 || status === 403) {
-      return new HubAccessDeniedError(
+      return new HuggingFaceAccessDeniedError(
         repo,
         `${what}: access denied (gated or private repo? pass a token) (HTTP ${status} from ${endpoint})`,
         status,
       );
     }
     if (status === 404) {
-      return new HubNotFoundError(
+      return new HuggingFaceNotFoundError(
         repo,
         `${what}: repo or revision not found (HTTP 404 from ${endpoint})`,
         status,
       );
     }
-    return new HubError(repo, `${what}: HTTP ${status} from ${endpoint}`, status);
+    return new HuggingFaceError(repo, `${what}: HTTP ${status} from ${endpoint}`, status);
   };
 
   const networkError = (err: unknown, what: string): Error => {
@@ -323,7 +323,7 @@ export async function downloadRepo(
     const reason = err instanceof DOMException && err.name === "TimeoutError"
       ? `no answer within ${timeoutMs} ms`
       : (err as Error).message;
-    return new HubUnreachableError(
+    return new HuggingFaceUnreachableError(
       repo,
       `${what}: cannot reach the Hugging Face Hub at ${endpoint}: ${reason}`,
       undefined,
@@ -346,11 +346,11 @@ export async function downloadRepo(
     try {
       info = JSON.parse(text);
     } catch {
-      throw new HubError(repo, `unexpected answer from ${apiUrl}: not JSON`, res.status);
+      throw new HuggingFaceError(repo, `unexpected answer from ${apiUrl}: not JSON`, res.status);
     }
   } catch (err) {
     const e = networkError(err, `${repo}@${revision}`);
-    if (e instanceof HubUnreachableError && knownSha) {
+    if (e instanceof HuggingFaceUnreachableError && knownSha) {
       const hit = await cached(knownSha);
       if (hit) return hit;
     }
@@ -358,7 +358,7 @@ export async function downloadRepo(
   }
   const sha = info?.sha;
   if (typeof sha !== "string" || !/^[0-9a-zA-Z]+$/.test(sha) || !Array.isArray(info?.siblings)) {
-    throw new HubError(repo, `unexpected answer from ${apiUrl}: no sha or siblings`);
+    throw new HuggingFaceError(repo, `unexpected answer from ${apiUrl}: no sha or siblings`);
   }
   const all = (info!.siblings as { rfilename?: unknown }[])
     .map((s) => s?.rfilename)
@@ -384,7 +384,7 @@ export async function downloadRepo(
   const downloadFile = async (file: string) => {
     const target = join(snapshot, ...file.split("/"));
     if (!target.startsWith(snapshot + sep)) {
-      throw new HubError(repo, `refusing repo file outside the snapshot: ${file}`);
+      throw new HuggingFaceError(repo, `refusing repo file outside the snapshot: ${file}`);
     }
     const url = `${endpoint}/${repo}/resolve/${sha}/${
       file.split("/").map(encodeURIComponent).join("/")
@@ -431,7 +431,7 @@ export async function downloadRepo(
         reader.releaseLock();
       }
       if (total !== undefined && bytes !== total) {
-        throw new HubUnreachableError(
+        throw new HuggingFaceUnreachableError(
           repo,
           `${repo}/${file}: connection to ${endpoint} ended after ${bytes} of ${total} bytes`,
         );

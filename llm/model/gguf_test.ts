@@ -9,7 +9,7 @@ import {
   parseGgufMetadata,
   readGgufMetadata,
 } from "./gguf.ts";
-import { loadModelSource, ModelSourceError } from "./model_card.ts";
+import { loadModelSource, ModelSourceError } from "./card.ts";
 
 // --- a small GGUF writer (little-endian, v2/v3) ---
 

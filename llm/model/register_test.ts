@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { DistributedRuntime, EmbeddedCluster, InvalidArgumentError } from "../mod.ts";
-import { haveServers, startServers } from "../tests/_helpers/servers.ts";
-import { cardObjectName, computeMdcsum, fetchCardFiles, ModelSourceError } from "./model_card.ts";
+import { DistributedRuntime, EmbeddedCluster, InvalidArgumentError } from "../../mod.ts";
+import { haveServers, startServers } from "../../tests/_helpers/servers.ts";
+import { cardObjectName, computeMdcsum, fetchCardFiles, ModelSourceError } from "./card.ts";
 import {
   MODEL_CARD_PREFIX,
   MODEL_ENTRY_PREFIX,
@@ -10,7 +10,7 @@ import {
   type ModelEntry,
   ModelInput,
   ModelType,
-} from "./protocols.ts";
+} from "../protocols.ts";
 import { modelCardKey, modelEntryKey, registerLlm } from "./register.ts";
 import { builtinTestModel } from "./test_model.ts";
 

@@ -3,10 +3,15 @@
 
 import { basename, resolve } from "node:path";
 import { createHash } from "node:crypto";
-import { DynamoError, InvalidArgumentError } from "../runtime/errors.ts";
-import type { ObjectStore } from "../runtime/objects/mod.ts";
-import { type CardFile, type ModelDeploymentCard, ModelInput, ModelType } from "./protocols.ts";
-import { downloadRepo, type DownloadRepoOptions, HubNotFoundError, parseRepoRef } from "./hub.ts";
+import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
+import type { ObjectStore } from "../../runtime/objects/mod.ts";
+import { type CardFile, type ModelDeploymentCard, ModelInput, ModelType } from "../protocols.ts";
+import {
+  downloadRepo,
+  type DownloadRepoOptions,
+  HuggingFaceNotFoundError,
+  parseRepoRef,
+} from "./huggingface.ts";
 import { ggufModelFacts, isGgufFile, readGgufMetadata } from "./gguf.ts";
 
 /** A model path that cannot be loaded: missing, incomplete, or malformed. */
@@ -32,7 +37,7 @@ export class CardFileError extends DynamoError {
 }
 
 /** Hub settings for model paths that are repo ids (see {@linkcode downloadRepo}). */
-export type HubOptions = Omit<DownloadRepoOptions, "revision" | "signal">;
+export type HuggingFaceOptions = Omit<DownloadRepoOptions, "revision" | "signal">;
 
 /** Options of {@linkcode loadModelSource}. */
 export interface LoadModelOptions {
@@ -51,7 +56,7 @@ export interface LoadModelOptions {
   /** Free-form data for the worker's users (e.g. LoRA settings). */
   userData?: Record<string, unknown>;
   /** Where and how to download repo ids. */
-  hub?: HubOptions;
+  huggingFace?: HuggingFaceOptions;
   signal?: AbortSignal;
 }
 
@@ -156,11 +161,11 @@ function checkOptions(o: LoadModelOptions): void {
  * `.gguf` file. An existing local path wins over a repo id of the same shape.
  *
  * @param modelPath folder, repo id, or GGUF file
- * @param options card settings and hub settings
+ * @param options card settings and Hugging Face download settings
  * @returns the card (without mdcsum), the files' bytes, and the local path
  * @throws {InvalidArgumentError} bad options
  * @throws {ModelSourceError} missing path or files, unreadable JSON, no context length
- * @throws {HubError} the download failed
+ * @throws {HuggingFaceError} the download failed
  * @throws {GgufError} a corrupt GGUF file
  *
  * @example
@@ -219,12 +224,12 @@ export async function loadModelSource(
   let dir: string;
   try {
     dir = await downloadRepo(ref.repoId, {
-      ...options.hub,
+      ...options.huggingFace,
       revision: ref.revision,
       signal: options.signal,
     });
   } catch (err) {
-    if (err instanceof HubNotFoundError && !modelPath.startsWith("hf://")) {
+    if (err instanceof HuggingFaceNotFoundError && !modelPath.startsWith("hf://")) {
       throw new ModelSourceError(
         modelPath,
         `${modelPath} is neither a local file or folder nor a Hugging Face repo: ${err.message}`,

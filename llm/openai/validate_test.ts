@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { RequestError, validateChatRequest, validateCompletionRequest } from "./openai.ts";
+import { RequestError } from "./errors.ts";
+import { validateChatRequest, validateCompletionRequest } from "./validate.ts";
 
 const chat = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({
   model: "qwen3",

@@ -13,7 +13,7 @@ export interface FakeRepo {
   gated?: boolean;
 }
 
-/** Options of {@linkcode startFakeHub}. */
+/** Options of {@linkcode startFakeHuggingFace}. */
 export interface FakeHubOptions {
   repos: Record<string, FakeRepo>;
   /** The token gated repos accept. */
@@ -29,7 +29,7 @@ export interface FakeRequest {
 }
 
 /** A running fake hub. */
-export interface FakeHub {
+export interface FakeHuggingFace {
   /** Base URL, e.g. "http://127.0.0.1:40123" (pass as the hub endpoint). */
   readonly url: string;
   /** Every request, in order. */
@@ -58,7 +58,7 @@ export function fakeSha(label: string): string {
  * Starts a fake hub serving `GET /api/models/{repo}/revision/{rev}` (JSON `{id, sha,
  * siblings}`) and `GET /{repo}/resolve/{rev}/{file}`, where `rev` is a ref name or a sha.
  */
-export function startFakeHub(options: FakeHubOptions): Promise<FakeHub> {
+export function startFakeHuggingFace(options: FakeHubOptions): Promise<FakeHuggingFace> {
   const repos = new Map(Object.entries(options.repos));
   const requests: FakeRequest[] = [];
   let failure: number | undefined;

@@ -16,18 +16,18 @@
 // issue (see choiceRequest for giving each its own seed).
 
 import { ChatTemplate } from "./chat_template.ts";
-import {
-  type ChatCompletionRequest,
-  type CommonRequestFields,
-  type CompletionRequest,
-  RequestError,
-} from "./openai.ts";
+import type {
+  ChatCompletionRequest,
+  CommonRequestFields,
+  CompletionRequest,
+} from "../openai/types.ts";
+import { RequestError } from "../openai/errors.ts";
 import type {
   ModelDeploymentCard,
   PreprocessedRequest,
   SamplingOptions,
   StopConditions,
-} from "./protocols.ts";
+} from "../protocols.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 
 /** Options of {@linkcode Preprocessor}. */

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { type OutputDelta, OutputProcessor, StopStringMatcher } from "./postprocessor.ts";
-import type { LLMEngineOutput, PreprocessedRequest } from "./protocols.ts";
-import { QWEN3_ENDOFTEXT, QWEN3_IM_END, qwen3Tokenizer } from "../tests/_helpers/qwen3.ts";
+import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
+import { QWEN3_ENDOFTEXT, QWEN3_IM_END, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
 
 const tok = qwen3Tokenizer();
 const EOS = [QWEN3_IM_END, QWEN3_ENDOFTEXT];

@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { choiceRequest, Preprocessor } from "./preprocessor.ts";
-import { RequestError, validateChatRequest, validateCompletionRequest } from "./openai.ts";
-import { type ModelDeploymentCard, ModelInput, ModelType } from "./protocols.ts";
-import { qwen3ChatTemplate, qwen3Tokenizer } from "../tests/_helpers/qwen3.ts";
+import { RequestError } from "../openai/errors.ts";
+import { validateChatRequest, validateCompletionRequest } from "../openai/validate.ts";
+import { type ModelDeploymentCard, ModelInput, ModelType } from "../protocols.ts";
+import { qwen3ChatTemplate, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
 
 function qwenCard(over: Partial<ModelDeploymentCard> = {}): ModelDeploymentCard {
   return {

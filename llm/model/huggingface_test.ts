@@ -1,19 +1,19 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { CancelledError } from "../runtime/errors.ts";
-import { fakeSha, startFakeHub } from "../tests/_helpers/fake_hub.ts";
+import { CancelledError } from "../../runtime/errors.ts";
+import { fakeSha, startFakeHuggingFace } from "../../tests/_helpers/fake_huggingface.ts";
 import {
-  defaultHubCacheDir,
+  defaultHuggingFaceCacheDir,
   type DownloadProgress,
   downloadRepo,
-  HubAccessDeniedError,
-  HubNotFoundError,
-  HubUnreachableError,
+  HuggingFaceAccessDeniedError,
+  HuggingFaceNotFoundError,
+  HuggingFaceUnreachableError,
   parseRepoRef,
   repoCacheDir,
   terminalProgress,
-} from "./hub.ts";
-import { loadModelSource } from "./model_card.ts";
+} from "./huggingface.ts";
+import { loadModelSource } from "./card.ts";
 
 const SHA1 = fakeSha("v1");
 const SHA2 = fakeSha("v2");
@@ -34,7 +34,7 @@ function modelFiles(ctx: number) {
 }
 
 async function setup(opts: { token?: string; gated?: boolean } = {}) {
-  const hub = await startFakeHub({
+  const hub = await startFakeHuggingFace({
     token: opts.token,
     repos: {
       "acme/tiny": {
@@ -112,7 +112,7 @@ Deno.test("downloadRepo() downloads nothing again when the files are cached", as
   await assert.rejects(
     downloadRepo("acme/tiny", { ...opts, revision: "v1.0", timeoutMs: 2000 }),
     (err: unknown) => {
-      assert.ok(err instanceof HubUnreachableError);
+      assert.ok(err instanceof HuggingFaceUnreachableError);
       assert.ok(
         err.message.includes(`cannot reach the Hugging Face Hub at ${t.hub.url}`),
         err.message,
@@ -138,7 +138,7 @@ Deno.test("downloadRepo() resolves revisions to their commits and records refs",
   await assert.rejects(
     downloadRepo("acme/tiny", { ...opts, revision: "nope" }),
     (err: unknown) =>
-      err instanceof HubNotFoundError && /repo or revision not found/.test(err.message),
+      err instanceof HuggingFaceNotFoundError && /repo or revision not found/.test(err.message),
   );
 });
 
@@ -146,14 +146,14 @@ Deno.test("downloadRepo() sends the token and says access denied without it", as
   await using t = await setup({ token: "hf_secret", gated: true });
   const opts = { endpoint: t.hub.url, cacheDir: t.cacheDir };
   await assert.rejects(downloadRepo("acme/tiny", opts), (err: unknown) => {
-    assert.ok(err instanceof HubAccessDeniedError);
+    assert.ok(err instanceof HuggingFaceAccessDeniedError);
     assert.equal(err.status, 401);
     assert.match(err.message, /access denied \(gated or private repo\? pass a token\)/);
     return true;
   });
   await assert.rejects(
     downloadRepo("acme/tiny", { ...opts, token: "wrong" }),
-    HubAccessDeniedError,
+    HuggingFaceAccessDeniedError,
   );
   const dir = await downloadRepo("acme/tiny", { ...opts, token: "hf_secret" });
   assert.ok(await Deno.stat(join(dir, "tokenizer.json")));
@@ -169,7 +169,7 @@ Deno.test("downloadRepo() says 'repo or revision not found' for an unknown repo"
   await assert.rejects(
     downloadRepo("acme/missing", { endpoint: t.hub.url, cacheDir: t.cacheDir }),
     (err: unknown) => {
-      assert.ok(err instanceof HubNotFoundError);
+      assert.ok(err instanceof HuggingFaceNotFoundError);
       assert.equal(err.repoId, "acme/missing");
       assert.match(err.message, /repo or revision not found/);
       return true;
@@ -245,26 +245,26 @@ Deno.test("parseRepoRef() accepts org/name, hf:// and @revision, and refuses pat
   }
 });
 
-Deno.test("defaultHubCacheDir() follows huggingface_hub's environment variables", () => {
-  assert.equal(defaultHubCacheDir({ HF_HUB_CACHE: "/c" }), "/c");
-  assert.equal(defaultHubCacheDir({ HF_HOME: "/h" }), "/h/hub");
-  assert.equal(defaultHubCacheDir({ XDG_CACHE_HOME: "/x" }), "/x/huggingface/hub");
-  assert.equal(defaultHubCacheDir({ HOME: "/home/u" }), "/home/u/.cache/huggingface/hub");
+Deno.test("defaultHuggingFaceCacheDir() follows huggingface_hub's environment variables", () => {
+  assert.equal(defaultHuggingFaceCacheDir({ HF_HUB_CACHE: "/c" }), "/c");
+  assert.equal(defaultHuggingFaceCacheDir({ HF_HOME: "/h" }), "/h/hub");
+  assert.equal(defaultHuggingFaceCacheDir({ XDG_CACHE_HOME: "/x" }), "/x/huggingface/hub");
+  assert.equal(defaultHuggingFaceCacheDir({ HOME: "/home/u" }), "/home/u/.cache/huggingface/hub");
 });
 
 Deno.test("loadModelSource() loads hf://org/name@revision through the hub, named by the repo id", async () => {
   await using t = await setup();
   const hub = { endpoint: t.hub.url, cacheDir: t.cacheDir };
-  const { card, localPath } = await loadModelSource("hf://acme/tiny@v1.0", { hub });
+  const { card, localPath } = await loadModelSource("hf://acme/tiny@v1.0", { huggingFace: hub });
   assert.equal(card.display_name, "acme/tiny");
   assert.equal(card.source_path, "acme/tiny@v1.0");
   assert.equal(card.context_length, 1024);
   assert.deepEqual(card.eos_token_ids, [2, 3]);
   assert.ok(localPath.endsWith(SHA1));
-  const plain = await loadModelSource("acme/tiny", { hub });
+  const plain = await loadModelSource("acme/tiny", { huggingFace: hub });
   assert.equal(plain.card.context_length, 2048);
   await assert.rejects(
-    loadModelSource("acme/nothing", { hub }),
+    loadModelSource("acme/nothing", { huggingFace: hub }),
     /acme\/nothing is neither a local file or folder nor a Hugging Face repo/,
   );
 });
@@ -281,7 +281,7 @@ Deno.test("loadModelSource() prefers an existing local folder over a repo id of 
       }
     }
     const hub = { endpoint: t.hub.url, cacheDir: t.cacheDir };
-    const { card } = await loadModelSource(`${org}/tiny`, { hub });
+    const { card } = await loadModelSource(`${org}/tiny`, { huggingFace: hub });
     assert.equal(card.context_length, 333);
     assert.equal(card.display_name, "tiny");
     assert.equal(t.hub.count(), 0);

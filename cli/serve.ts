@@ -188,6 +188,29 @@ async function run(args: string[], io: Io): Promise<number> {
   return await supervise(graph, target, config, io, readyTimeoutMs);
 }
 
+/**
+ * Signals this close together are one request. A terminal's Ctrl-C reaches the whole process
+ * group, and wrappers in it (npx, `deno task`, a shell) forward it once more: without this, one
+ * Ctrl-C through `npx ... task dynamo serve` read as two and killed every service at once.
+ */
+const SAME_SIGNAL_MS = 1000;
+
+/** Counts stop requests, taking the copies of one signal that arrive together as one. */
+class SignalCounter {
+  #count = 0;
+  #last = -Infinity;
+
+  /** Records a signal; returns how many distinct requests there have been so far. */
+  count(): number {
+    const now = performance.now();
+    if (now - this.#last >= SAME_SIGNAL_MS) {
+      this.#count++;
+      this.#last = now;
+    }
+    return this.#count;
+  }
+}
+
 /** The child side: serves one service of the graph until a signal (or the parent) stops it. */
 async function serveOne(
   graph: ServiceGraph,
@@ -207,10 +230,10 @@ async function serveOne(
   }
   const runtime = await DistributedRuntime.fromEnv();
   // The parent forwards SIGTERM after a terminal's SIGINT reached us too: two signals are
-  // one shutdown; a third exits at once.
-  let signals = 0;
+  // one shutdown; a third exits at once. Copies of one Ctrl-C (see SAME_SIGNAL_MS) count once.
+  const signals = new SignalCounter();
   const onSignal = () => {
-    if (++signals >= 3) Deno.exit(ExitCode.Interrupted);
+    if (signals.count() >= 3) Deno.exit(ExitCode.Interrupted);
     runtime.shutdown().catch((err) =>
       runtime.logger.error("shutdown failed", { error: String(err) })
     );
@@ -436,11 +459,14 @@ async function supervise(
   }
 
   const stop = Promise.withResolvers<Deno.Signal>();
-  let signals = 0;
+  const signals = new SignalCounter();
   const onSignal = (signal: Deno.Signal) => () => {
-    signals++;
-    if (signals === 1) stop.resolve(signal);
-    else {
+    const n = signals.count();
+    if (n === 1) {
+      // Replicas the same Ctrl-C reached exit on their own: that is not a crash to restart.
+      for (const r of replicas) r.stopping = true;
+      stop.resolve(signal);
+    } else {
       io.err(`[serve] second signal: killing every service now`);
       for (const r of replicas) void r.stop(0, "SIGKILL").catch(() => {});
     }

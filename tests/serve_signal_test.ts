@@ -1,0 +1,92 @@
+// One Ctrl-C through the wrappers a new user runs `dynamo serve` with (npx, then `deno task`)
+// must stop the graph gracefully: a terminal sends SIGINT to the whole process group, and the
+// wrappers may forward it again. Every service's @asyncOnShutdown hook runs, no replica is
+// restarted, nothing is killed, and serve finishes its shutdown.
+
+import assert from "node:assert/strict";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+const DENO_VERSION = "2.9.6";
+
+async function haveCommand(name: string): Promise<boolean> {
+  try {
+    const { success } = await new Deno.Command("sh", { args: ["-c", `command -v ${name}`] })
+      .output();
+    return success;
+  } catch {
+    return false;
+  }
+}
+
+const ready = await haveCommand("npx") && await haveCommand("setsid");
+
+Deno.test({
+  name: "one Ctrl-C to the process group of `npx deno task dynamo serve` runs every shutdown hook",
+  ignore: !ready,
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const marks = await Deno.makeTempDir({ prefix: "dynamo-shutdown-marks-" });
+  // setsid: the wrapper leads a process group of its own, as a terminal's foreground job does.
+  const child = new Deno.Command("setsid", {
+    args: [
+      "npx",
+      "-y",
+      `deno@${DENO_VERSION}`,
+      "task",
+      "dynamo",
+      "serve",
+      "tests/_helpers/shutdown_graph.ts:Entry",
+    ],
+    cwd: ROOT,
+    env: { SHUTDOWN_MARK_DIR: marks, NO_COLOR: "1", NPM_CONFIG_LOGLEVEL: "error" },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const lines: string[] = [];
+  const pump = async (stream: ReadableStream<Uint8Array>) => {
+    let rest = "";
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      const parts = (rest + chunk).split("\n");
+      rest = parts.pop()!;
+      lines.push(...parts);
+    }
+    if (rest) lines.push(rest);
+  };
+  const drained = Promise.all([pump(child.stdout), pump(child.stderr)]);
+  // Deno.kill takes no negative pid: kill(1) signals the whole group.
+  const killGroup = (signal: string) =>
+    new Deno.Command("kill", { args: [`-${signal}`, "--", `-${child.pid}`], stderr: "null" })
+      .output();
+  try {
+    const deadline = Date.now() + 120_000;
+    while (!lines.some((l) => l.startsWith("[serve] ready:"))) {
+      if (Date.now() > deadline) {
+        throw new Error(`dynamo serve not ready in 120 s:\n${lines.slice(-20).join("\n")}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // The terminal's copy, then a wrapper's forwarded copy of the same Ctrl-C.
+    await killGroup("INT");
+    await new Promise((r) => setTimeout(r, 30));
+    await killGroup("INT");
+    const timer = setTimeout(() => void killGroup("KILL"), 60_000);
+    const status = await child.status;
+    clearTimeout(timer);
+    await drained;
+    const out = lines.join("\n");
+    assert.ok(!out.includes("killing every service"), `a duplicate signal killed:\n${out}`);
+    assert.ok(!/restarting in/.test(out), `a replica was restarted during shutdown:\n${out}`);
+    const hooks = [...Deno.readDirSync(marks)].map((e) => e.name.split(".")[0]).sort();
+    assert.deepEqual(hooks, ["Entry", "Leaf"], `shutdown hooks that ran: ${hooks}\n${out}`);
+    // npx itself dies of the SIGINT (npm's own handling) while `deno task` and dynamo serve go
+    // on shutting down: what counts is that serve finished its shutdown.
+    assert.ok(out.includes("[serve] stopped"), `serve did not finish its shutdown:\n${out}`);
+    assert.ok(status.code === 0 || status.signal === "SIGINT", JSON.stringify(status));
+  } finally {
+    await killGroup("KILL");
+    await child.status.catch(() => {});
+    await Deno.remove(marks, { recursive: true });
+  }
+});

@@ -263,6 +263,15 @@ async function run(args: string[], io: Io): Promise<number> {
   const requests = await loadTrace(flags.trace, {
     maxRequests: flags.maxRequests,
     maxTimestampMs: flags.durationS === undefined ? undefined : flags.durationS * 1000,
+  }).catch((err: unknown) => {
+    if (err instanceof Deno.errors.NotFound) {
+      throw new UsageError(
+        `no trace file ${flags.trace}; the repository ships bench/data/mooncake_conversation_trace.jsonl ` +
+          `(the whole trace) and bench/data/mooncake_sample.jsonl (300 requests, a quick run)`,
+        "bench",
+      );
+    }
+    throw err;
   });
   if (requests.length === 0) throw new UsageError(`no requests in ${flags.trace}`, "bench");
   flags.contextLength = Math.max(...requests.map((r) => r.inputLength + r.outputLength));

@@ -127,7 +127,8 @@ function report(err: unknown, commandName: string | undefined, io: Io): number {
   }
   if (err instanceof RemoteError) {
     io.err(`${who}: the handler failed with ${err.remoteName}: ${err.message}`);
-  } else if (err instanceof DynamoError) {
+  } else if (err instanceof DynamoError || isFileError(err)) {
+    // A file that is missing or unreadable: its message names the file; a stack adds nothing.
     io.err(`${who}: ${err.name}: ${err.message}`);
   } else if (err instanceof Error) {
     io.err(`${who}: ${err.name}: ${err.message}`);
@@ -136,6 +137,11 @@ function report(err: unknown, commandName: string | undefined, io: Io): number {
     io.err(`${who}: ${String(err)}`);
   }
   return ExitCode.Failure;
+}
+
+function isFileError(err: unknown): err is Error {
+  return err instanceof Deno.errors.NotFound || err instanceof Deno.errors.PermissionDenied ||
+    err instanceof Deno.errors.IsADirectory || err instanceof Deno.errors.NotADirectory;
 }
 
 if (import.meta.main) {

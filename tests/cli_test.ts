@@ -184,3 +184,11 @@ Deno.test({
     }
   },
 });
+
+Deno.test("dynamo bench with a missing trace file says which traces ship, in one line, exit 2", async () => {
+  const run = await dynamo(["bench", "--trace", "no/such/trace.jsonl", "--out", "/tmp/x"]);
+  assert.equal(run.code, 2, run.stderr);
+  assert.match(run.stderr, /no trace file no\/such\/trace\.jsonl/);
+  assert.match(run.stderr, /bench\/data\/mooncake_sample\.jsonl/);
+  assert.doesNotMatch(run.stderr, /\n\s+at /, "no stack trace");
+});

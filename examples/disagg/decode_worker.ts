@@ -40,6 +40,7 @@ import {
   runtimeNatsConnection,
   type TokensEngine,
 } from "../../llm/disagg/mod.ts";
+import { exitOnDynamoError } from "./_exit.ts";
 
 const { values, positionals } = parseArgs({
   args: Deno.args,
@@ -146,4 +147,4 @@ await dynamoWorker(async (runtime) => {
     await prefillClient.close();
     kv.close();
   }
-});
+}).catch(exitOnDynamoError);

@@ -22,6 +22,7 @@ import {
   type RemotePrefillRequest,
   runtimeNatsConnection,
 } from "../../llm/disagg/mod.ts";
+import { exitOnDynamoError } from "./_exit.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -73,4 +74,4 @@ await dynamoWorker(async (runtime) => {
     worker.close();
     await queueClient.close();
   }
-});
+}).catch(exitOnDynamoError);

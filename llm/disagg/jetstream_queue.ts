@@ -42,6 +42,24 @@ export class NatsUnavailableError extends DynamoError {
   }
 }
 
+/** The NATS server runs without JetStream, which the prefill queue needs. */
+export class JetStreamUnavailableError extends DynamoError {
+  constructor(cause: unknown) {
+    super(
+      "the JetStream prefill queue needs a nats-server with JetStream enabled " +
+        "(start it with `nats-server -js`, or `jetstream {}` in its config); " +
+        "or use the hosted queue (`--queue hosted`)",
+      { cause },
+    );
+  }
+}
+
+/** nats.js answers "503" when the server has no JetStream. */
+function isNoJetStream(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === "503" || (err instanceof Error && /\b503\b/.test(err.message));
+}
+
 /**
  * The runtime's own NATS connection (its request plane's), which carries the runtime's
  * credentials (`NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`) and TLS (`NATS_TLS_*`). The
@@ -105,6 +123,7 @@ export class JetStreamPrefillQueue<T> implements PrefillQueue<T> {
    * @param options names and the ack deadline
    * @returns the queue
    * @throws {InvalidArgumentError} a bad `ackWaitMs`
+   * @throws {JetStreamUnavailableError} the server runs without JetStream
    */
   static async open<T>(
     nc: NatsConnection,
@@ -117,22 +136,27 @@ export class JetStreamPrefillQueue<T> implements PrefillQueue<T> {
     if (typeof ackWaitMs !== "number" || !(ackWaitMs > 0)) {
       throw new InvalidArgumentError(`ackWaitMs must be a number > 0, got ${ackWaitMs}`);
     }
-    const jsm = await nc.jetstreamManager();
     try {
-      await jsm.streams.info(stream);
-    } catch {
-      await jsm.streams.add({
-        name: stream,
-        subjects: [subject],
-        retention: RetentionPolicy.Workqueue,
+      const jsm = await nc.jetstreamManager();
+      try {
+        await jsm.streams.info(stream);
+      } catch {
+        await jsm.streams.add({
+          name: stream,
+          subjects: [subject],
+          retention: RetentionPolicy.Workqueue,
+        });
+      }
+      await jsm.consumers.add(stream, {
+        durable_name: consumer,
+        ack_policy: AckPolicy.Explicit,
+        ack_wait: nanos(ackWaitMs),
       });
+      return new JetStreamPrefillQueue<T>(nc.jetstream(), jsm, stream, subject, consumer);
+    } catch (err: unknown) {
+      if (isNoJetStream(err)) throw new JetStreamUnavailableError(err);
+      throw err;
     }
-    await jsm.consumers.add(stream, {
-      durable_name: consumer,
-      ack_policy: AckPolicy.Explicit,
-      ack_wait: nanos(ackWaitMs),
-    });
-    return new JetStreamPrefillQueue<T>(nc.jetstream(), jsm, stream, subject, consumer);
   }
 
   async enqueue(data: T): Promise<void> {

@@ -7,6 +7,7 @@ import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { haveServers, startNats } from "../../tests/_helpers/servers.ts";
 import {
   JetStreamPrefillQueue,
+  JetStreamUnavailableError,
   NatsUnavailableError,
   runtimeNatsConnection,
 } from "./jetstream_queue.ts";
@@ -89,4 +90,24 @@ Deno.test("runtimeNatsConnection names the plane when the runtime is not on NATS
   } finally {
     await runtime.shutdown();
   }
+});
+
+Deno.test({
+  name: "JetStreamPrefillQueue.open on a server without JetStream says how to enable it",
+  ignore: !haveServers(),
+  async fn() {
+    const nats = await startNats({ jetstream: false });
+    const nc = await connect({ servers: nats.url });
+    try {
+      await assert.rejects(
+        JetStreamPrefillQueue.open(nc),
+        (err: unknown) =>
+          err instanceof JetStreamUnavailableError && /nats-server -js/.test(err.message) &&
+          /--queue hosted/.test(err.message),
+      );
+    } finally {
+      await nc.close();
+      await nats.stop();
+    }
+  },
 });

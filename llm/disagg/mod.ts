@@ -61,6 +61,7 @@ export {
 export {
   JetStreamPrefillQueue,
   type JetStreamPrefillQueueOptions,
+  JetStreamUnavailableError,
   NatsUnavailableError,
   runtimeNatsConnection,
 } from "./jetstream_queue.ts";

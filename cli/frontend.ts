@@ -1,5 +1,6 @@
 // `dynamo frontend`: the OpenAI HTTP service over the models registered on the network.
 
+import { announceBackends } from "../runtime/backends.ts";
 import { DistributedRuntime, type KvRouterSettings, type RouterMode } from "../mod.ts";
 import {
   type Command,
@@ -184,6 +185,7 @@ async function run(args: string[], io: Io): Promise<number> {
   const logger = loggerFromEnv("frontend");
   const signals = untilSignal();
   const runtime = await DistributedRuntime.fromEnv({ logger });
+  announceBackends(runtime, logger, "frontend");
   try {
     const frontend = await serveFrontend(runtime, { ...http, logger }, io);
     await signals.signalled;

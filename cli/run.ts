@@ -1,6 +1,7 @@
 // `dynamo run in=http out=ENGINE [MODEL]`: frontend and engine in one process on the
 // embedded runtime. The README's first command.
 
+import { announceBackends } from "../runtime/backends.ts";
 import {
   builtinTestModel,
   DistributedRuntime,
@@ -169,6 +170,7 @@ async function run(args: string[], io: Io): Promise<number> {
     logger,
     embedded,
   });
+  announceBackends(runtime, logger, "process", true);
   let mockers: MockerWorkers | undefined;
   try {
     if (mocker) {

@@ -2,6 +2,7 @@
 // and runs every service as its own process (`workers` replicas each), restarting
 // crashed replicas; `--service-name X` is the child side, serving one service.
 
+import { announceBackends } from "../runtime/backends.ts";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { DistributedRuntime } from "../runtime/distributed_runtime.ts";
@@ -229,6 +230,7 @@ async function serveOne(
     );
   }
   const runtime = await DistributedRuntime.fromEnv();
+  announceBackends(runtime, runtime.logger, "service");
   // The parent forwards SIGTERM after a terminal's SIGINT reached us too: two signals are
   // one shutdown; a third exits at once. Copies of one Ctrl-C (see SAME_SIGNAL_MS) count once.
   const signals = new SignalCounter();
@@ -429,6 +431,12 @@ async function supervise(
       `[serve] local hub: clients join with ${
         Object.entries(backendEnv).map(([k, v]) => `${k}=${v}`).join(" ")
       } (set ETCD_ENDPOINTS and NATS_SERVER to use etcd + NATS instead)`,
+    );
+  } else {
+    io.err(
+      env.ETCD_ENDPOINTS || env.NATS_SERVER
+        ? `[serve] backends: etcd + NATS (from ETCD_ENDPOINTS / NATS_SERVER)`
+        : `[serve] backends: the hub at DYN_HUB=${env.DYN_HUB}`,
     );
   }
   const self = selfCommand();

@@ -1,6 +1,7 @@
 // dynamoWorker: the edge where a worker script gets its runtime from the environment and
 // SIGINT/SIGTERM become a graceful shutdown.
 
+import { announceBackends } from "./backends.ts";
 import { DistributedRuntime, type FromEnvOptions } from "./distributed_runtime.ts";
 
 /** Options of {@linkcode dynamoWorker}. */
@@ -29,6 +30,7 @@ export async function dynamoWorker<T>(
   options: DynamoWorkerOptions = {},
 ): Promise<T> {
   const runtime = options.runtime ?? (await DistributedRuntime.fromEnv(options));
+  announceBackends(runtime, runtime.logger, "worker");
   const signals = options.signals ??
     (Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"]);
   let received = 0;

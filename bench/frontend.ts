@@ -12,14 +12,8 @@
 // bench/_frontend_loadgen.ts).
 
 import { bareArgsFrom, chatBody, shapeOf, streamOnce, streamShape } from "./_frontend_client.ts";
-import {
-  clockTicks,
-  cpuSeconds,
-  type LoadClient,
-  machineBusySeconds,
-  startLoadClient,
-  startServer,
-} from "./_frontend_proc.ts";
+import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
+import { type LoadClient, startLoadClient, startServer } from "./_frontend_proc.ts";
 import { type LoadCommand, runLoad } from "./_frontend_loadgen.ts";
 import { flag, ms, rate, summarize, type Summary } from "./_stats.ts";
 

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // `deno task bench:frontend`: what the OpenAI frontend costs for streaming chat completions.
 // The dynamo server (`dynamo run in=http out=echo`, frontend + echo engine on the embedded
 // runtime) and a bare `Deno.serve` SSE endpoint answering with the same chunks each run in

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // The bare baseline of `bench:frontend`: a plain `Deno.serve` endpoint, in its own process,
 // that answers `POST /v1/chat/completions` with an SSE stream of the same chunks, of the same
 // shape, as the dynamo frontend's echo answer. No runtime, no tokenizer, no template.

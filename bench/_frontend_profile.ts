@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Where the dynamo server's CPU goes under `bench:frontend`'s streaming load: starts
 // `dynamo run in=http out=echo` with the V8 inspector, records a CPU profile over the
 // Chrome DevTools Protocol while this process drives streaming chat completions at a fixed

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // The worker process of `deno task bench:runtime`: serves the dynamo endpoints on etcd + NATS,
 // the raw baselines (a nats.js responder, a raw call-home, TCP ping-pong and streaming), and
 // instrumented variants built from the runtime's own parts (to split a hop into phases).

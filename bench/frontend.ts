@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // `deno task bench:frontend`: what the OpenAI frontend costs for streaming chat completions.
 // The dynamo server (`dynamo run in=http out=echo`, frontend + echo engine on the embedded
 // runtime) and a bare `Deno.serve` SSE endpoint answering with the same chunks each run in
@@ -12,14 +13,8 @@
 // bench/_frontend_loadgen.ts).
 
 import { bareArgsFrom, chatBody, shapeOf, streamOnce, streamShape } from "./_frontend_client.ts";
-import {
-  clockTicks,
-  cpuSeconds,
-  type LoadClient,
-  machineBusySeconds,
-  startLoadClient,
-  startServer,
-} from "./_frontend_proc.ts";
+import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
+import { type LoadClient, startLoadClient, startServer } from "./_frontend_proc.ts";
 import { type LoadCommand, runLoad } from "./_frontend_loadgen.ts";
 import { flag, ms, rate, summarize, type Summary } from "./_stats.ts";
 

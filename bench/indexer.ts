@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // `deno task bench:indexer`: what the KV indexer's radix tree costs per block, next to
 // plain `Map` operations on the same blocks in the same run. 64 workers hold 1M cached
 // blocks in all (shared system-prompt prefixes plus unique suffixes); we measure stored

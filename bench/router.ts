@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // `deno task bench:router`: the KV router at scale. 256 mocker workers register on the
 // embedded runtime (each its own runtime and instance id, publishing real KV events);
 // requests warm their caches; then we time routing decisions (KvRouter.findBestMatch:

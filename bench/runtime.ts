@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // `deno task bench:runtime`: what one hop through the runtime costs (etcd + NATS + TCP
 // call-home, worker in its own process) next to raw NATS request-reply and raw TCP, and how
 // many items per second one response stream carries next to a raw TCP stream. All figures

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // `deno task bench:soak`: memory over a long run at full load. Starts `dynamo run in=http
 // out=echo`, drives streaming chat completions at a fixed concurrency for --minutes
 // (default 10), and samples the server's resident memory (VmRSS from /proc, Linux) every

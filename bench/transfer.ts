@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // `deno task bench:transfer`: bandwidth of a batched, scattered block write through the
 // native TransferAgent (64 blocks of 256 KiB at random indices, one native call, off the
 // JS thread) against one contiguous memcpy of the same bytes in the same run. Target:

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // The batched copy kernel (cuda/copy_blocks.cu) without a GPU: its per-thread logic run on
 // the CPU against memcpy, the PTX the library embeds (and ptxas assembling it), and the
 // status and errors where no GPU is. With a GPU, a VRAM-to-VRAM batch through the kernel.

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // TransferAgent within one process: byte-exact block copies, random descriptor lists
 // against a reference copy in TypeScript, rejected bad inputs, and VRAM where a GPU is.
 

@@ -3,24 +3,21 @@
 
 import type { Client } from "./client.ts";
 import { Namespace, type RuntimeInternals } from "./component.ts";
-import {
-  type Discovery,
-  EtcdDiscovery,
-  type Lease,
-  MemoryDiscovery,
-  MemoryStore,
-} from "./discovery/mod.ts";
+import type { Discovery, Lease } from "./discovery/types.ts";
+import { MemoryDiscovery, MemoryStore } from "./discovery/memory.ts";
+import { EtcdDiscovery } from "./discovery/etcd.ts";
 import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
-import {
-  LocalHub,
-  LocalRequestPlane,
-  NatsRequestPlane,
-  type RequestPlane,
-} from "./transport/mod.ts";
-import { MemoryObjectStore, NatsObjectStore, type ObjectStore } from "./objects/mod.ts";
-import { type EventPlane, LocalEventBus, LocalEventPlane, NatsEventPlane } from "./events/mod.ts";
+import type { RequestPlane } from "./transport/types.ts";
+import { LocalRequestBus, LocalRequestPlane } from "./transport/local.ts";
+import { NatsRequestPlane } from "./transport/nats.ts";
+import type { ObjectStore } from "./objects/types.ts";
+import { MemoryObjectStore } from "./objects/memory.ts";
+import { NatsObjectStore } from "./objects/nats.ts";
+import type { EventPlane } from "./events/types.ts";
+import { LocalEventBus, LocalEventPlane } from "./events/memory.ts";
+import { NatsEventPlane } from "./events/nats.ts";
 import { HubConnection } from "./hub/connection.ts";
 import { HubDiscovery } from "./hub/discovery.ts";
 import { HubObjectStore } from "./hub/objects.ts";
@@ -30,9 +27,14 @@ import { HubEventPlane } from "./hub/events.ts";
 /** In-process state shared by runtimes of the embedded default (one per "cluster"). */
 export class EmbeddedCluster {
   readonly store: MemoryStore = new MemoryStore();
-  readonly hub: LocalHub = new LocalHub();
+  readonly requests: LocalRequestBus = new LocalRequestBus();
   readonly objects: MemoryObjectStore = new MemoryObjectStore();
   readonly events: LocalEventBus = new LocalEventBus();
+
+  /** @deprecated Use {@linkcode EmbeddedCluster.requests} ("hub" names only `runtime/hub/`). */
+  get hub(): LocalRequestBus {
+    return this.requests;
+  }
 }
 
 /** PEM files for a TLS client: the CA to trust, and an optional client key pair. */
@@ -484,7 +486,7 @@ async function makePlane(
 ): Promise<RequestPlane> {
   const p = options.requestPlane ?? "local";
   if (typeof p === "object") return p;
-  if (p === "local") return new LocalRequestPlane(embedded.hub);
+  if (p === "local") return new LocalRequestPlane(embedded.requests);
   if (p === "hub" && hub) {
     return new HubRequestPlane(hub, { tcp: { hostname: options.tcpHost ?? "127.0.0.1" } });
   }

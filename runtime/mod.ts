@@ -40,6 +40,7 @@ export {
 } from "./discovery/mod.ts";
 export {
   LocalHub,
+  LocalRequestBus,
   LocalRequestPlane,
   NatsRequestPlane,
   type RequestPlane,

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Builds dist/dynamo.js, the `dynamo` command as one file: `deno task bundle`.
 // npm packages stay outside the bundle as `npm:` imports, because etcd3 reads its .proto
 // files from its package folder at load time (bundled, it fails on `__dirname`).

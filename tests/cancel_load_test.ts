@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Cancellation under load (issue: reliability): 500 streaming clients of the frontend
 // disconnect at random points while mocker workers generate. The worker's context of
 // every request must stop within 50 ms of its client's disconnect becoming visible to the

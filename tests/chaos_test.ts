@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Worker crashes under load (issue: reliability): streaming chat requests through
 // `dynamo frontend` to echo workers on etcd + NATS while a chaos loop SIGKILLs a random
 // worker every 2 s and starts a fresh one. With migrationLimit 3 no request may fail and

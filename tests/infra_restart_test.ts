@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Infrastructure restarts (issue: reliability): under steady load through `dynamo
 // frontend` and two workers, nats-server is killed and restarted, then etcd (down longer
 // than the lease TTL, so leases expire). Frontend and workers must reconnect and

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // End-to-end tests of the KV examples: examples/kv_router (Processor -> Router -> 2 mocker
 // Workers) under `dynamo serve` on the local default (a hub serve starts), with seed 000's
 // cost function and with the built-in KvRouter cost, and examples/kv_metrics (the seed's

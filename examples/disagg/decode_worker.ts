@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Seed 000's disaggregated serving, decode side: registers the model, keeps its KV blocks
 // in shared memory with a prefix cache, hosts the prefill queue, and per request holds the
 // cached prefix, prefills the rest locally or waits for a prefill worker to write it

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Seed 000's disaggregated serving, prefill side: pulls remote prefill requests from the
 // decode workers' queues, computes the KV blocks the decode worker does not have cached
 // (the mocker's deterministic fill), writes them into its shared memory in one batched

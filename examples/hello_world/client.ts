@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Calls the hello-world pipeline's entry, hello_world/Frontend/generate, and prints each
 // streamed item as a JSON line. Run it beside `dynamo serve` with the same backend
 // environment (ETCD_ENDPOINTS + NATS_SERVER, or the DYN_HUB line serve prints):

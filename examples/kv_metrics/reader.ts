@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Reads the KV metrics of seed 000's KV-metrics worker through a KvMetricsAggregator,
 // as a KV router does, and prints `getMetrics().endpoints` (one JSON line per worker).
 // Run it beside `dynamo serve examples/kv_metrics/worker.ts:YourWorker` with the same

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Sends prompts to the KV-routing graph's entry, kv_router/Processor/generate, and prints
 // each streamed item as a JSON line. Run it beside `dynamo serve` with the same backend
 // environment (the DYN_HUB line serve prints, or ETCD_ENDPOINTS + NATS_SERVER):

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Child process of native/kernel_test.ts: VRAM batches against the mock CUDA library
 // (mock_cuda.cpp, found through LD_LIBRARY_PATH as libcudart.so and libcuda.so.1), so the
 // launch path runs without a GPU. Throws (exit code 1) on the first wrong result.

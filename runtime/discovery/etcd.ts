@@ -6,7 +6,7 @@ import { Etcd3, type IOptions, type Lease as EtcdLease } from "etcd3";
 import { ExponentialBackoff } from "cockatiel";
 import { AsyncQueue } from "../_queue.ts";
 import { DynamoError, InvalidArgumentError } from "../errors.ts";
-import type { Discovery, KeyValue, Lease, PutOptions, WatchEvent, WatchOptions } from "./mod.ts";
+import type { Discovery, KeyValue, Lease, PutOptions, WatchEvent, WatchOptions } from "./types.ts";
 
 /** Options of {@linkcode EtcdDiscovery}. */
 export interface EtcdDiscoveryOptions {

@@ -3,7 +3,7 @@
 
 import { AsyncQueue } from "../_queue.ts";
 import { DynamoError, InvalidArgumentError } from "../errors.ts";
-import type { Discovery, KeyValue, Lease, PutOptions, WatchEvent, WatchOptions } from "./mod.ts";
+import type { Discovery, KeyValue, Lease, PutOptions, WatchEvent, WatchOptions } from "./types.ts";
 
 interface MemoryLeaseState {
   id: string;

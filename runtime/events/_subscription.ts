@@ -2,7 +2,7 @@
 // unsubscribe(), the consumer breaking out, an abort signal, or the plane closing.
 
 import { AsyncQueue } from "../_queue.ts";
-import type { EventMessage, EventSubscription } from "./mod.ts";
+import type { EventMessage, EventSubscription } from "./types.ts";
 
 /** Backend half of a subscription. */
 export class QueueSubscription implements EventSubscription {

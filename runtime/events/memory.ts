@@ -2,8 +2,8 @@
 // one plane per runtime over it (closing a runtime ends only its own subscriptions).
 
 import { DynamoError } from "../errors.ts";
-import type { EventPlane, EventSubscribeOptions, EventSubscription } from "./mod.ts";
-import { subjectMatches, validateSubject } from "./mod.ts";
+import type { EventPlane, EventSubscribeOptions, EventSubscription } from "./types.ts";
+import { subjectMatches, validateSubject } from "./subject.ts";
 import { QueueSubscription } from "./_subscription.ts";
 
 const WILDCARD = /(^|\.)(\*|>)(\.|$)/;

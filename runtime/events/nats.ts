@@ -2,8 +2,8 @@
 
 import type { NatsConnection } from "nats";
 import { DynamoError, InvalidArgumentError } from "../errors.ts";
-import type { EventPlane, EventSubscribeOptions, EventSubscription } from "./mod.ts";
-import { validateSubject } from "./mod.ts";
+import type { EventPlane, EventSubscribeOptions, EventSubscription } from "./types.ts";
+import { validateSubject } from "./subject.ts";
 import { QueueSubscription } from "./_subscription.ts";
 
 /**

@@ -11,7 +11,7 @@ import type {
   PutOptions,
   WatchEvent,
   WatchOptions,
-} from "../discovery/mod.ts";
+} from "../discovery/types.ts";
 import { HubConnection, type HubConnectionOptions, type HubSession } from "./connection.ts";
 import { HubConnectionError } from "./protocol.ts";
 

@@ -2,12 +2,8 @@
 // wildcards; at most once, in order per publisher, nothing kept for late subscribers.
 
 import { DynamoError } from "../errors.ts";
-import {
-  type EventPlane,
-  type EventSubscribeOptions,
-  type EventSubscription,
-  validateSubject,
-} from "../events/mod.ts";
+import type { EventPlane, EventSubscribeOptions, EventSubscription } from "../events/types.ts";
+import { validateSubject } from "../events/subject.ts";
 import { QueueSubscription } from "../events/_subscription.ts";
 import { HubConnection, type HubConnectionOptions } from "./connection.ts";
 

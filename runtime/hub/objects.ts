@@ -1,6 +1,6 @@
 // Blobs on the hub: the hub keeps them in memory for every process that connects.
 
-import type { ObjectStore } from "../objects/mod.ts";
+import type { ObjectStore } from "../objects/types.ts";
 import type { HubConnection } from "./connection.ts";
 
 /** Deadline of one blob transfer in ms: blobs (tokenizer files) may be tens of MiB. */

@@ -2,7 +2,7 @@
 // (u32 BE length, u8 type, payload), every payload a message: u32 BE JSON length, JSON, bytes.
 
 import { DynamoError, InvalidArgumentError } from "../errors.ts";
-import type { Frame } from "../transport/mod.ts";
+import type { Frame } from "../transport/types.ts";
 
 /** Version of the protocol; the hub refuses a hello with another. */
 export const HUB_PROTOCOL_VERSION = 1;

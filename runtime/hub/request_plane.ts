@@ -2,17 +2,17 @@
 // which acknowledges at once; the answer streams over TCP call-home, as on NATS.
 
 import { DynamoError, NoInstancesError, TimeoutError } from "../errors.ts";
-import {
-  type ConnectionInfo,
-  encodeRequest,
-  type FrameConn,
-  type PendingStream,
-  type RawRequestHandler,
-  type RequestOptions,
-  type RequestPayload,
-  type RequestPlane,
-  type Subscription,
-} from "../transport/mod.ts";
+import type {
+  ConnectionInfo,
+  FrameConn,
+  PendingStream,
+  RawRequestHandler,
+  RequestOptions,
+  RequestPayload,
+  RequestPlane,
+  Subscription,
+} from "../transport/types.ts";
+import { encodeRequest } from "../transport/wire.ts";
 import {
   dialTcp,
   TcpResponseServer,

@@ -2,11 +2,12 @@
 // events) and serves them to the other processes of a local deployment over TCP.
 
 import { AsyncQueue } from "../_queue.ts";
-import { MemoryStore, type WatchEvent } from "../discovery/mod.ts";
+import { MemoryStore } from "../discovery/memory.ts";
+import type { WatchEvent } from "../discovery/types.ts";
 import { InvalidArgumentError } from "../errors.ts";
-import { subjectMatches } from "../events/mod.ts";
+import { subjectMatches } from "../events/subject.ts";
 import { type Logger, silentLogger } from "../logger.ts";
-import { MemoryObjectStore } from "../objects/mod.ts";
+import { MemoryObjectStore } from "../objects/memory.ts";
 import { TcpFrameConn } from "../transport/tcp_stream.ts";
 import {
   decodeMessage,

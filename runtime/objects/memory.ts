@@ -1,6 +1,6 @@
 // Blobs in a Map, shared by the runtimes of one embedded cluster.
 
-import type { ObjectStore } from "./mod.ts";
+import type { ObjectStore } from "./types.ts";
 
 /** An in-process {@linkcode ObjectStore}. */
 export class MemoryObjectStore implements ObjectStore {

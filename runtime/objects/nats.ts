@@ -2,7 +2,7 @@
 
 import type { NatsConnection, ObjectStore as JsObjectStore } from "nats";
 import { DynamoError } from "../errors.ts";
-import type { ObjectStore } from "./mod.ts";
+import type { ObjectStore } from "./types.ts";
 
 /** Object names may hold only what NATS subjects allow; anything else is hex-escaped. */
 function safeName(name: string): string {

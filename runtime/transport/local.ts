@@ -13,7 +13,7 @@ import type {
   RequestPayload,
   RequestPlane,
   Subscription,
-} from "./mod.ts";
+} from "./types.ts";
 
 /** Frames a local stream holds before the sender must wait. */
 const LOCAL_STREAM_CAPACITY = 256;
@@ -81,39 +81,56 @@ function pipe(): [LocalFrameConn, LocalFrameConn] {
   return [a, b];
 }
 
-/** What runtimes in one process share: subjects and reserved response streams. */
-export class LocalHub {
+/**
+ * What the runtimes of one embedded cluster share on the request plane: served subjects
+ * and reserved response streams.
+ */
+export class LocalRequestBus {
   readonly subjects: Map<string, Set<RawRequestHandler>> = new Map();
   readonly pending: Map<string, (conn: FrameConn) => void> = new Map();
 }
+
+/**
+ * The former name of {@linkcode LocalRequestBus} ("hub" now names only `runtime/hub/`).
+ * @deprecated Use {@linkcode LocalRequestBus}.
+ */
+export const LocalHub: typeof LocalRequestBus = LocalRequestBus;
+/** @deprecated Use {@linkcode LocalRequestBus}. */
+export type LocalHub = LocalRequestBus;
 
 /** The in-process request plane (embedded default). */
 export class LocalRequestPlane implements RequestPlane {
   readonly kind = "local";
   /** Requests may travel as values (no encoding) on this plane. */
   readonly carriesValues = true;
-  readonly hub: LocalHub;
+  /** The state shared with the other runtimes of the cluster. */
+  readonly bus: LocalRequestBus;
   #subs = new Set<Subscription>();
   #closed = false;
 
-  /** @param hub shared state (default: a new, private hub) */
-  constructor(hub: LocalHub = new LocalHub()) {
-    this.hub = hub;
+  /** @param bus shared state (default: a new, private bus) */
+  constructor(bus: LocalRequestBus = new LocalRequestBus()) {
+    this.bus = bus;
+  }
+
+  /** @deprecated Use {@linkcode LocalRequestPlane.bus}. */
+  get hub(): LocalRequestBus {
+    return this.bus;
   }
 
   serve(subject: string, handler: RawRequestHandler): Promise<Subscription> {
     this.#open();
-    let set = this.hub.subjects.get(subject);
-    if (!set) this.hub.subjects.set(subject, set = new Set());
+    let set = this.bus.subjects.get(subject);
+    if (!set) this.bus.subjects.set(subject, set = new Set());
     set.add(handler);
-    const hub = this.hub;
+    const bus = this.bus;
     const subs = this.#subs;
     const sub: Subscription = {
       unsubscribe() {
         subs.delete(sub);
-        const s = hub.subjects.get(subject);
+        const s = bus.subjects.get(subject);
         s?.delete(handler);
-        if (s?.size === 0) hub.subjects.delete(subject);
+        if (s?.size === 0) bus.subjects.delete(subject);
         return Promise.resolve();
       },
     };
@@ -124,7 +141,7 @@ export class LocalRequestPlane implements RequestPlane {
   request(subject: string, payload: RequestPayload, options: RequestOptions = {}): Promise<void> {
     this.#open();
     options.signal?.throwIfAborted();
-    const handlers = this.hub.subjects.get(subject);
+    const handlers = this.bus.subjects.get(subject);
     if (!handlers || handlers.size === 0) return Promise.reject(new NoInstancesError(subject));
     // Queue groups pick one member; one subject per instance makes this the only one.
     const handler = handlers.values().next().value as RawRequestHandler;
@@ -147,11 +164,11 @@ export class LocalRequestPlane implements RequestPlane {
     this.#open();
     let deliver!: (conn: FrameConn) => void;
     const connection = new Promise<FrameConn>((resolve) => (deliver = resolve));
-    this.hub.pending.set(streamId, deliver);
+    this.bus.pending.set(streamId, deliver);
     return {
       connectionInfo: { local: { stream_id: streamId } },
       connection,
-      cancel: () => void this.hub.pending.delete(streamId),
+      cancel: () => void this.bus.pending.delete(streamId),
     };
   }
 
@@ -161,11 +178,11 @@ export class LocalRequestPlane implements RequestPlane {
         new InvalidArgumentError(`not a local connection info: ${JSON.stringify(info)}`),
       );
     }
-    const deliver = this.hub.pending.get(info.local.stream_id);
+    const deliver = this.bus.pending.get(info.local.stream_id);
     if (!deliver) {
       return Promise.reject(new DynamoError(`caller of stream ${info.local.stream_id} is gone`));
     }
-    this.hub.pending.delete(info.local.stream_id);
+    this.bus.pending.delete(info.local.stream_id);
     const [worker, caller] = pipe();
     deliver(caller);
     return Promise.resolve(worker);

@@ -5,176 +5,21 @@
  * @module
  */
 
-import { ProtocolError } from "../errors.ts";
-
-/** Frame kinds on a response stream. */
-export const FrameType = {
-  /** worker -> caller, first frame on TCP: which stream this is (stream id, UTF-8). */
-  Handshake: 1,
-  /** worker -> caller: `{error?}`; the request was accepted, or failed before its first item. */
-  Prologue: 2,
-  /** worker -> caller: one item, JSON. */
-  Data: 3,
-  /** worker -> caller: the stream is complete. */
-  Sentinel: 4,
-  /** worker -> caller: the handler failed mid-stream, `{message, name}`. */
-  Error: 5,
-  /** caller -> worker: `"stop"` or `"kill"`. */
-  Control: 6,
-} as const;
-
-/** One frame. */
-export interface Frame {
-  type: number;
-  payload: Uint8Array;
-  /**
-   * A Data frame's item itself, on connections that carry values (`carriesValues`):
-   * the in-process plane skips JSON and hands the object over.
-   */
-  value?: unknown;
-}
-
-/**
- * One response stream's duplex connection. Frames arrive in order; `receive()` gives
- * `null` once the other side closed (or the connection broke).
- */
-export interface FrameConn {
-  /**
-   * Queues a frame. Returns a promise while the connection's buffer is over its high-water
-   * mark (await it: that is the backpressure). Throws once the connection is closed.
-   */
-  send(frame: Frame): Promise<void> | void;
-  /** Next frame, or `null` when the stream's connection is closed. */
-  receive(): Promise<Frame | null>;
-  /** Flushes what was sent, then closes. */
-  end(): Promise<void>;
-  /** Closes at once, dropping unsent frames. */
-  close(): void;
-  readonly closed: boolean;
-  /** True when Data frames may carry `value` instead of JSON bytes (same process). */
-  readonly carriesValues?: boolean;
-}
-
-/** Where a worker sends a request's response stream; travels in the request header. */
-export type ConnectionInfo =
-  | { tcp: { address: string; stream_id: string } }
-  | { local: { stream_id: string } };
-
-/** A reserved, not yet connected, response stream on the caller. */
-export interface PendingStream {
-  readonly connectionInfo: ConnectionInfo;
-  /** Resolves with the worker's connection (after its handshake). */
-  readonly connection: Promise<FrameConn>;
-  /** Gives up the reservation; a later dial is refused. */
-  cancel(): void;
-}
-
-/** Control header of a request; wire names follow the reference system. */
-export interface RequestHeader {
-  id: string;
-  request_type: "single_in";
-  response_type: "many_out";
-  connection_info: ConnectionInfo;
-}
-
-/** A request as values: what in-process planes hand over without encoding. */
-export interface RequestMessage {
-  header: RequestHeader;
-  body: unknown;
-}
-
-/** A request on the wire: encoded bytes, or the values themselves on an in-process plane. */
-export type RequestPayload = Uint8Array | RequestMessage;
-
-/** A handler of raw requests arriving on a subject. */
-export type RawRequestHandler = (payload: RequestPayload) => void;
-
-/** A live subscription. */
-export interface Subscription {
-  /** Stops receiving; requests already delivered are not affected. */
-  unsubscribe(): Promise<void>;
-}
-
-/** Options of {@linkcode RequestPlane.request}. */
-export interface RequestOptions {
-  /** Deadline for the acknowledgement in ms (default 5000). */
-  timeoutMs?: number;
-  signal?: AbortSignal;
-}
-
-/** Requests in, acknowledgements back, and the response streams' connections. */
-export interface RequestPlane {
-  readonly kind: "nats" | "local" | "hub";
-  /** True when requests may be sent as values ({@linkcode RequestMessage}), in process. */
-  readonly carriesValues?: boolean;
-  /** Delivers every request sent to `subject` to `handler`; the plane acknowledges it. */
-  serve(subject: string, handler: RawRequestHandler): Promise<Subscription>;
-  /**
-   * Sends a request and resolves once some server acknowledged it.
-   * @throws {NoInstancesError} nobody serves `subject`
-   * @throws {TimeoutError} no acknowledgement in time
-   */
-  request(subject: string, payload: RequestPayload, options?: RequestOptions): Promise<void>;
-  /** Caller side: reserves a response stream. */
-  expectStream(streamId: string): PendingStream;
-  /** Worker side: connects to the caller for a response stream (handshake done). */
-  dial(info: ConnectionInfo): Promise<FrameConn>;
-  close(): Promise<void>;
-}
-
-const encoder = new TextEncoder();
-const decoder = new TextDecoder();
-
-/** Encodes a request: u32 BE header length, header JSON, body JSON. */
-export function encodeRequest(header: RequestHeader, body: unknown): Uint8Array {
-  const h = encoder.encode(JSON.stringify(header));
-  const b = encoder.encode(JSON.stringify(body ?? null));
-  const out = new Uint8Array(4 + h.length + b.length);
-  new DataView(out.buffer).setUint32(0, h.length);
-  out.set(h, 4);
-  out.set(b, 4 + h.length);
-  return out;
-}
-
-/** Decodes {@linkcode encodeRequest}'s output (values pass through); throws on malformed input. */
-export function decodeRequest(payload: RequestPayload): RequestMessage {
-  if (!(payload instanceof Uint8Array)) return payload;
-  if (payload.length < 4) throw new Error(`request too short: ${payload.length} bytes`);
-  const len = new DataView(payload.buffer, payload.byteOffset, payload.byteLength).getUint32(0);
-  if (4 + len > payload.length) throw new Error(`request header length ${len} exceeds payload`);
-  const header = JSON.parse(decoder.decode(payload.subarray(4, 4 + len))) as RequestHeader;
-  if (
-    typeof header?.id !== "string" || typeof header.connection_info !== "object" ||
-    header.connection_info === null
-  ) {
-    throw new Error("request header lacks id or connection_info");
-  }
-  const body = JSON.parse(decoder.decode(payload.subarray(4 + len)));
-  return { header, body };
-}
-
-/** A JSON frame. */
-export function jsonFrame(type: number, value: unknown): Frame {
-  return { type, payload: encoder.encode(JSON.stringify(value)) };
-}
-
-/**
- * Parses a JSON frame's payload.
- * @throws {ProtocolError} the payload is not JSON (a broken or foreign peer)
- */
-export function parseFrame(frame: Frame): unknown {
-  try {
-    return JSON.parse(decoder.decode(frame.payload));
-  } catch (err) {
-    throw new ProtocolError(
-      `malformed frame of type ${frame.type} (${frame.payload.length} bytes): ${
-        (err as Error).message
-      }`,
-      { cause: err },
-    );
-  }
-}
-
-export { LocalHub, LocalRequestPlane } from "./local.ts";
+export {
+  type ConnectionInfo,
+  type Frame,
+  type FrameConn,
+  FrameType,
+  type PendingStream,
+  type RawRequestHandler,
+  type RequestHeader,
+  type RequestMessage,
+  type RequestOptions,
+  type RequestPayload,
+  type RequestPlane,
+  type Subscription,
+} from "./types.ts";
+export { decodeRequest, encodeRequest, jsonFrame, parseFrame } from "./wire.ts";
+export { LocalHub, LocalRequestBus, LocalRequestPlane } from "./local.ts";
 export { NatsRequestPlane, type NatsRequestPlaneOptions } from "./nats.ts";
 export { TcpFrameConn, TcpResponseServer } from "./tcp_stream.ts";

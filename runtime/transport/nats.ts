@@ -16,8 +16,8 @@ import type {
   RequestPayload,
   RequestPlane,
   Subscription,
-} from "./mod.ts";
-import { encodeRequest } from "./mod.ts";
+} from "./types.ts";
+import { encodeRequest } from "./wire.ts";
 import { dialTcp, TcpResponseServer, type TcpResponseServerOptions } from "./tcp_stream.ts";
 
 /** Options of {@linkcode NatsRequestPlane.connect}. */

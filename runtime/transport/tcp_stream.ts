@@ -9,7 +9,7 @@ import {
   type FrameConn,
   FrameType,
   type PendingStream,
-} from "./mod.ts";
+} from "./types.ts";
 
 /** Largest frame accepted (a guard against garbage lengths, not a limit on items users send). */
 export const MAX_FRAME_BYTES = 256 * 1024 * 1024;

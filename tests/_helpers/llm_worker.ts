@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // An LLM worker process for end-to-end tests: the echo engine registered with
 // registerLlm on the runtime from the environment. Reports on stdout, one JSON object
 // per line: {"ready": instanceId}, {"request": id} when a request starts,

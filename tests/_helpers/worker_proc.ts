@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // A worker process for cross-process tests. Serves xproc/worker/generate on the runtime
 // from the environment and reports on stdout, one JSON object per line:
 // {"ready": instanceId} once serving, {"stopped": requestId, "at": epochMs, "killed": bool}

@@ -1,0 +1,57 @@
+// Encoding of what the request plane carries: a request (header and body) and JSON frames.
+
+import { ProtocolError } from "../errors.ts";
+import type { Frame, RequestHeader, RequestMessage, RequestPayload } from "./types.ts";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** Encodes a request: u32 BE header length, header JSON, body JSON. */
+export function encodeRequest(header: RequestHeader, body: unknown): Uint8Array {
+  const h = encoder.encode(JSON.stringify(header));
+  const b = encoder.encode(JSON.stringify(body ?? null));
+  const out = new Uint8Array(4 + h.length + b.length);
+  new DataView(out.buffer).setUint32(0, h.length);
+  out.set(h, 4);
+  out.set(b, 4 + h.length);
+  return out;
+}
+
+/** Decodes {@linkcode encodeRequest}'s output (values pass through); throws on malformed input. */
+export function decodeRequest(payload: RequestPayload): RequestMessage {
+  if (!(payload instanceof Uint8Array)) return payload;
+  if (payload.length < 4) throw new Error(`request too short: ${payload.length} bytes`);
+  const len = new DataView(payload.buffer, payload.byteOffset, payload.byteLength).getUint32(0);
+  if (4 + len > payload.length) throw new Error(`request header length ${len} exceeds payload`);
+  const header = JSON.parse(decoder.decode(payload.subarray(4, 4 + len))) as RequestHeader;
+  if (
+    typeof header?.id !== "string" || typeof header.connection_info !== "object" ||
+    header.connection_info === null
+  ) {
+    throw new Error("request header lacks id or connection_info");
+  }
+  const body = JSON.parse(decoder.decode(payload.subarray(4 + len)));
+  return { header, body };
+}
+
+/** A JSON frame. */
+export function jsonFrame(type: number, value: unknown): Frame {
+  return { type, payload: encoder.encode(JSON.stringify(value)) };
+}
+
+/**
+ * Parses a JSON frame's payload.
+ * @throws {ProtocolError} the payload is not JSON (a broken or foreign peer)
+ */
+export function parseFrame(frame: Frame): unknown {
+  try {
+    return JSON.parse(decoder.decode(frame.payload));
+  } catch (err) {
+    throw new ProtocolError(
+      `malformed frame of type ${frame.type} (${frame.payload.length} bytes): ${
+        (err as Error).message
+      }`,
+      { cause: err },
+    );
+  }
+}

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a worker script prints its fatal error
 // The worker scripts' last line of defence: a failure the runtime classified (a DynamoError,
 // e.g. JetStream not enabled on the NATS server) is one line that says what to do, not a stack.
 

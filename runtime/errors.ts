@@ -26,6 +26,19 @@ export class StreamIncompleteError extends DynamoError {
   }
 }
 
+/**
+ * A stream's worker sent nothing, not even a heartbeat, for the idle deadline: it is stopped,
+ * hung or cut off without its connection closing. Migratable, like a stream that broke.
+ */
+export class StreamStalledError extends StreamIncompleteError {
+  /** The idle deadline that passed (ms). */
+  readonly idleTimeoutMs: number;
+  constructor(message: string, itemsReceived: number, idleTimeoutMs: number) {
+    super(message, itemsReceived);
+    this.idleTimeoutMs = idleTimeoutMs;
+  }
+}
+
 /** No instance of the endpoint is known, or the chosen one is gone. */
 export class NoInstancesError extends DynamoError {
   readonly endpoint: string;

@@ -9,8 +9,21 @@ import {
   ProtocolError,
   RemoteError,
   StreamIncompleteError,
+  StreamStalledError,
   TimeoutError,
 } from "./errors.ts";
+import {
+  type BeatingStream,
+  beatStream,
+  DEFAULT_HEARTBEAT_MS,
+  DEFAULT_STREAM_IDLE_TIMEOUT_MS,
+  livenessClock,
+  livenessTicks,
+  stopBeating,
+  unwatchStream,
+  type WaitingStream,
+  watchStream,
+} from "./liveness.ts";
 import type { Logger } from "./logger.ts";
 import {
   encodeRequest,
@@ -26,6 +39,7 @@ import {
 const encoder = new TextEncoder();
 const EMPTY = new Uint8Array(0);
 const SENTINEL: Frame = { type: FrameType.Sentinel, payload: EMPTY };
+const HEARTBEAT: Frame = { type: FrameType.Heartbeat, payload: EMPTY };
 /** The "accepted" prologue on connections that carry values (read, never changed). */
 const PROLOGUE_OK_VALUE: Frame = Object.freeze({
   type: FrameType.Prologue,
@@ -62,6 +76,11 @@ export interface OpenStreamOptions {
   signal?: AbortSignal;
   /** Deadline for the worker's acknowledgement and for its call-home connection (ms, default 5000). */
   connectTimeoutMs?: number;
+  /**
+   * Once connected, how long to wait for the worker's next frame (an item or a heartbeat)
+   * before the stream fails with {@linkcode StreamStalledError} (ms, default 10 000).
+   */
+  idleTimeoutMs?: number;
 }
 
 function toRemoteError(err: unknown): Error {
@@ -89,6 +108,7 @@ export async function openStream<T>(
   signal?.throwIfAborted();
   if (ctx.isStopped()) throw new CancelledError(`request ${ctx.id} was stopped before it was sent`);
   const timeoutMs = options.connectTimeoutMs ?? 5000;
+  const idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS;
   const pending = plane.expectStream(crypto.randomUUID());
   const header: RequestHeader = {
     id: ctx.id,
@@ -101,6 +121,7 @@ export async function openStream<T>(
   // Everything before the prologue races against cancellation and deadlines.
   let conn: FrameConn | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  let prologueWait: WaitingStream | undefined;
   let settled = false;
   let connected = false;
   let rejectWait!: (err: unknown) => void;
@@ -131,7 +152,27 @@ export async function openStream<T>(
     // (a queue, a long prefill); a worker that dies meanwhile closes the connection.
     connected = true;
     if (timer !== undefined) clearTimeout(timer);
-    const prologue = await Promise.race([conn!.receive(), interrupted]);
+    if (!conn!.carriesValues) {
+      // The worker heartbeats while its handler works on the first item: silence is a hang.
+      prologueWait = {
+        waitingSince: livenessClock.tick,
+        idleTicks: livenessTicks(idleTimeoutMs),
+        stall: () =>
+          rejectWait(
+            new StreamStalledError(
+              `${subject} sent nothing for request ${ctx.id} in ${idleTimeoutMs} ms before its first item`,
+              0,
+              idleTimeoutMs,
+            ),
+          ),
+      };
+      watchStream(prologueWait);
+    }
+    let prologue: Frame | null;
+    do {
+      prologue = await Promise.race([conn!.receive(), interrupted]);
+      if (prologueWait) prologueWait.waitingSince = livenessClock.tick;
+    } while (prologue?.type === FrameType.Heartbeat);
     if (prologue === null) {
       throw new StreamIncompleteError(`${subject} closed request ${ctx.id} before its prologue`);
     }
@@ -155,12 +196,13 @@ export async function openStream<T>(
   } finally {
     settled = true;
     if (timer !== undefined) clearTimeout(timer);
+    if (prologueWait) unwatchStream(prologueWait);
     signal?.removeEventListener("abort", onAbort);
     offStop();
   }
   // Listening from here on, not from the first read: a stop or kill before anyone reads
   // the stream still reaches the worker.
-  const items = new ItemReceiver<T>(conn!, ctx, subject, signal);
+  const items = new ItemReceiver<T>(conn!, ctx, subject, signal, idleTimeoutMs);
   return {
     context: ctx,
     instanceId,
@@ -190,8 +232,15 @@ const DONE: IteratorReturnResult<undefined> = Object.freeze({ value: undefined, 
  * its error. A plain iterator rather than an async generator: one promise per item (none
  * waited on when the frame is already there), which matters at thousands of items a second.
  */
-class ItemReceiver<T> implements AsyncIterableIterator<T> {
+class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
   readonly #conn: FrameConn;
+  /** The liveness clock's tick when the current wait for a frame began; -1: not waiting. */
+  waitingSince = -1;
+  readonly idleTicks: number;
+  readonly #idleTimeoutMs: number;
+  /** Watched for stalls (connections across processes; in process, a stall is a slow handler). */
+  readonly #watched: boolean;
+  #stalled = false;
   readonly #poll: (() => Frame | null | undefined) | undefined;
   readonly #ctx: Context;
   readonly #subject: string;
@@ -202,10 +251,20 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
   #cancelled = false;
   #offStop: (() => void) | undefined;
   #onAbort: (() => void) | undefined;
-  readonly #take = (frame: Frame | null): IteratorResult<T> => this.#frame(frame);
+  readonly #take = (frame: Frame | null): IteratorResult<T> | Promise<IteratorResult<T>> =>
+    this.#frame(frame);
 
-  constructor(conn: FrameConn, ctx: Context, subject: string, signal: AbortSignal | undefined) {
+  constructor(
+    conn: FrameConn,
+    ctx: Context,
+    subject: string,
+    signal: AbortSignal | undefined,
+    idleTimeoutMs: number,
+  ) {
     this.#conn = conn;
+    this.#idleTimeoutMs = idleTimeoutMs;
+    this.idleTicks = livenessTicks(idleTimeoutMs);
+    this.#watched = conn.carriesValues !== true;
     const poll = (conn as Partial<PollingConn>).poll;
     this.#poll = typeof poll === "function" ? poll.bind(conn) : undefined;
     this.#ctx = ctx;
@@ -221,7 +280,10 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
   next(): Promise<IteratorResult<T>> {
     if (this.#over) return Promise.resolve(DONE);
     const ready = this.#poll?.();
-    if (ready === undefined) return this.#conn.receive().then(this.#take);
+    if (ready === undefined) {
+      this.waitingSince = livenessClock.tick;
+      return this.#conn.receive().then(this.#take);
+    }
     try {
       return Promise.resolve(this.#frame(ready));
     } catch (err) {
@@ -235,9 +297,17 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
     return Promise.resolve(DONE);
   }
 
+  /** The wait for a frame passed the idle deadline: the worker is hung; hang up on it. */
+  stall(): void {
+    if (this.#over) return;
+    this.#stalled = true;
+    this.#conn.close();
+  }
+
   #start(): void {
     const conn = this.#conn;
     const ctx = this.#ctx;
+    if (this.#watched) watchStream(this);
     this.#offStop = ctx.onStop((reason) => {
       sendControl(conn, reason);
       if (reason === "kill") conn.close();
@@ -254,10 +324,19 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
     }
   }
 
-  #frame(frame: Frame | null): IteratorResult<T> {
+  #frame(frame: Frame | null): IteratorResult<T> | Promise<IteratorResult<T>> {
     if (this.#over) return DONE; // ended (return()) while this frame was on its way
+    this.waitingSince = -1;
     const ctx = this.#ctx;
     if (frame === null) {
+      if (this.#stalled) {
+        this.#end(false);
+        throw new StreamStalledError(
+          `stream from ${this.#subject} for request ${ctx.id} sent nothing for ${this.#idleTimeoutMs} ms after ${this.#received} items (worker hung or cut off)`,
+          this.#received,
+          this.#idleTimeoutMs,
+        );
+      }
       if (this.#cancelled) {
         this.#end(false);
         throw new CancelledError(`request ${ctx.id} cancelled`);
@@ -279,6 +358,8 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
           value: ("value" in frame ? frame.value : parseFrame(frame)) as T,
           done: false,
         };
+      case FrameType.Heartbeat:
+        return this.next();
       case FrameType.Sentinel:
         this.#end(true);
         return DONE;
@@ -295,6 +376,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T> {
 
   #end(finished: boolean): void {
     this.#over = true;
+    if (this.#watched) unwatchStream(this);
     this.#offStop?.();
     if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
     const ctx = this.#ctx;
@@ -309,6 +391,11 @@ export interface ServeRequestOptions {
   logger?: Logger;
   /** Called with the request's context as soon as it exists (for shutdown tracking). */
   onContext?: (ctx: Context) => void;
+  /**
+   * A stream that sent nothing for this long sends a heartbeat, so that its caller can tell a
+   * slow handler from a hung worker (ms, default 1000).
+   */
+  heartbeatMs?: number;
 }
 
 /**
@@ -326,6 +413,32 @@ export async function serveRequest(
   options.onContext?.(ctx);
   const state = { complete: false };
   void readControls(conn, ctx, state);
+  // In process the caller is never hung apart from us: no heartbeats there.
+  const beat: BeatingStream | undefined = conn.carriesValues ? undefined : {
+    lastSent: 0,
+    beatTicks: livenessTicks(options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS),
+    beat: () => {
+      if (!conn.closed) void conn.send(HEARTBEAT);
+    },
+  };
+  if (beat) beatStream(beat);
+  try {
+    await serveItems(conn, ctx, state, handler, body, header, options, beat);
+  } finally {
+    if (beat) stopBeating(beat);
+  }
+}
+
+async function serveItems(
+  conn: FrameConn,
+  ctx: Context,
+  state: { complete: boolean },
+  handler: Handler,
+  body: unknown,
+  header: RequestHeader,
+  options: ServeRequestOptions,
+  beat: BeatingStream | undefined,
+): Promise<void> {
   let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined;
   let step: IteratorResult<unknown>;
   try {
@@ -336,6 +449,7 @@ export async function serveRequest(
     step = await iterator.next();
   } catch (err) {
     state.complete = true;
+    if (beat) stopBeating(beat);
     await sendFinal(conn, jsonFrame(FrameType.Prologue, { error: wireError(err) }));
     return;
   }
@@ -354,11 +468,13 @@ export async function serveRequest(
           ? { type: FrameType.Data, payload: EMPTY, value: step.value ?? null }
           : { type: FrameType.Data, payload: encoder.encode(JSON.stringify(step.value ?? null)) },
       );
+      if (beat) beat.lastSent = livenessClock.tick;
       if (sent) await sent;
       step = await iterator.next();
     }
     if (step.done && !ctx.isKilled()) {
       state.complete = true;
+      if (beat) stopBeating(beat);
       await sendFinal(conn, SENTINEL);
     }
   } catch (err) {
@@ -370,6 +486,7 @@ export async function serveRequest(
         error: String(err),
       });
       state.complete = true;
+      if (beat) stopBeating(beat);
       await sendFinal(conn, jsonFrame(FrameType.Error, wireError(err)));
       step = { done: true, value: undefined };
     }

@@ -15,6 +15,8 @@ export const FrameType = {
   Error: 5,
   /** caller -> worker: `"stop"` or `"kill"`. */
   Control: 6,
+  /** worker -> caller: nothing to send yet, but alive (sent on a silent stream every beat). */
+  Heartbeat: 7,
 } as const;
 
 /** One frame. */

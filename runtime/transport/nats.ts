@@ -173,6 +173,11 @@ function redactUrls(servers: string | string[]): string {
     .join(",");
 }
 
+/** After a reconnect, how long "no responders" may mean "not subscribed again yet" (ms). */
+const RESUBSCRIBE_GRACE_MS = 3000;
+/** Pause between tries of a request while the connection or its subscribers come back (ms). */
+const RETRY_MS = 50;
+
 /** Requests over NATS core, response streams over TCP call-home. */
 export class NatsRequestPlane implements RequestPlane {
   readonly kind = "nats";
@@ -181,6 +186,12 @@ export class NatsRequestPlane implements RequestPlane {
   #server: TcpResponseServer | undefined;
   /** Set while the connection is lost and nats.js reconnects. */
   #disconnected = false;
+  /** When the connection last came back (ms, performance.now()). */
+  #reconnectedAt = -Infinity;
+  /** Requests waiting for the connection to come back. */
+  readonly #reconnectWaiters = new Set<() => void>();
+  /** Requests waiting for their acknowledgement, told when the connection drops. */
+  readonly #disconnectWaiters = new Set<() => void>();
 
   private constructor(nc: NatsConnection, tcp: TcpResponseServerOptions) {
     this.nc = nc;
@@ -191,12 +202,42 @@ export class NatsRequestPlane implements RequestPlane {
   async #watchStatus(): Promise<void> {
     try {
       for await (const s of this.nc.status()) {
-        if (s.type === "disconnect" || s.type === "reconnecting") this.#disconnected = true;
-        else if (s.type === "reconnect") this.#disconnected = false;
+        if (s.type === "disconnect" || s.type === "reconnecting") {
+          this.#disconnected = true;
+          for (const lost of [...this.#disconnectWaiters]) lost();
+        } else if (s.type === "reconnect") {
+          this.#disconnected = false;
+          this.#reconnectedAt = performance.now();
+          for (const wake of [...this.#reconnectWaiters]) wake();
+        }
       }
     } catch {
       // the connection closed
     }
+    for (const wake of [...this.#reconnectWaiters]) wake();
+  }
+
+  /** Waits until the connection is back, the deadline passes or `signal` aborts. */
+  async #whileDisconnected(deadline: number, signal: AbortSignal | undefined): Promise<void> {
+    while (this.#disconnected && !this.nc.isClosed()) {
+      const left = deadline - performance.now();
+      if (left <= 0) return;
+      signal?.throwIfAborted();
+      let wake!: () => void;
+      const back = new Promise<void>((resolve) => (wake = resolve));
+      this.#reconnectWaiters.add(wake);
+      const timer = setTimeout(wake, left);
+      const onAbort = () => wake();
+      signal?.addEventListener("abort", onAbort, { once: true });
+      try {
+        await back;
+      } finally {
+        clearTimeout(timer);
+        this.#reconnectWaiters.delete(wake);
+        signal?.removeEventListener("abort", onAbort);
+      }
+    }
+    signal?.throwIfAborted();
   }
 
   /** Connects to NATS; reconnects on its own after a server restart. */
@@ -252,30 +293,57 @@ export class NatsRequestPlane implements RequestPlane {
     const payload = message instanceof Uint8Array
       ? message
       : encodeRequest(message.header, message.body);
-    options.signal?.throwIfAborted();
-    // While reconnecting, nats.js would buffer the request and send it once back, when the
-    // worker may not have subscribed again: the caller would wait out the whole timeout.
-    // Failing at once lets it retry (or migrate) on a live connection instead.
-    if (this.#disconnected) {
-      throw new DynamoError(
-        `request to ${subject} not sent: the NATS connection is down (reconnecting)`,
-      );
-    }
+    const signal = options.signal;
+    signal?.throwIfAborted();
     const timeout = options.timeoutMs ?? 5000;
-    try {
-      await this.nc.request(subject, payload, { timeout });
-    } catch (err) {
-      if (err instanceof NatsError) {
-        if (err.code === ErrorCode.NoResponders) throw new NoInstancesError(subject);
-        if (err.code === ErrorCode.Timeout) {
-          throw new TimeoutError(`no acknowledgement from ${subject} within ${timeout} ms`, {
-            cause: err,
-          });
-        }
+    const deadline = performance.now() + timeout;
+    for (;;) {
+      // A short outage (a server restart) must not fail requests: wait for the connection
+      // within the request's deadline instead of letting nats.js buffer the request blindly.
+      await this.#whileDisconnected(deadline, signal);
+      if (this.#disconnected) {
+        throw new DynamoError(
+          `request to ${subject} not sent: the NATS connection was down for ${timeout} ms`,
+        );
       }
-      throw new DynamoError(`request to ${subject} failed: ${(err as Error).message}`, {
-        cause: err,
-      });
+      const left = Math.max(1, Math.round(deadline - performance.now()));
+      // A request in flight when the connection drops never gets its answer: send it again
+      // once the connection is back rather than wait out the deadline.
+      let lost!: () => void;
+      const dropped = new Promise<"dropped">((resolve) => (lost = () => resolve("dropped")));
+      this.#disconnectWaiters.add(lost);
+      try {
+        const sent = this.nc.request(subject, payload, { timeout: left });
+        if (await Promise.race([sent, dropped]) === "dropped") {
+          sent.catch(() => {});
+          continue;
+        }
+        return;
+      } catch (err) {
+        if (err instanceof NatsError) {
+          if (err.code === ErrorCode.NoResponders) {
+            // Just after a reconnect the workers' subscriptions are still being restored.
+            const settling = performance.now() - this.#reconnectedAt < RESUBSCRIBE_GRACE_MS;
+            if ((settling || this.#disconnected) && performance.now() + RETRY_MS < deadline) {
+              await new Promise((r) => setTimeout(r, RETRY_MS));
+              signal?.throwIfAborted();
+              continue;
+            }
+            throw new NoInstancesError(subject);
+          }
+          if (err.code === ErrorCode.Timeout) {
+            throw new TimeoutError(`no acknowledgement from ${subject} within ${timeout} ms`, {
+              cause: err,
+            });
+          }
+          if (this.#disconnected && performance.now() < deadline) continue; // lost meanwhile
+        }
+        throw new DynamoError(`request to ${subject} failed: ${(err as Error).message}`, {
+          cause: err,
+        });
+      } finally {
+        this.#disconnectWaiters.delete(lost);
+      }
     }
   }
 

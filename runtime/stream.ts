@@ -10,6 +10,7 @@ import {
   RemoteError,
   StreamIncompleteError,
   TimeoutError,
+  UpstreamError,
 } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import {
@@ -33,10 +34,11 @@ const PROLOGUE_OK_VALUE: Frame = Object.freeze({
   value: Object.freeze({}),
 });
 
-/** A handler's error as it travels: message and class name. */
+/** A handler's error as it travels: message and class name (and an upstream's HTTP status). */
 interface WireError {
   message: string;
   name: string;
+  status?: number;
 }
 
 /**
@@ -68,8 +70,11 @@ function toRemoteError(err: unknown): Error {
   if (typeof err !== "object" || err === null) {
     return new ProtocolError(`malformed error frame: ${JSON.stringify(err)}`);
   }
-  const { name, message } = err as Partial<WireError>;
+  const { name, message, status } = err as Partial<WireError>;
   if (name === "EngineShutdownError") return new EngineShutdownError(String(message));
+  if (name === "UpstreamError" && typeof status === "number") {
+    return new UpstreamError(status, String(message));
+  }
   return new RemoteError(String(message), String(name));
 }
 
@@ -418,6 +423,9 @@ async function readControls(
 }
 
 function wireError(err: unknown): WireError {
+  if (err instanceof UpstreamError) {
+    return { message: err.message, name: err.name, status: err.status };
+  }
   if (err instanceof Error) return { message: err.message, name: err.name };
   return { message: String(err), name: "Error" };
 }

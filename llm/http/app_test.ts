@@ -170,8 +170,8 @@ Deno.test("a tokens model's pipeline is loaded when the model appears, not on it
   const front = await DistributedRuntime.connect({ embedded: cluster });
   const models = new ModelManager(front);
   const loads: string[] = [];
-  const load = models.loadPipeline.bind(models);
-  models.loadPipeline = (cardKey) => {
+  const load = models.loader.loadPipeline.bind(models.loader);
+  models.loader.loadPipeline = (cardKey) => {
     loads.push(cardKey);
     return load(cardKey);
   };

@@ -2,7 +2,12 @@ import assert from "node:assert/strict";
 import { Context } from "../../runtime/context.ts";
 import { EngineShutdownError, RemoteError, StreamIncompleteError } from "../../runtime/errors.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
-import { MigrationExhaustedError, openMigrating, type SendTokens } from "./migration.ts";
+import {
+  MigrationExhaustedError,
+  openFailover,
+  openMigrating,
+  type SendTokens,
+} from "./migration.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 
 const request: PreprocessedRequest = {
@@ -105,4 +110,34 @@ Deno.test("a cancelled request never migrates", async () => {
   const s = await openMigrating(flaky([2], []), request, ctx, { limit: 3 });
   ctx.stopGenerating();
   await assert.rejects(tokens(s), StreamIncompleteError);
+});
+
+Deno.test("openFailover() retries opening on another instance, never past the limit or a handler error", async () => {
+  const died = () => new StreamIncompleteError("worker died before its prologue");
+  const opener = (failures: Error[]) => {
+    let calls = 0;
+    const send = (context: Context) => {
+      const failure = failures[calls++];
+      if (failure) return Promise.reject(failure);
+      return Promise.resolve({ context, instanceId: "w" } as unknown as ResponseStream<unknown>);
+    };
+    return { send, calls: () => calls };
+  };
+  const retried: number[] = [];
+  const ok = opener([died(), died()]);
+  const stream = await openFailover(ok.send, new Context(), {
+    limit: 2,
+    onMigrate: (n) => retried.push(n),
+  });
+  assert.equal(stream.instanceId, "w");
+  assert.deepEqual(retried, [1, 2]);
+  const exhausted = opener([died(), died()]);
+  await assert.rejects(
+    openFailover(exhausted.send, new Context(), { limit: 1 }),
+    StreamIncompleteError,
+    "the last failure, as it was",
+  );
+  const handler = opener([new RemoteError("bad request", "TypeError")]);
+  await assert.rejects(openFailover(handler.send, new Context(), { limit: 3 }), RemoteError);
+  assert.equal(handler.calls(), 1);
 });

@@ -130,34 +130,44 @@ export function textPipeline(
 
 /**
  * The composed pipelines of a frontend's models: each composed once per model and card
- * (a new card, or a model that left and came back, composes anew).
+ * (a new card, or a model that left and came back, composes anew). A request for a model
+ * whose card did not change gets the pipeline already composed, without loading anything.
  */
 export class ModelPipelines {
   readonly #options: ComposeOptions;
-  /** Keyed by what changes with the card: a tokens model's loaded pipeline, a text model's card. */
-  readonly #composed = new WeakMap<object, ServingPipeline>();
+  readonly #composed = new WeakMap<ServedModel, Composed>();
 
   constructor(options: ComposeOptions) {
     this.#options = options;
   }
 
   /** The pipeline of `model` for its current card. */
-  async get(model: ServedModel): Promise<ServingPipeline> {
-    if (model.modelInput === ModelInput.Tokens) {
-      const loaded = await model.pipeline();
-      let pipeline = this.#composed.get(loaded);
-      if (!pipeline) {
-        pipeline = tokensPipeline(model, loaded, this.#options);
-        this.#composed.set(loaded, pipeline);
-      }
-      return pipeline;
+  get(model: ServedModel): Promise<ServingPipeline> {
+    const cardKey = model.cardKey;
+    const input = model.modelInput;
+    const cached = this.#composed.get(model);
+    if (cached !== undefined && cached.cardKey === cardKey && cached.input === input) {
+      return cached.pipeline;
     }
-    const card = await model.card();
-    let pipeline = this.#composed.get(card);
-    if (!pipeline) {
-      pipeline = textPipeline(model, card, this.#options);
-      this.#composed.set(card, pipeline);
-    }
+    const pipeline = this.#compose(model, input);
+    this.#composed.set(model, { cardKey, input, pipeline });
+    pipeline.catch(() => {
+      // Not cached when it failed: the next request loads again.
+      if (this.#composed.get(model)?.pipeline === pipeline) this.#composed.delete(model);
+    });
     return pipeline;
   }
+
+  async #compose(model: ServedModel, input: ModelInput): Promise<ServingPipeline> {
+    return input === ModelInput.Tokens
+      ? tokensPipeline(model, await model.pipeline(), this.#options)
+      : textPipeline(model, await model.card(), this.#options);
+  }
+}
+
+/** A model's pipeline and the card and input kind it was composed for. */
+interface Composed {
+  cardKey: string;
+  input: ModelInput;
+  pipeline: Promise<ServingPipeline>;
 }

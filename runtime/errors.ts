@@ -70,6 +70,21 @@ export class RemoteError extends DynamoError {
   }
 }
 
+/**
+ * An upstream HTTP server (an OpenAI-compatible engine behind a worker) answered with an
+ * error status. The status travels with the error across the request plane, so the
+ * frontend answers a client error with the same status and anything else with 502.
+ */
+export class UpstreamError extends DynamoError {
+  /** The upstream's HTTP status (502 when it failed mid-stream). */
+  readonly status: number;
+  /** @param message the upstream's own error message */
+  constructor(status: number, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.status = status;
+  }
+}
+
 /** The request was cancelled by the caller (signal aborted or context stopped). */
 export class CancelledError extends DynamoError {
   constructor(message = "request cancelled", options?: ErrorOptions) {
@@ -94,6 +109,7 @@ export const errors = {
   NoInstancesError,
   EngineShutdownError,
   RemoteError,
+  UpstreamError,
   CancelledError,
   TimeoutError,
   ProtocolError,

@@ -11,6 +11,7 @@ import {
   StreamIncompleteError,
   StreamStalledError,
   TimeoutError,
+  UpstreamError,
 } from "./errors.ts";
 import {
   type BeatingStream,
@@ -47,10 +48,11 @@ const PROLOGUE_OK_VALUE: Frame = Object.freeze({
   value: Object.freeze({}),
 });
 
-/** A handler's error as it travels: message and class name. */
+/** A handler's error as it travels: message and class name (and an upstream's HTTP status). */
 interface WireError {
   message: string;
   name: string;
+  status?: number;
 }
 
 /**
@@ -87,8 +89,11 @@ function toRemoteError(err: unknown): Error {
   if (typeof err !== "object" || err === null) {
     return new ProtocolError(`malformed error frame: ${JSON.stringify(err)}`);
   }
-  const { name, message } = err as Partial<WireError>;
+  const { name, message, status } = err as Partial<WireError>;
   if (name === "EngineShutdownError") return new EngineShutdownError(String(message));
+  if (name === "UpstreamError" && typeof status === "number") {
+    return new UpstreamError(status, String(message));
+  }
   return new RemoteError(String(message), String(name));
 }
 
@@ -535,6 +540,9 @@ async function readControls(
 }
 
 function wireError(err: unknown): WireError {
+  if (err instanceof UpstreamError) {
+    return { message: err.message, name: err.name, status: err.status };
+  }
   if (err instanceof Error) return { message: err.message, name: err.name };
   return { message: String(err), name: "Error" };
 }

@@ -3,7 +3,9 @@
 // migration can sit in front of it. A Text-input handler: OpenAI request in, chunks out.
 
 import type { Context } from "../../runtime/context.ts";
-import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
+import { DynamoError, InvalidArgumentError, UpstreamError } from "../../runtime/errors.ts";
+
+export { UpstreamError };
 
 /** Options of {@linkcode openaiUpstream}. */
 export interface OpenAIUpstreamOptions {
@@ -17,15 +19,6 @@ export interface OpenAIUpstreamOptions {
   connectTimeoutMs?: number;
   /** fetch to use (tests). */
   fetch?: typeof fetch;
-}
-
-/** The upstream answered with an error status; the message starts with "HTTP <status>:". */
-export class UpstreamError extends DynamoError {
-  readonly status: number;
-  constructor(status: number, message: string) {
-    super(`HTTP ${status}: ${message}`);
-    this.status = status;
-  }
 }
 
 /**

@@ -170,8 +170,8 @@ Deno.test("a tokens model's pipeline is loaded when the model appears, not on it
   const front = await DistributedRuntime.connect({ embedded: cluster });
   const models = new ModelManager(front);
   const loads: string[] = [];
-  const load = models.loadPipeline.bind(models);
-  models.loadPipeline = (cardKey) => {
+  const load = models.loader.loadPipeline.bind(models.loader);
+  models.loader.loadPipeline = (cardKey) => {
     loads.push(cardKey);
     return load(cardKey);
   };
@@ -197,6 +197,52 @@ Deno.test("a tokens model's pipeline is loaded when the model appears, not on it
     await w1?.shutdown();
     await w2?.shutdown();
     await models.close();
+    await front.shutdown();
+  }
+});
+
+Deno.test("a text model's card is read once per card key, not on every request", async () => {
+  const cluster = new EmbeddedCluster();
+  const front = await DistributedRuntime.connect({ embedded: cluster });
+  const rt = await DistributedRuntime.connect({ embedded: cluster });
+  const models = new ModelManager(front);
+  const cards: string[] = [];
+  const loadCard = models.loader.loadCard.bind(models.loader);
+  models.loader.loadCard = (cardKey) => {
+    cards.push(cardKey);
+    return loadCard(cardKey);
+  };
+  const app = createFrontend({ models });
+  try {
+    const endpoint = rt.namespace("ns").component("text").endpoint("generate");
+    endpoint.serveEndpoint(async function* (req: { model: string }) {
+      yield {
+        id: "c",
+        object: "text_completion",
+        created: 1,
+        model: req.model,
+        choices: [{ index: 0, text: "ok", finish_reason: "stop" }],
+      };
+    }).catch(() => {});
+    await registerLlm(ModelInput.Text, ModelType.Completions, endpoint, await builtinTestModel(), {
+      modelName: "t",
+    });
+    await models.start();
+    await eventually(() => Promise.resolve(models.get("t") !== undefined), "the model is listed");
+    for (let i = 0; i < 3; i++) {
+      const r = await app.fetch(
+        new Request("http://x/v1/completions", {
+          method: "POST",
+          body: JSON.stringify({ model: "t", prompt: "p" }),
+        }),
+      );
+      assert.equal(r.status, 200);
+      assert.equal((await r.json()).choices[0].text, "ok");
+    }
+    assert.equal(cards.length, 1);
+  } finally {
+    await models.close();
+    await rt.shutdown();
     await front.shutdown();
   }
 });

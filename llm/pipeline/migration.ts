@@ -138,6 +138,43 @@ export async function openMigrating(
   };
 }
 
+/** Options of {@linkcode openFailover}. */
+export interface FailoverOptions {
+  /** How many times opening may move to another instance (the card's migration_limit). */
+  limit: number;
+  /** Called before each retry (for metrics). */
+  onMigrate?: (attempt: number, cause: unknown) => void;
+}
+
+/**
+ * Opens a request that cannot be resumed (text in, text out): it fails over to another
+ * instance only while opening, before its first item. When the retries run out, the last
+ * failure is thrown as it was.
+ *
+ * @param send sends one attempt (with the request's own context)
+ * @param parent the request's context
+ * @example
+ * ```ts ignore
+ * const stream = await openFailover((c) => model.generate(req, c), ctx, { limit: 3 });
+ * ```
+ */
+export async function openFailover<T>(
+  send: (context: Context) => Promise<ResponseStream<T>>,
+  parent: Context,
+  options: FailoverOptions,
+): Promise<ResponseStream<T>> {
+  let attempts = 0;
+  for (;;) {
+    try {
+      return await send(parent);
+    } catch (err) {
+      if (!isMigratable(err) || parent.isStopped() || attempts >= options.limit) throw err;
+      attempts++;
+      options.onMigrate?.(attempts, err);
+    }
+  }
+}
+
 const DONE: IteratorReturnResult<undefined> = Object.freeze({ value: undefined, done: true });
 
 /**

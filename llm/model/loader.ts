@@ -1,0 +1,58 @@
+// Loading what a model needs to be served from discovery and the object store: its card
+// and, for models that take tokens, its tokenizer and preprocessor.
+
+import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+import { DynamoError } from "../../runtime/errors.ts";
+import { fetchCardFiles } from "./card.ts";
+import { Preprocessor } from "../preprocess/preprocessor.ts";
+import { type ModelDeploymentCard, ModelInput } from "../protocols.ts";
+import { Tokenizer } from "../preprocess/tokenizer.ts";
+
+/** Loaded once per card: what preprocessing needs. */
+export interface ModelPipeline {
+  card: ModelDeploymentCard;
+  tokenizer: Tokenizer;
+  preprocessor: Preprocessor;
+}
+
+/** Reads model cards and builds preprocessing pipelines from them. */
+export class ModelLoader {
+  readonly #runtime: DistributedRuntime;
+
+  constructor(runtime: DistributedRuntime) {
+    this.#runtime = runtime;
+  }
+
+  /**
+   * The card registered under `cardKey`.
+   * @throws {DynamoError} the card is gone
+   */
+  async loadCard(cardKey: string): Promise<ModelDeploymentCard> {
+    const raw = await this.#runtime.discovery.get(cardKey);
+    if (raw === undefined) throw new DynamoError(`model card ${cardKey} is gone`);
+    return JSON.parse(raw) as ModelDeploymentCard;
+  }
+
+  /**
+   * The card under `cardKey` with its tokenizer and preprocessor.
+   * @throws {DynamoError} the card is gone, takes text, or has no tokenizer files
+   */
+  async loadPipeline(cardKey: string): Promise<ModelPipeline> {
+    const card = await this.loadCard(cardKey);
+    if (card.model_input !== ModelInput.Tokens) {
+      throw new DynamoError(
+        `model ${card.display_name} takes text; it has no preprocessing pipeline`,
+      );
+    }
+    const files = await fetchCardFiles(this.#runtime.objects, card);
+    const tj = files.get("tokenizer.json");
+    const tc = files.get("tokenizer_config.json");
+    if (!tj || !tc) {
+      throw new DynamoError(
+        `model ${card.display_name} has no tokenizer.json/tokenizer_config.json to preprocess with`,
+      );
+    }
+    const tokenizer = Tokenizer.fromBytes(tj, tc);
+    return { card, tokenizer, preprocessor: new Preprocessor({ card, tokenizer }) };
+  }
+}

@@ -1,0 +1,173 @@
+// Composes a model's request pipeline once per model and card: preprocess -> route ->
+// migrate -> postprocess -> encode for models that take tokens; route -> fail over before
+// the first item -> encode for models that take text. The frontend only parses, admits,
+// resolves the model and calls `start`.
+
+import type { Context } from "../../runtime/context.ts";
+import type { Logger } from "../../runtime/logger.ts";
+import type { FrontendMetrics, ModelMetrics } from "../http/metrics.ts";
+import type { ModelPipeline } from "../model/loader.ts";
+import type { ServedModel } from "../model/served_model.ts";
+import {
+  type LLMEngineOutput,
+  type ModelDeploymentCard,
+  ModelInput,
+  type PreprocessedRequest,
+} from "../protocols.ts";
+import type { Admission } from "./admit.ts";
+import {
+  chunkBase,
+  type SseSource,
+  textResponse,
+  textSse,
+  tokenResponse,
+  tokenSse,
+} from "./encode.ts";
+import { openFailover, openMigrating } from "./migration.ts";
+import type { EndpointKind, OpenAIRequest } from "./parse.ts";
+import { TokenChoices } from "./postprocess.ts";
+import { preprocess } from "./preprocess.ts";
+
+/** A started generation: its events for a streaming client, or its whole response. */
+export interface Run {
+  sse(): SseSource;
+  collect(): Promise<unknown>;
+}
+
+/** One model's composed pipeline. */
+export interface ServingPipeline {
+  /**
+   * Starts a request: resolves once the engine accepted it (failures before that reject).
+   * @param ctx the request's context
+   * @param admission the request's accounting (its start time and its model's series)
+   */
+  start(
+    kind: EndpointKind,
+    req: OpenAIRequest,
+    ctx: Context,
+    admission: Admission,
+  ): Promise<Run>;
+}
+
+/** What composing a model needs besides the model. */
+export interface ComposeOptions {
+  metrics: FrontendMetrics;
+  logger: Logger;
+}
+
+/**
+ * A tokens model's pipeline, over its loaded card, tokenizer and preprocessor.
+ *
+ * @example
+ * ```ts ignore
+ * const pipeline = tokensPipeline(model, await model.pipeline(), { metrics, logger });
+ * const run = await pipeline.start("chat", req, ctx, admission);
+ * ```
+ */
+export function tokensPipeline(
+  model: ServedModel,
+  loaded: ModelPipeline,
+  options: ComposeOptions,
+): ServingPipeline {
+  const { card, tokenizer, preprocessor } = loaded;
+  const name = model.name;
+  const series = options.metrics.forModel(name);
+  const send = (r: PreprocessedRequest, c: Context) => model.generate<LLMEngineOutput>(r, c);
+  const migration = {
+    limit: card.migration_limit,
+    logger: options.logger,
+    onMigrate: () => series.migrations.inc(),
+    onInstanceFailed: (id: string) => model.reportInstanceDown(id),
+  };
+  const migrate = (r: PreprocessedRequest, ctx: Context) => openMigrating(send, r, ctx, migration);
+  return {
+    async start(kind, req, ctx, admission) {
+      const { choices, promptTokens } = preprocess(preprocessor, kind, req);
+      series.inputTokens.observe(promptTokens);
+      const streams = choices.length === 1
+        ? [await migrate(choices[0]!, ctx)]
+        : await Promise.all(choices.map((r) => migrate(r, ctx)));
+      const run = new TokenChoices(
+        tokenizer,
+        choices,
+        streams,
+        promptTokens,
+        series,
+        admission.started,
+      );
+      const base = chunkBase(kind, ctx.id, name);
+      const includeUsage = req.stream_options?.include_usage === true;
+      return {
+        sse: () => tokenSse(run, base, includeUsage),
+        collect: () => tokenResponse(run, base),
+      };
+    },
+  };
+}
+
+/**
+ * A text model's pipeline: the OpenAI request goes to the engine as is; a stream fails
+ * over to another instance only before its first item (text cannot be resumed).
+ */
+export function textPipeline(
+  model: ServedModel,
+  card: ModelDeploymentCard,
+  options: ComposeOptions,
+): ServingPipeline {
+  const series: ModelMetrics = options.metrics.forModel(model.name);
+  const failover = { limit: card.migration_limit, onMigrate: () => series.migrations.inc() };
+  return {
+    async start(_kind, req, ctx) {
+      const stream = await openFailover(
+        (c) => model.generate<Record<string, unknown>>(req, c),
+        ctx,
+        failover,
+      );
+      return { sse: () => textSse(stream), collect: () => textResponse(stream) };
+    },
+  };
+}
+
+/**
+ * The composed pipelines of a frontend's models: each composed once per model and card
+ * (a new card, or a model that left and came back, composes anew). A request for a model
+ * whose card did not change gets the pipeline already composed, without loading anything.
+ */
+export class ModelPipelines {
+  readonly #options: ComposeOptions;
+  readonly #composed = new WeakMap<ServedModel, Composed>();
+
+  constructor(options: ComposeOptions) {
+    this.#options = options;
+  }
+
+  /** The pipeline of `model` for its current card. */
+  get(model: ServedModel): Promise<ServingPipeline> {
+    const cardKey = model.cardKey;
+    const input = model.modelInput;
+    const cached = this.#composed.get(model);
+    if (cached !== undefined && cached.cardKey === cardKey && cached.input === input) {
+      return cached.pipeline;
+    }
+    const pipeline = this.#compose(model, input);
+    this.#composed.set(model, { cardKey, input, pipeline });
+    pipeline.catch(() => {
+      // Not cached when it failed: the next request loads again.
+      if (this.#composed.get(model)?.pipeline === pipeline) this.#composed.delete(model);
+    });
+    return pipeline;
+  }
+
+  async #compose(model: ServedModel, input: ModelInput): Promise<ServingPipeline> {
+    return input === ModelInput.Tokens
+      ? tokensPipeline(model, await model.pipeline(), this.#options)
+      : textPipeline(model, await model.card(), this.#options);
+  }
+}
+
+/** A model's pipeline and the card and input kind it was composed for. */
+interface Composed {
+  cardKey: string;
+  input: ModelInput;
+  pipeline: Promise<ServingPipeline>;
+}

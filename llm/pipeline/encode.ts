@@ -1,0 +1,375 @@
+// The encode stage: a generation as an OpenAI response, either one JSON body or server-sent
+// events. One SSE encoder frames every stream (tokens and text models alike); a tokens
+// model's single choice is written straight from its engine stream, its last chunk, usage
+// and [DONE] in one write.
+
+import type { Context } from "../../runtime/context.ts";
+import { choiceJson } from "../http/sse_choice.ts";
+import type { FinishReason, LLMEngineOutput } from "../protocols.ts";
+import type { Admission } from "./admit.ts";
+import { MigrationExhaustedError } from "./migration.ts";
+import { type ChoiceEvent, openaiReason, type TokenChoices } from "./postprocess.ts";
+import type { EndpointKind } from "./parse.ts";
+
+/** The next SSE text of a stream; `last` once it ends with `data: [DONE]`. */
+export interface SseStep {
+  text: string;
+  last: boolean;
+}
+
+/** Where a streamed response's events come from. */
+export interface SseSource {
+  next(): Promise<SseStep>;
+  /** The client went away or the stream failed: stop reading the engine. */
+  close(): void;
+}
+
+/** The event that ends every stream. */
+export const SSE_DONE = "data: [DONE]\n\n";
+
+/** One event carrying `json`. */
+export function sseEvent(json: string): string {
+  return "data: " + json + "\n\n";
+}
+
+/** The event that reports a failure mid-stream (the status line is long gone). */
+export function sseErrorEvent(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const code = err instanceof MigrationExhaustedError ? "migration_exhausted" : null;
+  return sseEvent(
+    JSON.stringify({ error: { message, type: "internal_error", param: null, code } }),
+  );
+}
+
+const SSE_HEADERS: Record<string, string> = {
+  "content-type": "text/event-stream",
+  "cache-control": "no-cache",
+  connection: "keep-alive",
+};
+const JSON_HEADERS = { "content-type": "application/json" };
+const encoder = new TextEncoder();
+
+/** A JSON response. */
+export function jsonResponse(
+  body: unknown,
+  status = 200,
+  headers?: Record<string, string>,
+): Response {
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: headers === undefined ? JSON_HEADERS : { ...JSON_HEADERS, ...headers },
+  });
+}
+
+/**
+ * Streams `source` as server-sent events; a client that goes away kills the request.
+ *
+ * @param source the events
+ * @param ctx the request's context (killed on disconnect and on failure)
+ * @param request the HTTP request (its signal says when the client went away)
+ * @param admission ended once, with how the stream ended
+ */
+export function sseResponse(
+  source: SseSource,
+  ctx: Context,
+  request: Request,
+  admission: Admission,
+): Response {
+  let done = false;
+  const disconnect = () => {
+    if (done) return;
+    done = true;
+    ctx.kill();
+    admission.series.disconnected.inc();
+    admission.finish("cancelled");
+    source.close();
+  };
+  request.signal.addEventListener("abort", disconnect, { once: true });
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const step = await source.next();
+        if (done) return;
+        controller.enqueue(encoder.encode(step.text));
+        if (step.last) {
+          done = true;
+          request.signal.removeEventListener("abort", disconnect);
+          admission.finish("success");
+          controller.close();
+        }
+      } catch (err) {
+        if (done) return;
+        done = true;
+        request.signal.removeEventListener("abort", disconnect);
+        source.close();
+        controller.enqueue(encoder.encode(sseErrorEvent(err)));
+        admission.finish("error");
+        controller.close();
+        ctx.kill();
+      }
+    },
+    cancel() {
+      disconnect();
+    },
+  }, { highWaterMark: 0 });
+  return new Response(body, { headers: SSE_HEADERS });
+}
+
+/** What every chunk of one response shares. */
+export interface ChunkBase {
+  id: string;
+  object: "chat.completion.chunk" | "text_completion";
+  created: number;
+  model: string;
+}
+
+/** The chunk base of a response to a `kind` request. */
+export function chunkBase(kind: EndpointKind, requestId: string, model: string): ChunkBase {
+  return {
+    id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${requestId}`,
+    object: kind === "chat" ? "chat.completion.chunk" : "text_completion",
+    created: Math.floor(Date.now() / 1000),
+    model,
+  };
+}
+
+/**
+ * A tokens model's choices as SSE: one chunk per text delta, then (with `includeUsage`)
+ * the usage chunk, then [DONE], the last three in one step.
+ */
+export function tokenSse(choices: TokenChoices, base: ChunkBase, includeUsage: boolean): SseSource {
+  return choices.n === 1
+    ? new SingleChoiceSse(choices, base, includeUsage)
+    : new MergedChoicesSse(choices, base, includeUsage);
+}
+
+/** What the token SSE sources share: how chunks are written and how the stream ends. */
+abstract class ChoiceSse implements SseSource {
+  protected readonly choices: TokenChoices;
+  readonly #base: ChunkBase;
+  readonly #includeUsage: boolean;
+  readonly #chat: boolean;
+  /** Every chunk of a request starts the same: serialized once. */
+  readonly #head: string;
+  #ended = false;
+
+  constructor(choices: TokenChoices, base: ChunkBase, includeUsage: boolean) {
+    this.choices = choices;
+    this.#base = base;
+    this.#includeUsage = includeUsage;
+    this.#chat = base.object === "chat.completion.chunk";
+    this.#head = "data: " + JSON.stringify(base).slice(0, -1) + ',"choices":[';
+  }
+
+  abstract next(): Promise<SseStep>;
+
+  /** Stops reading the engine (the stream is over, or nobody reads it any more). */
+  protected abstract stop(): void;
+
+  protected chunk(index: number, text: string, reason: FinishReason | null, first: boolean) {
+    return this.#head + choiceJson(this.#chat, index, text, reason, first) + "]}\n\n";
+  }
+
+  /** The stream's last step: `last` (the final chunk, or ""), usage, [DONE]. */
+  protected end(last: string): SseStep {
+    this.#ended = true;
+    this.choices.observeOutput();
+    const usage = this.#includeUsage
+      ? sseEvent(JSON.stringify({ ...this.#base, choices: [], usage: this.choices.usage() }))
+      : "";
+    return { text: last + usage + SSE_DONE, last: true };
+  }
+
+  close(): void {
+    this.choices.observeOutput();
+    if (!this.#ended) {
+      this.#ended = true;
+      this.stop();
+    }
+  }
+}
+
+/** One choice, read straight from its engine stream (no generator layers in between). */
+class SingleChoiceSse extends ChoiceSse {
+  readonly #it: AsyncIterator<LLMEngineOutput>;
+  #first = true;
+
+  constructor(choices: TokenChoices, base: ChunkBase, includeUsage: boolean) {
+    super(choices, base, includeUsage);
+    this.#it = choices.streams[0]![Symbol.asyncIterator]();
+  }
+
+  #text(text: string, reason: FinishReason | null): string {
+    const event = this.chunk(0, text, reason, this.#first);
+    this.#first = false;
+    return event;
+  }
+
+  async next(): Promise<SseStep> {
+    const it = this.#it;
+    const choices = this.choices;
+    const proc = choices.processors[0]!;
+    for (;;) {
+      const r = await it.next();
+      if (r.done) {
+        const tail = proc.finish();
+        const reason = tail.finishReason ? openaiReason(tail.finishReason) : "stop";
+        return this.end(this.#text(tail.text, reason));
+      }
+      const out = r.value;
+      choices.observe(0, out);
+      const delta = proc.push(out);
+      if (delta.finishReason) {
+        const reason = openaiReason(delta.finishReason);
+        closeQuietly(it); // the choice is over: the engine's stream is not read further
+        return this.end(this.#text(delta.text, reason));
+      }
+      if (delta.text !== "") return { text: this.#text(delta.text, null), last: false };
+    }
+  }
+
+  protected stop(): void {
+    closeQuietly(this.#it);
+  }
+}
+
+/** Several choices, their events merged in arrival order. */
+class MergedChoicesSse extends ChoiceSse {
+  readonly #events: AsyncIterator<ChoiceEvent>;
+  readonly #started = new Set<number>();
+  #open: number;
+
+  constructor(choices: TokenChoices, base: ChunkBase, includeUsage: boolean) {
+    super(choices, base, includeUsage);
+    this.#events = choices.events()[Symbol.asyncIterator]();
+    this.#open = choices.n;
+  }
+
+  async next(): Promise<SseStep> {
+    const r = await this.#events.next();
+    if (r.done) return this.end("");
+    const ev = r.value;
+    const first = !this.#started.has(ev.index);
+    if (first) this.#started.add(ev.index);
+    const text = this.chunk(ev.index, ev.text, ev.reason, first);
+    if (ev.reason !== null && --this.#open === 0) {
+      closeQuietly(this.#events);
+      return this.end(text);
+    }
+    return { text, last: false };
+  }
+
+  protected stop(): void {
+    closeQuietly(this.#events);
+  }
+}
+
+/** A text model's chunks as SSE, one event each, then [DONE]. */
+export function textSse(chunks: AsyncIterable<unknown>): SseSource {
+  const iterator = chunks[Symbol.asyncIterator]();
+  return {
+    async next(): Promise<SseStep> {
+      const r = await iterator.next();
+      if (r.done) return { text: SSE_DONE, last: true };
+      return { text: sseEvent(JSON.stringify(r.value)), last: false };
+    },
+    close() {
+      closeQuietly(iterator);
+    },
+  };
+}
+
+/** A tokens model's whole response (non-streaming clients). */
+export async function tokenResponse(
+  choices: TokenChoices,
+  base: ChunkBase,
+): Promise<Record<string, unknown>> {
+  const n = choices.n;
+  const texts = Array.from({ length: n }, () => "");
+  const reasons: (FinishReason | null)[] = Array.from({ length: n }, () => null);
+  try {
+    for await (const ev of choices.events()) {
+      texts[ev.index] += ev.text;
+      if (ev.reason) reasons[ev.index] = ev.reason;
+    }
+  } finally {
+    choices.observeOutput();
+  }
+  const chat = base.object === "chat.completion.chunk";
+  return {
+    id: base.id,
+    object: chat ? "chat.completion" : "text_completion",
+    created: base.created,
+    model: base.model,
+    choices: texts.map((text, index) =>
+      chat
+        ? {
+          index,
+          message: { role: "assistant", content: text },
+          logprobs: null,
+          finish_reason: reasons[index],
+        }
+        : { index, text, logprobs: null, finish_reason: reasons[index] }
+    ),
+    usage: choices.usage(),
+  };
+}
+
+/** A text model's whole response: its full response object, or its chunks folded into one. */
+export async function textResponse(
+  chunks: AsyncIterable<Record<string, unknown>>,
+): Promise<Record<string, unknown>> {
+  const all: Record<string, unknown>[] = [];
+  for await (const c of chunks) all.push(c);
+  // An engine that answers non-streaming requests with a full response object.
+  if (
+    all.length === 1 && all[0]!.object !== "chat.completion.chunk" &&
+    all[0]!.object !== "text_completion"
+  ) {
+    return all[0]!;
+  }
+  return aggregateChunks(all);
+}
+
+/** Folds OpenAI stream chunks into one response (for non-streaming clients of text engines). */
+export function aggregateChunks(chunks: Record<string, unknown>[]): Record<string, unknown> {
+  const first = chunks[0] ?? {};
+  const isChat = first.object === "chat.completion.chunk";
+  const choices = new Map<number, { text: string; finish_reason: unknown }>();
+  let usage: unknown = undefined;
+  for (const c of chunks) {
+    if (c.usage) usage = c.usage;
+    for (const ch of (c.choices as Record<string, unknown>[] | undefined) ?? []) {
+      const index = Number(ch.index ?? 0);
+      const acc = choices.get(index) ?? { text: "", finish_reason: null };
+      const delta = isChat
+        ? (ch.delta as { content?: string } | undefined)?.content
+        : ch.text as string | undefined;
+      acc.text += delta ?? "";
+      if (ch.finish_reason) acc.finish_reason = ch.finish_reason;
+      choices.set(index, acc);
+    }
+  }
+  return {
+    id: first.id,
+    object: isChat ? "chat.completion" : "text_completion",
+    created: first.created,
+    model: first.model,
+    choices: [...choices.entries()].sort((a, b) => a[0] - b[0]).map(([index, c]) =>
+      isChat
+        ? {
+          index,
+          message: { role: "assistant", content: c.text },
+          logprobs: null,
+          finish_reason: c.finish_reason,
+        }
+        : { index, text: c.text, logprobs: null, finish_reason: c.finish_reason }
+    ),
+    ...(usage ? { usage } : {}),
+  };
+}
+
+/** Ends an iterator without waiting; a failure to end is of no interest any more. */
+function closeQuietly(iterator: AsyncIterator<unknown>): void {
+  iterator.return?.()?.catch(() => {});
+}

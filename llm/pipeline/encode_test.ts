@@ -1,0 +1,194 @@
+import assert from "node:assert/strict";
+import { Context } from "../../runtime/context.ts";
+import { QWEN3_IM_END, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
+import { FrontendMetrics } from "../http/metrics.ts";
+import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
+import { admit } from "./admit.ts";
+import {
+  aggregateChunks,
+  chunkBase,
+  sseResponse,
+  type SseSource,
+  type SseStep,
+  textSse,
+  tokenResponse,
+  tokenSse,
+} from "./encode.ts";
+import { MigrationExhaustedError } from "./migration.ts";
+import { TokenChoices } from "./postprocess.ts";
+
+const tok = qwen3Tokenizer();
+const [HELLO, WORLD] = tok.encode("Hello world", { addSpecialTokens: false });
+const request: PreprocessedRequest = {
+  model: "m",
+  token_ids: [1, 2],
+  stop_conditions: {},
+  sampling_options: {},
+  eos_token_ids: [QWEN3_IM_END],
+};
+const series = {
+  ttft: { observe() {} },
+  itl: { observe() {} },
+  outputTokens: { observe() {} },
+};
+
+async function* outputs(items: LLMEngineOutput[]): AsyncGenerator<LLMEngineOutput> {
+  for (const item of items) yield item;
+}
+
+function choicesOf(...streams: LLMEngineOutput[][]): TokenChoices {
+  return new TokenChoices(
+    tok,
+    streams.map(() => request),
+    streams.map(outputs),
+    2,
+    series,
+    performance.now(),
+  );
+}
+
+async function steps(source: SseSource): Promise<SseStep[]> {
+  const out: SseStep[] = [];
+  for (;;) {
+    const step = await source.next();
+    out.push(step);
+    if (step.last) return out;
+  }
+}
+
+const data = (text: string) =>
+  text.split("\n\n").filter((e) => e !== "").map((e) => e.slice("data: ".length));
+
+Deno.test("a single choice streams one chunk per delta, then its last chunk, usage and [DONE] in one step", async () => {
+  const base = chunkBase("chat", "r1", "m");
+  const source = tokenSse(
+    choicesOf([{ token_ids: [HELLO!] }, { token_ids: [WORLD!] }, {
+      token_ids: [QWEN3_IM_END],
+      finish_reason: "eos",
+    }]),
+    base,
+    true,
+  );
+  const all = await steps(source);
+  assert.equal(all.length, 3);
+  const first = JSON.parse(data(all[0]!.text)[0]!);
+  assert.deepEqual(first, {
+    ...base,
+    choices: [{
+      index: 0,
+      delta: { role: "assistant", content: "Hello" },
+      logprobs: null,
+      finish_reason: null,
+    }],
+  });
+  const [last, usage, done] = data(all[2]!.text);
+  assert.deepEqual(JSON.parse(last!).choices[0].finish_reason, "stop");
+  assert.deepEqual(JSON.parse(usage!).usage, {
+    prompt_tokens: 2,
+    completion_tokens: 3,
+    total_tokens: 5,
+  });
+  assert.equal(done, "[DONE]");
+});
+
+Deno.test("several choices stream merged, the last choice's end together with [DONE]", async () => {
+  const source = tokenSse(
+    choicesOf([{ token_ids: [HELLO!], finish_reason: "length" }], [{
+      token_ids: [WORLD!],
+      finish_reason: "length",
+    }]),
+    chunkBase("completion", "r2", "m"),
+    false,
+  );
+  const all = await steps(source);
+  const events = all.flatMap((s) => data(s.text));
+  assert.equal(events.at(-1), "[DONE]");
+  const chunks = events.slice(0, -1).map((e) => JSON.parse(e).choices[0]);
+  assert.deepEqual(chunks.map((c) => c.index).sort(), [0, 1]);
+  assert.deepEqual(chunks.map((c) => c.finish_reason), ["length", "length"]);
+  assert.equal(all.at(-1)!.text.endsWith("data: [DONE]\n\n"), true);
+  assert.equal(data(all.at(-1)!.text).length, 2, "the last chunk and [DONE] are one step");
+});
+
+Deno.test("a text model's chunks stream one event each, then [DONE]", async () => {
+  const all = await steps(textSse(outputs([{ token_ids: [1] }, { token_ids: [2] }])));
+  assert.deepEqual(all.map((s) => s.text), [
+    'data: {"token_ids":[1]}\n\n',
+    'data: {"token_ids":[2]}\n\n',
+    "data: [DONE]\n\n",
+  ]);
+});
+
+Deno.test("a non-streaming response folds the choices with their usage", async () => {
+  const body = await tokenResponse(
+    choicesOf([{ token_ids: [HELLO!, WORLD!], finish_reason: "length" }]),
+    chunkBase("chat", "r3", "m"),
+  );
+  assert.equal(body.object, "chat.completion");
+  assert.deepEqual(body.choices, [{
+    index: 0,
+    message: { role: "assistant", content: "Hello world" },
+    logprobs: null,
+    finish_reason: "length",
+  }]);
+  const folded = aggregateChunks([
+    { id: "x", object: "text_completion", created: 1, model: "m", choices: [{ text: "a" }] },
+    { choices: [{ text: "b", finish_reason: "stop" }], usage: { total_tokens: 2 } },
+  ]);
+  assert.deepEqual(folded.choices, [{
+    index: 0,
+    text: "ab",
+    logprobs: null,
+    finish_reason: "stop",
+  }]);
+  assert.deepEqual(folded.usage, { total_tokens: 2 });
+});
+
+Deno.test("sseResponse() reports a failure mid-stream as an error event and counts it", async () => {
+  const metrics = new FrontendMetrics();
+  const admission = admit(metrics, "m", "completion", true);
+  const ctx = new Context();
+  let closed = false;
+  let n = 0;
+  const source: SseSource = {
+    next() {
+      if (n++ === 0) return Promise.resolve({ text: "data: 1\n\n", last: false });
+      return Promise.reject(new MigrationExhaustedError(1, new Error("gone")));
+    },
+    close() {
+      closed = true;
+    },
+  };
+  const response = sseResponse(source, ctx, new Request("http://x/"), admission);
+  assert.equal(response.headers.get("content-type"), "text/event-stream");
+  const events = data(await response.text());
+  assert.equal(events[0], "1");
+  assert.equal(JSON.parse(events[1]!).error.code, "migration_exhausted");
+  assert.ok(closed && ctx.isKilled());
+  assert.match(await metrics.render(), /status="error"\} 1/);
+});
+
+Deno.test("sseResponse() kills the request when the client goes away", async () => {
+  const metrics = new FrontendMetrics();
+  const ctx = new Context();
+  const abort = new AbortController();
+  let closed = false;
+  const source: SseSource = {
+    next: () => new Promise<SseStep>(() => {}),
+    close() {
+      closed = true;
+    },
+  };
+  const response = sseResponse(
+    source,
+    ctx,
+    new Request("http://x/", { signal: abort.signal }),
+    admit(metrics, "m", "chat", true),
+  );
+  abort.abort();
+  assert.ok(closed && ctx.isKilled());
+  await response.body?.cancel();
+  const text = await metrics.render();
+  assert.match(text, /status="cancelled"\} 1/);
+  assert.match(text, /dynamo_frontend_disconnected_clients\{model="m"\} 1/);
+});

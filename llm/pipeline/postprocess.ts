@@ -1,0 +1,181 @@
+// The postprocess stage of a tokens model: each choice's engine outputs become text deltas
+// and finish reasons (detokenize, stop strings, max_tokens), timed for TTFT and ITL, with
+// the usage the response reports.
+
+import { DynamoError } from "../../runtime/errors.ts";
+import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
+import type { Tokenizer } from "../preprocess/tokenizer.ts";
+import { OutputProcessor } from "./postprocessor.ts";
+
+/** One piece of one choice's answer. */
+export interface ChoiceEvent {
+  index: number;
+  text: string;
+  reason: FinishReason | null;
+}
+
+/** The OpenAI `usage` of a response. */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details?: { cached_tokens: number };
+}
+
+/** The per-model series the postprocess stage observes. */
+export interface TokenSeries {
+  ttft: { observe(value: number): void };
+  itl: { observe(value: number): void };
+  outputTokens: { observe(value: number): void };
+}
+
+/**
+ * OpenAI has no "cancelled" or "error": a cancelled choice just stopped; an error is an error.
+ * @throws {DynamoError} the engine ended the sequence with "error"
+ */
+export function openaiReason(reason: FinishReason): FinishReason {
+  if (reason === "error") throw new DynamoError("the engine ended the sequence with an error");
+  if (reason === "cancelled" || reason === "eos") return "stop";
+  return reason;
+}
+
+/**
+ * The choices of one request: each choice's engine stream and output processor, and what
+ * the response reports about them (usage, token timings).
+ *
+ * @example
+ * ```ts ignore
+ * const choices = new TokenChoices(tokenizer, requests, streams, promptTokens, series, t0);
+ * for await (const ev of choices.events()) send(ev.index, ev.text, ev.reason);
+ * const usage = choices.usage();
+ * ```
+ */
+export class TokenChoices {
+  /** How many choices. */
+  readonly n: number;
+  readonly streams: readonly AsyncIterable<LLMEngineOutput>[];
+  readonly processors: readonly OutputProcessor[];
+  readonly promptTokens: number;
+  readonly #series: TokenSeries;
+  readonly #started: number;
+  /** Prompt tokens served from an engine's prefix cache (choice 0's: all share the prompt). */
+  #cachedTokens: number | undefined;
+  #firstAt = 0;
+  #lastAt = 0;
+  #outputObserved = false;
+
+  /**
+   * @param tokenizer the model's tokenizer (to detokenize)
+   * @param requests each choice's engine request
+   * @param streams each choice's engine outputs
+   * @param promptTokens the prompt's length in tokens
+   * @param series where token timings and output lengths are observed
+   * @param started when the request arrived (`performance.now()`)
+   */
+  constructor(
+    tokenizer: Tokenizer,
+    requests: readonly PreprocessedRequest[],
+    streams: readonly AsyncIterable<LLMEngineOutput>[],
+    promptTokens: number,
+    series: TokenSeries,
+    started: number,
+  ) {
+    this.n = streams.length;
+    this.streams = streams;
+    this.processors = requests.map((r) => OutputProcessor.forRequest(tokenizer, r));
+    this.promptTokens = promptTokens;
+    this.#series = series;
+    this.#started = started;
+  }
+
+  /** Notes an engine output of choice `index` (token timings, cached prompt tokens). */
+  observe(index: number, out: LLMEngineOutput): void {
+    if (out.token_ids.length > 0) {
+      const now = performance.now();
+      if (this.#firstAt === 0) {
+        this.#firstAt = now;
+        this.#series.ttft.observe((now - this.#started) / 1000);
+      } else {
+        this.#series.itl.observe((now - this.#lastAt) / 1000);
+      }
+      this.#lastAt = now;
+    }
+    if (index === 0 && out.cached_tokens !== undefined) this.#cachedTokens ??= out.cached_tokens;
+  }
+
+  /** One choice's (delta, finish) events. */
+  async *choiceEvents(index: number): AsyncGenerator<ChoiceEvent> {
+    const proc = this.processors[index]!;
+    for await (const out of this.streams[index]!) {
+      this.observe(index, out);
+      const delta = proc.push(out);
+      if (delta.finishReason) {
+        yield { index, text: delta.text, reason: openaiReason(delta.finishReason) };
+        return;
+      }
+      if (delta.text !== "") yield { index, text: delta.text, reason: null };
+    }
+    const tail = proc.finish();
+    yield {
+      index,
+      text: tail.text,
+      reason: tail.finishReason ? openaiReason(tail.finishReason) : "stop",
+    };
+  }
+
+  /** All choices' events, merged in arrival order (one choice: its own events, no merging). */
+  events(): AsyncIterable<ChoiceEvent> {
+    return this.n === 1
+      ? this.choiceEvents(0)
+      : mergeStreams(this.processors.map((_, i) => this.choiceEvents(i)));
+  }
+
+  /** The response's usage, from what the choices generated so far. */
+  usage(): Usage {
+    let completion = 0;
+    for (const p of this.processors) completion += p.completionTokens;
+    const cached = this.#cachedTokens;
+    const promptTokens = this.promptTokens;
+    return {
+      prompt_tokens: promptTokens,
+      completion_tokens: completion,
+      total_tokens: promptTokens + completion,
+      ...(cached === undefined ? {} : { prompt_tokens_details: { cached_tokens: cached } }),
+    };
+  }
+
+  /** Observes the output length once (when the response ends, however it ends). */
+  observeOutput(): void {
+    if (this.#outputObserved) return;
+    this.#outputObserved = true;
+    this.#series.outputTokens.observe(this.usage().completion_tokens);
+  }
+}
+
+/**
+ * Merges async iterables in arrival order; breaking out of the merge ends every source.
+ *
+ * @example
+ * ```ts ignore
+ * for await (const x of mergeStreams([a, b])) console.log(x);
+ * ```
+ */
+export async function* mergeStreams<T>(sources: readonly AsyncIterable<T>[]): AsyncGenerator<T> {
+  const iterators = sources.map((s) => s[Symbol.asyncIterator]());
+  const pending = new Map<number, Promise<{ index: number; r: IteratorResult<T> }>>();
+  const pull = (i: number) => pending.set(i, iterators[i]!.next().then((r) => ({ index: i, r })));
+  iterators.forEach((_, i) => pull(i));
+  try {
+    while (pending.size > 0) {
+      const { index, r } = await Promise.race(pending.values());
+      if (r.done) {
+        pending.delete(index);
+        continue;
+      }
+      pull(index);
+      yield r.value;
+    }
+  } finally {
+    for (const [i] of pending) void iterators[i]!.return?.(undefined);
+  }
+}

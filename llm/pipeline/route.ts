@@ -1,0 +1,133 @@
+// The route stage: sends a request to one instance of a model, by the router mode
+// (round robin, random, or the KV router for models that take tokens).
+
+import type { Client } from "../../runtime/client.ts";
+import type { Context } from "../../runtime/context.ts";
+import { NoInstancesError } from "../../runtime/errors.ts";
+import { type Logger, silentLogger } from "../../runtime/logger.ts";
+import type { ResponseStream } from "../../runtime/stream.ts";
+import type { EndpointGroup, EndpointId } from "../model/endpoints.ts";
+import { ModelInput } from "../protocols.ts";
+
+/**
+ * How the frontend spreads requests over a model's instances. "kv" applies to models that
+ * take tokens; requests to text models go round-robin (logged once per model).
+ */
+export type RouterMode = "round-robin" | "random" | "kv";
+
+/** What the route stage needs of a KV router. */
+export interface TokenRouter {
+  generate<T extends { token_ids?: number[] }>(
+    request: { token_ids: number[] },
+    options: { context?: Context; instances?: readonly string[] },
+  ): Promise<ResponseStream<T>>;
+}
+
+/** How requests are routed; one policy for all models of a registry. */
+export interface RoutePolicy {
+  mode: RouterMode;
+  /** How long a request waits for a registered model's endpoint to be served (ms). */
+  instanceWaitMs: number;
+  /** The KV router of one endpoint (mode "kv"). */
+  kvRouter(endpoint: EndpointId, client: Client, blockSize: number): TokenRouter;
+  logger?: Logger;
+}
+
+/** The model as the route stage reads it: its name, input kind and live endpoint groups. */
+export interface RouteTarget {
+  readonly name: string;
+  readonly modelInput: ModelInput;
+  readonly endpoints: ReadonlyMap<string, EndpointGroup>;
+}
+
+/** A tokens request, as the KV router reads it. */
+interface TokensRequest {
+  token_ids: number[];
+}
+
+function hasTokens(request: unknown): request is TokensRequest {
+  return typeof request === "object" && request !== null &&
+    Array.isArray((request as TokensRequest).token_ids);
+}
+
+/** Routes one model's requests: endpoints in turn, then an instance by the policy's mode. */
+export class ModelRouter {
+  readonly #target: RouteTarget;
+  readonly #policy: RoutePolicy;
+  readonly #blockSize: () => Promise<number>;
+  #next = 0;
+  #kvFallbackLogged = false;
+
+  /**
+   * @param target the model (its endpoints are read on every request: they change)
+   * @param policy the router mode and its settings
+   * @param blockSize the model's KV block size (read only in mode "kv")
+   */
+  constructor(target: RouteTarget, policy: RoutePolicy, blockSize: () => Promise<number>) {
+    this.#target = target;
+    this.#policy = policy;
+    this.#blockSize = blockSize;
+  }
+
+  /**
+   * Sends `request` to one of the model's instances.
+   * @throws {NoInstancesError} no instance is live
+   */
+  async generate<T>(request: unknown, context: Context): Promise<ResponseStream<T>> {
+    const target = this.#target;
+    const groups = [...target.endpoints.values()].filter((g) => g.instances.size > 0);
+    if (groups.length === 0) throw new NoInstancesError(target.name);
+    const group = groups[this.#next++ % groups.length]!;
+    const client = await group.client;
+    // Only the instances that registered this model: an endpoint may serve several.
+    const instances = [...group.instances];
+    // Workers register the model before they serve (seed 001's order): give the endpoint's
+    // instance a moment to appear instead of failing a request in that window.
+    await client.waitForInstances({
+      among: instances,
+      timeoutMs: this.#policy.instanceWaitMs,
+      signal: context.signal,
+    })
+      .catch(() => {});
+    const options = { context, instances };
+    const mode = this.#policy.mode;
+    if (mode === "kv") {
+      if (hasTokens(request) && target.modelInput === ModelInput.Tokens) {
+        const router = this.#policy.kvRouter(group.id, client, await this.#blockSize());
+        return await router.generate<T & { token_ids?: number[] }>(
+          request,
+          options,
+        ) as ResponseStream<T>;
+      }
+      // The KV router needs token ids: a text model (or a request without them) goes
+      // round-robin. Say so once per model, or the operator sees kv mode silently not apply.
+      if (!this.#kvFallbackLogged) {
+        this.#kvFallbackLogged = true;
+        (this.#policy.logger ?? silentLogger).warn(
+          "router mode kv does not apply; routing round-robin",
+          {
+            model: target.name,
+            reason: target.modelInput === ModelInput.Tokens
+              ? "request has no token_ids"
+              : "model takes text, not tokens",
+          },
+        );
+      }
+    }
+    return mode === "random"
+      ? await client.random<T>(request, options)
+      : await client.roundRobin<T>(request, options);
+  }
+
+  /**
+   * Skips an instance for a while (its stream broke: dead or leaving), until discovery
+   * confirms or clears it.
+   */
+  reportInstanceDown(instanceId: string): void {
+    for (const g of this.#target.endpoints.values()) {
+      if (g.instances.has(instanceId)) {
+        void g.client.then((c) => c.reportInstanceDown(instanceId), () => {});
+      }
+    }
+  }
+}

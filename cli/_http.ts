@@ -12,6 +12,7 @@ import {
 } from "../mod.ts";
 import { guardFrontend, type GuardOptions } from "../llm/http/guard.ts";
 import type { Io } from "./_common.ts";
+import { backendsInfo } from "../runtime/backends.ts";
 
 /** Options of {@linkcode serveFrontend}. */
 export interface ServeFrontendOptions {
@@ -51,6 +52,7 @@ export async function serveFrontend(
   const frontend = createFrontend({
     models,
     logger: options.logger,
+    backends: backendsInfo(runtime),
   });
   frontend.metrics.registry.setDefaultLabels({
     dynamo_namespace: "dynamo",

@@ -13,7 +13,9 @@ Deno.test("a frontend without backend settings warns that it runs on the in-proc
   );
   try {
     const url = await frontendUrl(child);
-    assert.equal((await fetch(`${url}/health`)).status, 200);
+    const health = await (await fetch(`${url}/health`)).json();
+    assert.equal(health.backends?.process_local, true, JSON.stringify(health));
+    assert.equal(health.backends?.discovery, "memory");
     const text = stderr.join("\n");
     assert.match(text, /backends discovery=memory request_plane=local/);
     assert.match(text, /in-process default: only this process can see/);

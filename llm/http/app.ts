@@ -3,6 +3,7 @@
 // (llm/pipeline/): parse -> resolve model -> admit -> the model's composed pipeline ->
 // encode; one error boundary turns typed errors into OpenAI error objects.
 
+import type { BackendsInfo } from "../../runtime/backends.ts";
 import { Context } from "../../runtime/context.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import type { ModelManager } from "../model/registry.ts";
@@ -25,6 +26,11 @@ export interface FrontendOptions {
   logger?: Logger;
   /** Largest request body in bytes (default 32 MiB). */
   maxBodyBytes?: number;
+  /**
+   * The runtime's backends, reported by `/health` (so that a frontend on the in-process
+   * default, which no other process can reach, says so there too).
+   */
+  backends?: BackendsInfo;
 }
 
 /** The frontend: a fetch handler and its metrics. */
@@ -84,6 +90,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
         return jsonResponse({
           status: "healthy",
           models: models.list().map((m) => ({ name: m.name, instances: m.instanceCount })),
+          ...(options.backends ? { backends: options.backends } : {}),
         });
       case "/live":
         return jsonResponse({ status: "live" });

@@ -1,7 +1,5 @@
 /**
- * Networked KV indexers over the {@linkcode RadixTree}.
- *
- * {@linkcode KvIndexer} follows the workers' KV events (component subject `kv_events`).
+ * The networked KV indexer over the {@linkcode RadixTree}: {@linkcode KvIndexer} follows the workers' KV events (component subject `kv_events`).
  * Each worker numbers its events 1, 2, 3, ...; the indexer applies them in order and,
  * when it sees a gap (a lost event, or a worker it met mid-stream), resynchronises that
  * worker: it publishes a request on `kv_resync` naming the worker and a reply subject
@@ -16,10 +14,6 @@
  * sent) for at most `readyTimeoutMs`; a start that failed is tried again by the next
  * lookup.
  *
- * {@linkcode ApproxKvIndexer} is for engines that publish no events: the router tells it
- * where it sent each request, and it assumes the worker caches the request's blocks for
- * a while (TTL, default 120 s).
- *
  * @module
  */
 
@@ -29,7 +23,9 @@ import { DynamoError, InvalidArgumentError, TimeoutError } from "../../runtime/e
 import type { EventSubscription } from "../../runtime/events/mod.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import type { RuntimeInternals } from "../../runtime/component.ts";
-import { type BlockHash, computeBlockHashesSync, computeLocalHashes } from "./hashing.ts";
+import { checkBlockSize } from "./_block_size.ts";
+import { type BlockHash, computeLocalHashes } from "./hashing.ts";
+import { InstanceWatch } from "./instance_watch.ts";
 import {
   decodeKvStateChunk,
   decodeRouterEvent,
@@ -86,79 +82,6 @@ interface WorkerSync {
   /** Id of the last event applied (0: none yet, state known empty). */
   last: number;
   resync: Resync | undefined;
-}
-
-function checkBlockSize(blockSize: number): void {
-  if (!Number.isInteger(blockSize) || blockSize <= 0) {
-    throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);
-  }
-}
-
-/**
- * Watches a component's instances in discovery and reports workers (instance ids) whose
- * last instance left.
- */
-class InstanceWatch {
-  readonly synced: Promise<void>;
-  readonly done: Promise<void>;
-  readonly #instances = new Map<string, Set<string>>();
-
-  constructor(
-    rt: RuntimeInternals,
-    component: Component,
-    signal: AbortSignal,
-    callbacks: { left: (id: string) => void; joined: (id: string) => void },
-  ) {
-    const prefix = `v1/instances/${component.namespace.name}/${component.name}/`;
-    const synced = Promise.withResolvers<void>();
-    this.synced = synced.promise;
-    this.done = (async () => {
-      let backoff = 100;
-      while (!signal.aborted) {
-        let snapshot: Map<string, Set<string>> | undefined = new Map();
-        try {
-          for await (const ev of rt.discovery.watch(prefix, { signal })) {
-            backoff = 100;
-            if (ev.type === "synced") {
-              for (const id of this.#instances.keys()) {
-                if (!snapshot!.has(id)) callbacks.left(id);
-              }
-              this.#instances.clear();
-              for (const [id, eps] of snapshot!) this.#instances.set(id, eps);
-              snapshot = undefined;
-              synced.resolve();
-              continue;
-            }
-            const rest = ev.key.slice(prefix.length);
-            const slash = rest.lastIndexOf("/");
-            if (slash < 0) continue;
-            const id = rest.slice(slash + 1);
-            const endpoint = rest.slice(0, slash);
-            const map = snapshot ?? this.#instances;
-            let eps = map.get(id);
-            if (ev.type === "put") {
-              if (!eps) map.set(id, eps = new Set());
-              eps.add(endpoint);
-              if (!snapshot) callbacks.joined(id);
-            } else if (eps) {
-              eps.delete(endpoint);
-              if (eps.size === 0) {
-                map.delete(id);
-                if (!snapshot) callbacks.left(id);
-              }
-            }
-          }
-        } catch (err) {
-          if (signal.aborted) break;
-          rt.logger.debug("instance watch failed; restarting", { error: String(err) });
-        }
-        if (signal.aborted) break;
-        await new Promise((r) => setTimeout(r, backoff));
-        backoff = Math.min(backoff * 2, 2000);
-      }
-      synced.resolve();
-    })();
-  }
 }
 
 let indexerSeq = 0;
@@ -582,136 +505,5 @@ export class KvIndexer {
         });
       }
     }
-  }
-}
-
-/** Options of {@linkcode ApproxKvIndexer}. */
-export interface ApproxKvIndexerOptions {
-  /** How long a routed request's blocks count as cached, in ms (default 120000). */
-  ttlMs?: number;
-  /** Clock in ms (default `performance.now`). */
-  now?: () => number;
-  /** Remove workers whose instances leave this component in discovery. */
-  component?: Component;
-}
-
-/**
- * An indexer for engines without KV events: the router records where it sent each
- * request, and the worker is assumed to cache the request's blocks for `ttlMs`.
- *
- * @example
- * ```ts
- * const approx = new ApproxKvIndexer(16, { ttlMs: 60_000 });
- * approx.recordRouted(tokenIds, "worker-1");
- * (await approx.findMatchesForRequest(tokenIds)).scores.get("worker-1"); // blocks of tokenIds
- * ```
- */
-export class ApproxKvIndexer {
-  readonly tree: RadixTree = new RadixTree();
-  readonly #blockSize: number;
-  readonly #ttl: number;
-  readonly #now: () => number;
-  /** (worker, sequence hash, expiry) in expiry order: the TTL is the same for all. */
-  #queue: { w: string; h: BlockHash; at: number }[] = [];
-  #head = 0;
-  /** Latest expiry per worker and block (a re-routed block lives longer). */
-  readonly #expiry = new Map<string, Map<BlockHash, number>>();
-  readonly #stop = new AbortController();
-  readonly #watch: InstanceWatch | undefined;
-
-  /**
-   * @param blockSize tokens per KV block
-   * @param options TTL, clock, and the component whose workers to follow
-   * @throws {InvalidArgumentError} a bad block size or TTL
-   */
-  constructor(blockSize: number, options: ApproxKvIndexerOptions = {}) {
-    checkBlockSize(blockSize);
-    const ttl = options.ttlMs ?? 120_000;
-    if (!(ttl > 0)) throw new InvalidArgumentError(`ttlMs must be positive, got ${ttl}`);
-    this.#blockSize = blockSize;
-    this.#ttl = ttl;
-    this.#now = options.now ?? (() => performance.now());
-    if (options.component) {
-      const rt = options.component.runtimeInternals;
-      this.#watch = new InstanceWatch(
-        rt,
-        options.component,
-        AbortSignal.any([this.#stop.signal, rt.shutdownSignal]),
-        { left: (w) => this.removeWorker(w), joined: () => {} },
-      );
-      rt.track(this.#watch.done);
-    }
-  }
-
-  /** Tokens per KV block. */
-  blockSize(): number {
-    return this.#blockSize;
-  }
-
-  /** Scores workers by the blocks routed to them that have not expired. */
-  findMatchesForRequest(tokenIds: ArrayLike<number>, loraId = 0): Promise<OverlapScores> {
-    try {
-      this.expire();
-      return Promise.resolve(
-        this.tree.findMatches(computeLocalHashes(tokenIds, this.#blockSize, loraId)),
-      );
-    } catch (err) {
-      return Promise.reject(err);
-    }
-  }
-
-  /** Scores workers for a prefix given as local block hashes. */
-  findMatches(localHashes: ArrayLike<BlockHash>): Promise<OverlapScores> {
-    this.expire();
-    return Promise.resolve(this.tree.findMatches(localHashes));
-  }
-
-  /** Records that the request `tokenIds` went to `workerId`: its blocks count as cached. */
-  recordRouted(tokenIds: ArrayLike<number>, workerId: string, loraId = 0): void {
-    this.expire();
-    const { local, sequence } = computeBlockHashesSync(tokenIds, this.#blockSize, loraId);
-    if (local.length === 0) return;
-    const at = this.#now() + this.#ttl;
-    let mine = this.#expiry.get(workerId);
-    if (!mine) this.#expiry.set(workerId, mine = new Map());
-    for (const h of sequence) {
-      mine.set(h, at);
-      this.#queue.push({ w: workerId, h, at });
-    }
-    this.tree.apply(workerId, {
-      stored: {
-        parent_hash: null,
-        blocks: local.map((tokens_hash, i) => ({ block_hash: sequence[i]!, tokens_hash })),
-      },
-    });
-  }
-
-  /** Drops the blocks whose TTL ran out (also done on every lookup and record). */
-  expire(): void {
-    const now = this.#now();
-    const q = this.#queue;
-    while (this.#head < q.length && q[this.#head]!.at <= now) {
-      const { w, h, at } = q[this.#head++]!;
-      const mine = this.#expiry.get(w);
-      if (mine?.get(h) !== at) continue; // refreshed since, or the worker was removed
-      mine.delete(h);
-      this.tree.apply(w, { removed: { block_hashes: [h] } });
-    }
-    if (this.#head > 1024 && this.#head * 2 > q.length) {
-      this.#queue = q.slice(this.#head);
-      this.#head = 0;
-    }
-  }
-
-  /** Forgets a worker and its blocks. */
-  removeWorker(workerId: string): void {
-    this.tree.removeWorker(workerId);
-    this.#expiry.delete(workerId);
-  }
-
-  /** Stops following discovery. */
-  async close(): Promise<void> {
-    this.#stop.abort();
-    await this.#watch?.done;
   }
 }

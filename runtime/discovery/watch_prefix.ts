@@ -145,7 +145,8 @@ export async function* watchPrefix<T>(
       }
     } catch (err) {
       if (signal?.aborted) return;
-      logger.warn(`watch of ${what}s failed; retrying`, {
+      logger.warn("discovery watch failed; retrying", {
+        what,
         prefix,
         error: err instanceof Error ? err.message : String(err),
       });

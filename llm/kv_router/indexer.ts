@@ -1,14 +1,16 @@
 /**
- * The networked KV indexer over the {@linkcode RadixTree}: {@linkcode KvIndexer} follows the workers' KV events (component subject `kv_events`).
- * Each worker numbers its events 1, 2, 3, ...; the indexer applies them in order and,
- * when it sees a gap (a lost event, or a worker it met mid-stream), resynchronises that
- * worker: it publishes a request on `kv_resync` naming the worker and a reply subject
- * (`kv_state.{indexer}`); the worker's {@linkcode KvEventPublisher} answers with a dump
- * of the blocks it holds and the last event id the dump reflects, in chunks. Meanwhile
- * the worker's events are buffered; once the dump is in, the indexer replaces the
- * worker's blocks with it and applies the buffered events that come after it. At start
- * the indexer asks every worker (`"*"`) for its state, so it can start after them.
- * Workers are removed when their last instance under the component leaves discovery.
+ * The networked KV indexer over the {@linkcode RadixTree}: {@linkcode KvIndexer} follows
+ * the workers' KV events (component subject `kv_events`). Each worker numbers its events 1,
+ * 2, 3, ...; the indexer applies them in order and, when it sees a gap (a lost event, or a
+ * worker it met mid-stream), resynchronises that worker: it publishes a request on
+ * `kv_resync` naming the worker and a reply subject (`kv_state.{indexer}`); the worker's
+ * {@linkcode KvEventPublisher} answers with a dump of the blocks it holds and the last
+ * event id the dump reflects, in chunks. Meanwhile the worker's events are buffered; once
+ * the dump is in, the indexer replaces the worker's blocks with it and applies the buffered
+ * events that come after it. At start the indexer asks every worker (`"*"`) for its state,
+ * so it can start after them. Workers are removed when their last instance under the
+ * component leaves discovery. (That bookkeeping lives in event_intake.ts; the discovery
+ * side in instance_watch.ts.)
  *
  * Lookups wait for that start (subscriptions ready, discovery synced, the `"*"` request
  * sent) for at most `readyTimeoutMs`; a start that failed is tried again by the next
@@ -25,6 +27,7 @@ import type { Logger } from "../../runtime/logger.ts";
 import type { RuntimeInternals } from "../../runtime/component.ts";
 import { checkBlockSize } from "./_block_size.ts";
 import { type BlockHash, computeLocalHashes } from "./hashing.ts";
+import { KvEventIntake } from "./event_intake.ts";
 import { InstanceWatch } from "./instance_watch.ts";
 import {
   decodeKvStateChunk,
@@ -33,7 +36,6 @@ import {
   KV_RESYNC,
   KV_STATE,
   type KvResyncRequest,
-  type KvStateEntry,
   type OverlapScores,
   type RouterEvent,
 } from "./protocols.ts";
@@ -71,19 +73,6 @@ function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-interface Resync {
-  nonce: string;
-  buffer: RouterEvent[];
-  attempts: number;
-  timer: ReturnType<typeof setTimeout> | undefined;
-}
-
-interface WorkerSync {
-  /** Id of the last event applied (0: none yet, state known empty). */
-  last: number;
-  resync: Resync | undefined;
-}
-
 let indexerSeq = 0;
 
 /**
@@ -106,11 +95,7 @@ export class KvIndexer {
   readonly #signal: AbortSignal;
   readonly #feeds: Feed[];
   readonly #replyName: string;
-  readonly #sync = new Map<string, WorkerSync>();
-  /** Dumps being received: `${worker}\0${nonce}` -> entries so far. */
-  readonly #dumps = new Map<string, { next: number; entries: KvStateEntry[] }>();
-  /** Workers that left discovery; their stray events and dumps are ignored. */
-  readonly #gone = new Set<string>();
+  readonly #intake: KvEventIntake;
   readonly #watch: InstanceWatch;
   #watchSynced = false;
   /** The start under way (undefined: none, or the last one failed). */
@@ -119,9 +104,6 @@ export class KvIndexer {
   #resyncSent = false;
   readonly #readyTimeoutMs: number;
   readonly #tasks: Promise<void>[] = [];
-  readonly #timeoutMs: number;
-  readonly #attempts: number;
-  readonly #maxBuffered: number;
   #nonce = 0;
 
   /**
@@ -136,9 +118,6 @@ export class KvIndexer {
     this.#component = component;
     this.#rt = component.runtimeInternals;
     this.tree = new RadixTree({ frequencyWindowMs: options.frequencyWindowMs });
-    this.#timeoutMs = options.resyncTimeoutMs ?? 2000;
-    this.#attempts = options.resyncAttempts ?? 3;
-    this.#maxBuffered = options.maxBufferedEvents ?? 100_000;
     this.#readyTimeoutMs = options.readyTimeoutMs ?? 5000;
     if (!(this.#readyTimeoutMs > 0)) {
       throw new InvalidArgumentError(`readyTimeoutMs must be > 0, got ${this.#readyTimeoutMs}`);
@@ -147,18 +126,21 @@ export class KvIndexer {
     this.#log = this.#rt.logger.child({ component: component.path, kv_indexer: id });
     this.#signal = AbortSignal.any([this.#stop.signal, this.#rt.shutdownSignal]);
     this.#replyName = `${KV_STATE}.${id}`;
+    this.#intake = new KvEventIntake(this.tree, {
+      resyncTimeoutMs: options.resyncTimeoutMs,
+      resyncAttempts: options.resyncAttempts,
+      maxBufferedEvents: options.maxBufferedEvents,
+      logger: this.#log,
+      signal: this.#signal,
+      requestResync: (worker, nonce) => this.requestResync(worker, nonce),
+    });
     this.#feeds = [
       this.#feed(KV_EVENTS, (bytes) => this.#onEvent(bytes)),
-      this.#feed(this.#replyName, (bytes) => this.#onChunk(bytes)),
+      this.#feed(this.#replyName, (bytes) => this.#intake.applyChunk(decodeKvStateChunk(bytes))),
     ];
     this.#watch = new InstanceWatch(this.#rt, component, this.#signal, {
-      left: (w) => {
-        this.#log.debug("worker left discovery", { worker: w });
-        this.removeWorker(w);
-        this.#gone.add(w);
-        if (this.#gone.size > 10_000) this.#gone.delete(this.#gone.values().next().value!);
-      },
-      joined: (w) => void this.#gone.delete(w),
+      left: (w) => this.#intake.workerLeft(w),
+      joined: (w) => this.#intake.workerJoined(w),
     });
     void this.#watch.synced.then(() => (this.#watchSynced = true));
     this.#track(this.#watch.done);
@@ -185,7 +167,7 @@ export class KvIndexer {
 
   /** Workers whose state dump is awaited (their events are buffered meanwhile). */
   get pendingResyncs(): string[] {
-    return [...this.#sync].filter(([, st]) => st.resync).map(([w]) => w);
+    return this.#intake.pendingResyncs;
   }
 
   /**
@@ -219,51 +201,12 @@ export class KvIndexer {
    * worker restarted, or a duplicate: its state dump settles which).
    */
   applyEvent(ev: RouterEvent): void {
-    const w = ev.worker_id;
-    if (this.#gone.has(w)) return;
-    const id = ev.event.event_id;
-    const st = this.#sync.get(w);
-    if (!st) {
-      if (id === 1) {
-        this.#sync.set(w, { last: 1, resync: undefined });
-        this.#apply(ev);
-      } else this.#startResync(w, ev);
-      return;
-    }
-    if (st.resync) {
-      if (st.resync.buffer.length < this.#maxBuffered) st.resync.buffer.push(ev);
-      return;
-    }
-    if (id === st.last + 1) {
-      st.last = id;
-      this.#apply(ev);
-    } else if (id === 1) {
-      // Id 1 again: either the worker's publisher started over (and so did its cache), or
-      // event 1 came twice (a redelivery, an overlap of subscriptions). The wire carries
-      // nothing that tells them apart (no publisher epoch), and guessing wrong costs either
-      // the worker's whole state (clearing on a duplicate) or a stale one (ignoring a
-      // restart). So ask the worker: its dump is its state now, whichever it was, and the
-      // tree keeps the old state until the dump replaces it.
-      this.#log.debug("event 1 again (restart or duplicate); resynchronising", {
-        worker: w,
-        last: st.last,
-      });
-      this.#startResync(w, ev);
-    } else if (id > st.last) {
-      this.#log.debug("event gap; resynchronising", { worker: w, last: st.last, got: id });
-      this.#startResync(w, ev);
-    }
+    this.#intake.applyEvent(ev);
   }
 
   /** Forgets a worker and its blocks. */
   removeWorker(workerId: string): void {
-    this.tree.removeWorker(workerId);
-    const st = this.#sync.get(workerId);
-    if (st?.resync?.timer !== undefined) clearTimeout(st.resync.timer);
-    this.#sync.delete(workerId);
-    for (const key of this.#dumps.keys()) {
-      if (key.startsWith(`${workerId}\0`)) this.#dumps.delete(key);
-    }
+    this.#intake.removeWorker(workerId);
   }
 
   /** Asks a worker (or every worker, with "*") for its state. */
@@ -275,9 +218,7 @@ export class KvIndexer {
   /** Stops following events and discovery. */
   async close(): Promise<void> {
     this.#stop.abort();
-    for (const st of this.#sync.values()) {
-      if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
-    }
+    this.#intake.close();
     await Promise.allSettled(this.#feeds.map((f) => f.sub.unsubscribe()));
     await Promise.allSettled(this.#tasks);
   }
@@ -400,88 +341,6 @@ export class KvIndexer {
       parts.push(`the ${KV_RESYNC} request to the workers to be sent`);
     }
     return parts.join(", ") || "nothing (it has just started)";
-  }
-
-  #apply(ev: RouterEvent): void {
-    if (!this.tree.applyEvent(ev)) {
-      this.#log.debug("stored event under a parent the worker does not hold; dropped", {
-        worker: ev.worker_id,
-        event: ev.event.event_id,
-      });
-    }
-  }
-
-  #startResync(w: string, first: RouterEvent | undefined): void {
-    let st = this.#sync.get(w);
-    if (!st) this.#sync.set(w, st = { last: 0, resync: undefined });
-    if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
-    st.resync = {
-      nonce: `r${++this.#nonce}`,
-      buffer: first ? [first] : [],
-      attempts: 0,
-      timer: undefined,
-    };
-    this.#sendResync(w, st.resync);
-  }
-
-  #sendResync(w: string, r: Resync): void {
-    if (this.#signal.aborted) return;
-    r.attempts++;
-    this.requestResync(w, r.nonce).catch((err) =>
-      this.#log.warn("cannot send resync request", { worker: w, error: String(err) })
-    );
-    r.timer = setTimeout(() => {
-      r.timer = undefined;
-      if (this.#sync.get(w)?.resync !== r) return;
-      if (r.attempts < this.#attempts) {
-        this.#sendResync(w, r);
-        return;
-      }
-      this.#log.warn("worker did not answer resync requests; dropping its state", {
-        worker: w,
-        attempts: r.attempts,
-      });
-      this.removeWorker(w);
-    }, this.#timeoutMs);
-  }
-
-  #onChunk(bytes: Uint8Array): void {
-    const c = decodeKvStateChunk(bytes);
-    if (this.#gone.has(c.worker_id)) return;
-    const key = `${c.worker_id}\0${c.nonce}`;
-    let d = this.#dumps.get(key);
-    if (c.index === 0) this.#dumps.set(key, d = { next: 0, entries: [] });
-    if (!d || d.next !== c.index) {
-      this.#dumps.delete(key); // a chunk went missing: wait for another dump
-      return;
-    }
-    for (const e of c.entries) d.entries.push(e);
-    d.next++;
-    if (!c.last) return;
-    this.#dumps.delete(key);
-    this.#applyDump(c.worker_id, c.last_event_id, d.entries);
-  }
-
-  #applyDump(w: string, lastEventId: number, entries: KvStateEntry[]): void {
-    let st = this.#sync.get(w);
-    if (st && !st.resync && st.last >= lastEventId) return; // nothing newer in it
-    if (!st) this.#sync.set(w, st = { last: 0, resync: undefined });
-    const buffered = st.resync?.buffer ?? [];
-    if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
-    st.resync = undefined;
-    this.tree.clearWorker(w);
-    for (const e of entries) this.tree.storeBlock(w, e.parent_hash, e.block_hash, e.tokens_hash);
-    st.last = lastEventId;
-    this.#log.debug("worker state loaded", {
-      worker: w,
-      blocks: entries.length,
-      last: lastEventId,
-      buffered: buffered.length,
-    });
-    buffered.sort((a, b) => a.event.event_id - b.event.event_id);
-    // Events the dump already reflects are dropped here: applyEvent would take a stale
-    // id 1 for a restart and ask for the state again.
-    for (const ev of buffered) if (ev.event.event_id > lastEventId) this.applyEvent(ev);
   }
 
   #onEvent(bytes: Uint8Array): void {

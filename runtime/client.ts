@@ -102,11 +102,16 @@ export class Client {
     });
     for await (const ev of events) {
       if (ev.type === "synced") {
+        // A (re)started watch's listing replaces the instances whole; what discovery lists
+        // now is trusted over an earlier "down" report, as a put is.
         const snapshot = new Map<string, string>();
         for (const { id, subject } of ev.records.values()) snapshot.set(id, subject);
         if (this.#deps.trace) this.#traceResync(snapshot);
         this.#instances.clear();
-        for (const [id, subject] of snapshot) this.#instances.set(id, subject);
+        for (const [id, subject] of snapshot) {
+          this.#instances.set(id, subject);
+          this.#down.delete(id);
+        }
         synced();
       } else if (ev.type === "put") {
         const { id, subject } = ev.value;

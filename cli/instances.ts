@@ -1,6 +1,7 @@
 // `dynamo instances`: lists the endpoint instances registered in discovery.
 
 import { DistributedRuntime } from "../mod.ts";
+import { INSTANCE_PREFIX as PREFIX, instancePrefix } from "../runtime/keys.ts";
 import {
   type Command,
   ExitCode,
@@ -9,8 +10,6 @@ import {
   parsePath,
   UsageError,
 } from "./_common.ts";
-
-const PREFIX = "v1/instances/";
 
 const usage = `Usage: dynamo instances [NAMESPACE[/COMPONENT[/ENDPOINT]]] [--json]
 
@@ -46,7 +45,7 @@ async function run(args: string[], io: Io): Promise<number> {
     );
   }
   const parts = positionals[0] === undefined ? [] : parsePath("instances", positionals[0], 1);
-  const prefix = PREFIX + parts.map((p) => p + "/").join("");
+  const prefix = instancePrefix(parts[0], parts[1], parts[2]);
 
   const runtime = await DistributedRuntime.fromEnv();
   let rows: InstanceRow[];

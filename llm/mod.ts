@@ -99,12 +99,8 @@ export {
   type RouterEvent,
 } from "./kv_router/protocols.ts";
 export { RadixTree, type RadixTreeOptions } from "./kv_router/radix_tree.ts";
-export {
-  ApproxKvIndexer,
-  type ApproxKvIndexerOptions,
-  KvIndexer,
-  type KvIndexerOptions,
-} from "./kv_router/indexer.ts";
+export { KvIndexer, type KvIndexerOptions } from "./kv_router/indexer.ts";
+export { ApproxKvIndexer, type ApproxKvIndexerOptions } from "./kv_router/approx_indexer.ts";
 export {
   KvEventPublisher,
   type KvEventPublisherOptions,

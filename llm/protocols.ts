@@ -126,6 +126,5 @@ export interface ModelEntry {
   mdcsum: string;
 }
 
-/** Discovery prefixes of the LLM layer. */
-export const MODEL_ENTRY_PREFIX = "v1/models/";
-export const MODEL_CARD_PREFIX = "v1/mdc/";
+/** Discovery prefixes of the LLM layer (spelled, with every other key, in runtime/keys.ts). */
+export { MODEL_CARD_PREFIX, MODEL_ENTRY_PREFIX } from "../runtime/keys.ts";

@@ -3,10 +3,12 @@
 
 import type { Context } from "./context.ts";
 import type { Discovery } from "./discovery/mod.ts";
+import { watchPrefix } from "./discovery/watch_prefix.ts";
 import { DynamoError, NoInstancesError, RuntimeShutdownError, TimeoutError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
-import { instancePrefix, parseInstanceRecord, recordSubject } from "./names.ts";
+import { instancePrefix } from "./keys.ts";
+import { instanceRecordSchema } from "./names.ts";
 import { openStream, type ResponseStream } from "./stream.ts";
 import type { RequestPlane } from "./transport/mod.ts";
 
@@ -92,53 +94,38 @@ export class Client {
   }
 
   async #watch(synced: () => void): Promise<void> {
-    let backoff = 100;
-    while (!this.#stop.signal.aborted) {
-      // Each (re)started watch begins with a snapshot, collected apart and swapped in whole
-      // at "synced", so a reconnect does not flap the instance list.
-      let snapshot: Map<string, string> | undefined = new Map();
-      try {
-        for await (
-          const ev of this.#deps.discovery.watch(this.#prefix, { signal: this.#stop.signal })
-        ) {
-          backoff = 100;
-          if (ev.type === "synced") {
-            if (this.#deps.trace) this.#traceResync(snapshot ?? new Map());
-            this.#instances.clear();
-            for (const [id, subject] of snapshot ?? []) this.#instances.set(id, subject);
-            snapshot = undefined;
-            synced();
-          } else {
-            const id = ev.key.slice(this.#prefix.length);
-            const target = snapshot ?? this.#instances;
-            if (ev.type === "put") {
-              const rec = parseInstanceRecord(ev.value);
-              if (!rec) {
-                this.#deps.logger.warn("ignoring malformed instance record", { key: ev.key });
-                continue;
-              }
-              if (!snapshot && this.#deps.trace && !target.has(id)) this.#trace("up", id);
-              target.set(id, recordSubject(rec));
-            } else {
-              if (!snapshot && this.#deps.trace && target.has(id)) this.#trace("gone", id);
-              target.delete(id);
-            }
-            this.#down.delete(id);
-            if (snapshot) continue;
-          }
-          this.#ids = [...this.#instances.keys()].sort();
-          for (const wake of [...this.#waiters]) wake();
+    const events = watchPrefix(this.#deps.discovery, this.#prefix, {
+      schema: instanceRecordSchema,
+      signal: this.#stop.signal,
+      logger: this.#deps.logger.child({ endpoint: this.path }),
+      what: "instance record",
+    });
+    for await (const ev of events) {
+      if (ev.type === "synced") {
+        // A (re)started watch's listing replaces the instances whole; what discovery lists
+        // now is trusted over an earlier "down" report, as a put is.
+        const snapshot = new Map<string, string>();
+        for (const { id, subject } of ev.records.values()) snapshot.set(id, subject);
+        if (this.#deps.trace) this.#traceResync(snapshot);
+        this.#instances.clear();
+        for (const [id, subject] of snapshot) {
+          this.#instances.set(id, subject);
+          this.#down.delete(id);
         }
-      } catch (err) {
-        if (this.#stop.signal.aborted) return;
-        this.#deps.logger.warn("instance watch failed; retrying", {
-          endpoint: this.path,
-          error: String(err),
-        });
+        synced();
+      } else if (ev.type === "put") {
+        const { id, subject } = ev.value;
+        if (this.#deps.trace && !this.#instances.has(id)) this.#trace("up", id);
+        this.#instances.set(id, subject);
+        this.#down.delete(id);
+      } else {
+        const { id } = ev.previous;
+        if (this.#deps.trace && this.#instances.has(id)) this.#trace("gone", id);
+        this.#instances.delete(id);
+        this.#down.delete(id);
       }
-      if (this.#stop.signal.aborted) return;
-      await new Promise((r) => setTimeout(r, backoff));
-      backoff = Math.min(backoff * 2, 2000);
+      this.#ids = [...this.#instances.keys()].sort();
+      for (const wake of [...this.#waiters]) wake();
     }
   }
 

@@ -15,7 +15,8 @@ import type { ObjectStore } from "./objects/mod.ts";
 import { DynamoError, InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
-import { instanceKey, type InstanceRecord, instanceSubject, validateName } from "./names.ts";
+import { componentKey, instanceKey } from "./keys.ts";
+import { type InstanceRecord, instanceSubject, validateName } from "./names.ts";
 import { type Handler, serveRequest } from "./stream.ts";
 import {
   decodeRequest,
@@ -101,7 +102,7 @@ export class Component {
       throw new RuntimeShutdownError("the runtime is shutting down");
     }
     await this.#rt.registerKey(
-      `v1/components/${this.namespace.name}/${this.name}/${this.#rt.instanceId}`,
+      componentKey(this.namespace.name, this.name, this.#rt.instanceId),
       JSON.stringify({
         namespace: this.namespace.name,
         component: this.name,

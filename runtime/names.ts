@@ -1,7 +1,11 @@
-// Names, keys and subjects: the one place that spells the wire layout of discovery and
-// the request plane.
+// Names and subjects: how namespaces, components and endpoints are named, the request-plane
+// subject of an instance, and the instance record under its discovery key (keys: keys.ts).
 
+import { z } from "zod";
 import { InvalidArgumentError } from "./errors.ts";
+
+/** Longest id or subject accepted from an instance record. */
+const MAX_NAME = 1024;
 
 const NAME = /^[A-Za-z0-9_-]+$/;
 
@@ -18,21 +22,6 @@ export function validateName(kind: string, name: unknown): string {
 /** Lowercases and replaces anything outside [a-z0-9_-] with "_" (Dynamo's slugify). */
 export function slug(s: string): string {
   return s.toLowerCase().replace(/[^a-z0-9_-]/g, "_");
-}
-
-/** etcd prefix of an endpoint's instances (ends with "/"). */
-export function instancePrefix(namespace: string, component: string, endpoint: string): string {
-  return `v1/instances/${namespace}/${component}/${endpoint}/`;
-}
-
-/** etcd key of one instance. */
-export function instanceKey(
-  namespace: string,
-  component: string,
-  endpoint: string,
-  instanceId: string,
-): string {
-  return `${instancePrefix(namespace, component, endpoint)}${instanceId}`;
 }
 
 /** The request-plane subject of one instance. */
@@ -54,25 +43,25 @@ export interface InstanceRecord {
   transport: { nats_tcp: string } | { local: string };
 }
 
-/** Parses an instance record; returns undefined for anything malformed. */
-export function parseInstanceRecord(value: string): InstanceRecord | undefined {
-  try {
-    const r = JSON.parse(value) as InstanceRecord;
-    if (
-      typeof r?.instance_id !== "string" || typeof r.transport !== "object" || r.transport === null
-    ) return;
-    const subject = "nats_tcp" in r.transport
-      ? r.transport.nats_tcp
-      : "local" in r.transport
-      ? r.transport.local
-      : undefined;
-    return typeof subject === "string" ? r : undefined;
-  } catch {
-    return undefined;
-  }
-}
+/** What routing needs from the value under an instance key (other fields are dropped). */
+export const instanceRecordValueSchema = z.object({
+  instance_id: z.string().max(MAX_NAME),
+  transport: z.union([
+    z.object({ nats_tcp: z.string().max(MAX_NAME) }),
+    z.object({ local: z.string().max(MAX_NAME) }),
+  ]),
+});
+
+/**
+ * An instance record watched under its endpoint's prefix (the key is the instance id):
+ * parses to the id and the request-plane subject.
+ */
+export const instanceRecordSchema = z.object({
+  key: z.string().min(1).max(MAX_NAME),
+  value: instanceRecordValueSchema,
+}).transform(({ key, value }) => ({ id: key, subject: recordSubject(value) }));
 
 /** The subject named by an instance record. */
-export function recordSubject(r: InstanceRecord): string {
+export function recordSubject(r: Pick<InstanceRecord, "transport">): string {
   return "nats_tcp" in r.transport ? r.transport.nats_tcp : r.transport.local;
 }

@@ -1,6 +1,7 @@
 // Where a decode worker publishes its KV memory once: a discovery key on its lease
 // (`v1/disagg/{namespace}/decode_memory/{agent}`), gone when the worker is.
 
+import { decodeMemoryKey } from "../../runtime/keys.ts";
 import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { DynamoError } from "../../runtime/errors.ts";
 import type { DecodeMemoryInfo } from "./protocol.ts";
@@ -14,14 +15,8 @@ export class DecodeMemoryNotFoundError extends DynamoError {
   }
 }
 
-/**
- * @param namespace the pipeline's namespace
- * @param agentName the decode worker's transfer agent
- * @returns the discovery key of its memory info
- */
-export function decodeMemoryKey(namespace: string, agentName: string): string {
-  return `v1/disagg/${namespace}/decode_memory/${agentName}`;
-}
+/** The discovery key of a decode agent's memory info (namespace, agent name). */
+export { decodeMemoryKey };
 
 /**
  * Publishes a decode worker's memory info on the runtime's lease.

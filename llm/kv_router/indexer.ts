@@ -1,24 +1,20 @@
 /**
- * Networked KV indexers over the {@linkcode RadixTree}.
- *
- * {@linkcode KvIndexer} follows the workers' KV events (component subject `kv_events`).
- * Each worker numbers its events 1, 2, 3, ...; the indexer applies them in order and,
- * when it sees a gap (a lost event, or a worker it met mid-stream), resynchronises that
- * worker: it publishes a request on `kv_resync` naming the worker and a reply subject
- * (`kv_state.{indexer}`); the worker's {@linkcode KvEventPublisher} answers with a dump
- * of the blocks it holds and the last event id the dump reflects, in chunks. Meanwhile
- * the worker's events are buffered; once the dump is in, the indexer replaces the
- * worker's blocks with it and applies the buffered events that come after it. At start
- * the indexer asks every worker (`"*"`) for its state, so it can start after them.
- * Workers are removed when their last instance under the component leaves discovery.
+ * The networked KV indexer over the {@linkcode RadixTree}: {@linkcode KvIndexer} follows
+ * the workers' KV events (component subject `kv_events`). Each worker numbers its events 1,
+ * 2, 3, ...; the indexer applies them in order and, when it sees a gap (a lost event, or a
+ * worker it met mid-stream), resynchronises that worker: it publishes a request on
+ * `kv_resync` naming the worker and a reply subject (`kv_state.{indexer}`); the worker's
+ * {@linkcode KvEventPublisher} answers with a dump of the blocks it holds and the last
+ * event id the dump reflects, in chunks. Meanwhile the worker's events are buffered; once
+ * the dump is in, the indexer replaces the worker's blocks with it and applies the buffered
+ * events that come after it. At start the indexer asks every worker (`"*"`) for its state,
+ * so it can start after them. Workers are removed when their last instance under the
+ * component leaves discovery. (That bookkeeping lives in event_intake.ts; the discovery
+ * side in instance_watch.ts.)
  *
  * Lookups wait for that start (subscriptions ready, discovery synced, the `"*"` request
  * sent) for at most `readyTimeoutMs`; a start that failed is tried again by the next
  * lookup.
- *
- * {@linkcode ApproxKvIndexer} is for engines that publish no events: the router tells it
- * where it sent each request, and it assumes the worker caches the request's blocks for
- * a while (TTL, default 120 s).
  *
  * @module
  */
@@ -29,7 +25,10 @@ import { DynamoError, InvalidArgumentError, TimeoutError } from "../../runtime/e
 import type { EventSubscription } from "../../runtime/events/mod.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import type { RuntimeInternals } from "../../runtime/component.ts";
-import { type BlockHash, computeBlockHashesSync, computeLocalHashes } from "./hashing.ts";
+import { checkBlockSize } from "./_block_size.ts";
+import { type BlockHash, computeLocalHashes } from "./hashing.ts";
+import { KvEventIntake } from "./event_intake.ts";
+import { InstanceWatch } from "./instance_watch.ts";
 import {
   decodeKvStateChunk,
   decodeRouterEvent,
@@ -37,7 +36,6 @@ import {
   KV_RESYNC,
   KV_STATE,
   type KvResyncRequest,
-  type KvStateEntry,
   type OverlapScores,
   type RouterEvent,
 } from "./protocols.ts";
@@ -75,92 +73,6 @@ function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-interface Resync {
-  nonce: string;
-  buffer: RouterEvent[];
-  attempts: number;
-  timer: ReturnType<typeof setTimeout> | undefined;
-}
-
-interface WorkerSync {
-  /** Id of the last event applied (0: none yet, state known empty). */
-  last: number;
-  resync: Resync | undefined;
-}
-
-function checkBlockSize(blockSize: number): void {
-  if (!Number.isInteger(blockSize) || blockSize <= 0) {
-    throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);
-  }
-}
-
-/**
- * Watches a component's instances in discovery and reports workers (instance ids) whose
- * last instance left.
- */
-class InstanceWatch {
-  readonly synced: Promise<void>;
-  readonly done: Promise<void>;
-  readonly #instances = new Map<string, Set<string>>();
-
-  constructor(
-    rt: RuntimeInternals,
-    component: Component,
-    signal: AbortSignal,
-    callbacks: { left: (id: string) => void; joined: (id: string) => void },
-  ) {
-    const prefix = `v1/instances/${component.namespace.name}/${component.name}/`;
-    const synced = Promise.withResolvers<void>();
-    this.synced = synced.promise;
-    this.done = (async () => {
-      let backoff = 100;
-      while (!signal.aborted) {
-        let snapshot: Map<string, Set<string>> | undefined = new Map();
-        try {
-          for await (const ev of rt.discovery.watch(prefix, { signal })) {
-            backoff = 100;
-            if (ev.type === "synced") {
-              for (const id of this.#instances.keys()) {
-                if (!snapshot!.has(id)) callbacks.left(id);
-              }
-              this.#instances.clear();
-              for (const [id, eps] of snapshot!) this.#instances.set(id, eps);
-              snapshot = undefined;
-              synced.resolve();
-              continue;
-            }
-            const rest = ev.key.slice(prefix.length);
-            const slash = rest.lastIndexOf("/");
-            if (slash < 0) continue;
-            const id = rest.slice(slash + 1);
-            const endpoint = rest.slice(0, slash);
-            const map = snapshot ?? this.#instances;
-            let eps = map.get(id);
-            if (ev.type === "put") {
-              if (!eps) map.set(id, eps = new Set());
-              eps.add(endpoint);
-              if (!snapshot) callbacks.joined(id);
-            } else if (eps) {
-              eps.delete(endpoint);
-              if (eps.size === 0) {
-                map.delete(id);
-                if (!snapshot) callbacks.left(id);
-              }
-            }
-          }
-        } catch (err) {
-          if (signal.aborted) break;
-          rt.logger.debug("instance watch failed; restarting", { error: String(err) });
-        }
-        if (signal.aborted) break;
-        await new Promise((r) => setTimeout(r, backoff));
-        backoff = Math.min(backoff * 2, 2000);
-      }
-      synced.resolve();
-    })();
-  }
-}
-
 let indexerSeq = 0;
 
 /**
@@ -183,11 +95,7 @@ export class KvIndexer {
   readonly #signal: AbortSignal;
   readonly #feeds: Feed[];
   readonly #replyName: string;
-  readonly #sync = new Map<string, WorkerSync>();
-  /** Dumps being received: `${worker}\0${nonce}` -> entries so far. */
-  readonly #dumps = new Map<string, { next: number; entries: KvStateEntry[] }>();
-  /** Workers that left discovery; their stray events and dumps are ignored. */
-  readonly #gone = new Set<string>();
+  readonly #intake: KvEventIntake;
   readonly #watch: InstanceWatch;
   #watchSynced = false;
   /** The start under way (undefined: none, or the last one failed). */
@@ -196,9 +104,6 @@ export class KvIndexer {
   #resyncSent = false;
   readonly #readyTimeoutMs: number;
   readonly #tasks: Promise<void>[] = [];
-  readonly #timeoutMs: number;
-  readonly #attempts: number;
-  readonly #maxBuffered: number;
   #nonce = 0;
 
   /**
@@ -213,9 +118,6 @@ export class KvIndexer {
     this.#component = component;
     this.#rt = component.runtimeInternals;
     this.tree = new RadixTree({ frequencyWindowMs: options.frequencyWindowMs });
-    this.#timeoutMs = options.resyncTimeoutMs ?? 2000;
-    this.#attempts = options.resyncAttempts ?? 3;
-    this.#maxBuffered = options.maxBufferedEvents ?? 100_000;
     this.#readyTimeoutMs = options.readyTimeoutMs ?? 5000;
     if (!(this.#readyTimeoutMs > 0)) {
       throw new InvalidArgumentError(`readyTimeoutMs must be > 0, got ${this.#readyTimeoutMs}`);
@@ -224,18 +126,21 @@ export class KvIndexer {
     this.#log = this.#rt.logger.child({ component: component.path, kv_indexer: id });
     this.#signal = AbortSignal.any([this.#stop.signal, this.#rt.shutdownSignal]);
     this.#replyName = `${KV_STATE}.${id}`;
+    this.#intake = new KvEventIntake(this.tree, {
+      resyncTimeoutMs: options.resyncTimeoutMs,
+      resyncAttempts: options.resyncAttempts,
+      maxBufferedEvents: options.maxBufferedEvents,
+      logger: this.#log,
+      signal: this.#signal,
+      requestResync: (worker, nonce) => this.requestResync(worker, nonce),
+    });
     this.#feeds = [
       this.#feed(KV_EVENTS, (bytes) => this.#onEvent(bytes)),
-      this.#feed(this.#replyName, (bytes) => this.#onChunk(bytes)),
+      this.#feed(this.#replyName, (bytes) => this.#intake.applyChunk(decodeKvStateChunk(bytes))),
     ];
     this.#watch = new InstanceWatch(this.#rt, component, this.#signal, {
-      left: (w) => {
-        this.#log.debug("worker left discovery", { worker: w });
-        this.removeWorker(w);
-        this.#gone.add(w);
-        if (this.#gone.size > 10_000) this.#gone.delete(this.#gone.values().next().value!);
-      },
-      joined: (w) => void this.#gone.delete(w),
+      left: (w) => this.#intake.workerLeft(w),
+      joined: (w) => this.#intake.workerJoined(w),
     });
     void this.#watch.synced.then(() => (this.#watchSynced = true));
     this.#track(this.#watch.done);
@@ -262,7 +167,7 @@ export class KvIndexer {
 
   /** Workers whose state dump is awaited (their events are buffered meanwhile). */
   get pendingResyncs(): string[] {
-    return [...this.#sync].filter(([, st]) => st.resync).map(([w]) => w);
+    return this.#intake.pendingResyncs;
   }
 
   /**
@@ -296,51 +201,12 @@ export class KvIndexer {
    * worker restarted, or a duplicate: its state dump settles which).
    */
   applyEvent(ev: RouterEvent): void {
-    const w = ev.worker_id;
-    if (this.#gone.has(w)) return;
-    const id = ev.event.event_id;
-    const st = this.#sync.get(w);
-    if (!st) {
-      if (id === 1) {
-        this.#sync.set(w, { last: 1, resync: undefined });
-        this.#apply(ev);
-      } else this.#startResync(w, ev);
-      return;
-    }
-    if (st.resync) {
-      if (st.resync.buffer.length < this.#maxBuffered) st.resync.buffer.push(ev);
-      return;
-    }
-    if (id === st.last + 1) {
-      st.last = id;
-      this.#apply(ev);
-    } else if (id === 1) {
-      // Id 1 again: either the worker's publisher started over (and so did its cache), or
-      // event 1 came twice (a redelivery, an overlap of subscriptions). The wire carries
-      // nothing that tells them apart (no publisher epoch), and guessing wrong costs either
-      // the worker's whole state (clearing on a duplicate) or a stale one (ignoring a
-      // restart). So ask the worker: its dump is its state now, whichever it was, and the
-      // tree keeps the old state until the dump replaces it.
-      this.#log.debug("event 1 again (restart or duplicate); resynchronising", {
-        worker: w,
-        last: st.last,
-      });
-      this.#startResync(w, ev);
-    } else if (id > st.last) {
-      this.#log.debug("event gap; resynchronising", { worker: w, last: st.last, got: id });
-      this.#startResync(w, ev);
-    }
+    this.#intake.applyEvent(ev);
   }
 
   /** Forgets a worker and its blocks. */
   removeWorker(workerId: string): void {
-    this.tree.removeWorker(workerId);
-    const st = this.#sync.get(workerId);
-    if (st?.resync?.timer !== undefined) clearTimeout(st.resync.timer);
-    this.#sync.delete(workerId);
-    for (const key of this.#dumps.keys()) {
-      if (key.startsWith(`${workerId}\0`)) this.#dumps.delete(key);
-    }
+    this.#intake.removeWorker(workerId);
   }
 
   /** Asks a worker (or every worker, with "*") for its state. */
@@ -352,9 +218,7 @@ export class KvIndexer {
   /** Stops following events and discovery. */
   async close(): Promise<void> {
     this.#stop.abort();
-    for (const st of this.#sync.values()) {
-      if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
-    }
+    this.#intake.close();
     await Promise.allSettled(this.#feeds.map((f) => f.sub.unsubscribe()));
     await Promise.allSettled(this.#tasks);
   }
@@ -479,88 +343,6 @@ export class KvIndexer {
     return parts.join(", ") || "nothing (it has just started)";
   }
 
-  #apply(ev: RouterEvent): void {
-    if (!this.tree.applyEvent(ev)) {
-      this.#log.debug("stored event under a parent the worker does not hold; dropped", {
-        worker: ev.worker_id,
-        event: ev.event.event_id,
-      });
-    }
-  }
-
-  #startResync(w: string, first: RouterEvent | undefined): void {
-    let st = this.#sync.get(w);
-    if (!st) this.#sync.set(w, st = { last: 0, resync: undefined });
-    if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
-    st.resync = {
-      nonce: `r${++this.#nonce}`,
-      buffer: first ? [first] : [],
-      attempts: 0,
-      timer: undefined,
-    };
-    this.#sendResync(w, st.resync);
-  }
-
-  #sendResync(w: string, r: Resync): void {
-    if (this.#signal.aborted) return;
-    r.attempts++;
-    this.requestResync(w, r.nonce).catch((err) =>
-      this.#log.warn("cannot send resync request", { worker: w, error: String(err) })
-    );
-    r.timer = setTimeout(() => {
-      r.timer = undefined;
-      if (this.#sync.get(w)?.resync !== r) return;
-      if (r.attempts < this.#attempts) {
-        this.#sendResync(w, r);
-        return;
-      }
-      this.#log.warn("worker did not answer resync requests; dropping its state", {
-        worker: w,
-        attempts: r.attempts,
-      });
-      this.removeWorker(w);
-    }, this.#timeoutMs);
-  }
-
-  #onChunk(bytes: Uint8Array): void {
-    const c = decodeKvStateChunk(bytes);
-    if (this.#gone.has(c.worker_id)) return;
-    const key = `${c.worker_id}\0${c.nonce}`;
-    let d = this.#dumps.get(key);
-    if (c.index === 0) this.#dumps.set(key, d = { next: 0, entries: [] });
-    if (!d || d.next !== c.index) {
-      this.#dumps.delete(key); // a chunk went missing: wait for another dump
-      return;
-    }
-    for (const e of c.entries) d.entries.push(e);
-    d.next++;
-    if (!c.last) return;
-    this.#dumps.delete(key);
-    this.#applyDump(c.worker_id, c.last_event_id, d.entries);
-  }
-
-  #applyDump(w: string, lastEventId: number, entries: KvStateEntry[]): void {
-    let st = this.#sync.get(w);
-    if (st && !st.resync && st.last >= lastEventId) return; // nothing newer in it
-    if (!st) this.#sync.set(w, st = { last: 0, resync: undefined });
-    const buffered = st.resync?.buffer ?? [];
-    if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
-    st.resync = undefined;
-    this.tree.clearWorker(w);
-    for (const e of entries) this.tree.storeBlock(w, e.parent_hash, e.block_hash, e.tokens_hash);
-    st.last = lastEventId;
-    this.#log.debug("worker state loaded", {
-      worker: w,
-      blocks: entries.length,
-      last: lastEventId,
-      buffered: buffered.length,
-    });
-    buffered.sort((a, b) => a.event.event_id - b.event.event_id);
-    // Events the dump already reflects are dropped here: applyEvent would take a stale
-    // id 1 for a restart and ask for the state again.
-    for (const ev of buffered) if (ev.event.event_id > lastEventId) this.applyEvent(ev);
-  }
-
   #onEvent(bytes: Uint8Array): void {
     let ev: RouterEvent;
     try {
@@ -582,136 +364,5 @@ export class KvIndexer {
         });
       }
     }
-  }
-}
-
-/** Options of {@linkcode ApproxKvIndexer}. */
-export interface ApproxKvIndexerOptions {
-  /** How long a routed request's blocks count as cached, in ms (default 120000). */
-  ttlMs?: number;
-  /** Clock in ms (default `performance.now`). */
-  now?: () => number;
-  /** Remove workers whose instances leave this component in discovery. */
-  component?: Component;
-}
-
-/**
- * An indexer for engines without KV events: the router records where it sent each
- * request, and the worker is assumed to cache the request's blocks for `ttlMs`.
- *
- * @example
- * ```ts
- * const approx = new ApproxKvIndexer(16, { ttlMs: 60_000 });
- * approx.recordRouted(tokenIds, "worker-1");
- * (await approx.findMatchesForRequest(tokenIds)).scores.get("worker-1"); // blocks of tokenIds
- * ```
- */
-export class ApproxKvIndexer {
-  readonly tree: RadixTree = new RadixTree();
-  readonly #blockSize: number;
-  readonly #ttl: number;
-  readonly #now: () => number;
-  /** (worker, sequence hash, expiry) in expiry order: the TTL is the same for all. */
-  #queue: { w: string; h: BlockHash; at: number }[] = [];
-  #head = 0;
-  /** Latest expiry per worker and block (a re-routed block lives longer). */
-  readonly #expiry = new Map<string, Map<BlockHash, number>>();
-  readonly #stop = new AbortController();
-  readonly #watch: InstanceWatch | undefined;
-
-  /**
-   * @param blockSize tokens per KV block
-   * @param options TTL, clock, and the component whose workers to follow
-   * @throws {InvalidArgumentError} a bad block size or TTL
-   */
-  constructor(blockSize: number, options: ApproxKvIndexerOptions = {}) {
-    checkBlockSize(blockSize);
-    const ttl = options.ttlMs ?? 120_000;
-    if (!(ttl > 0)) throw new InvalidArgumentError(`ttlMs must be positive, got ${ttl}`);
-    this.#blockSize = blockSize;
-    this.#ttl = ttl;
-    this.#now = options.now ?? (() => performance.now());
-    if (options.component) {
-      const rt = options.component.runtimeInternals;
-      this.#watch = new InstanceWatch(
-        rt,
-        options.component,
-        AbortSignal.any([this.#stop.signal, rt.shutdownSignal]),
-        { left: (w) => this.removeWorker(w), joined: () => {} },
-      );
-      rt.track(this.#watch.done);
-    }
-  }
-
-  /** Tokens per KV block. */
-  blockSize(): number {
-    return this.#blockSize;
-  }
-
-  /** Scores workers by the blocks routed to them that have not expired. */
-  findMatchesForRequest(tokenIds: ArrayLike<number>, loraId = 0): Promise<OverlapScores> {
-    try {
-      this.expire();
-      return Promise.resolve(
-        this.tree.findMatches(computeLocalHashes(tokenIds, this.#blockSize, loraId)),
-      );
-    } catch (err) {
-      return Promise.reject(err);
-    }
-  }
-
-  /** Scores workers for a prefix given as local block hashes. */
-  findMatches(localHashes: ArrayLike<BlockHash>): Promise<OverlapScores> {
-    this.expire();
-    return Promise.resolve(this.tree.findMatches(localHashes));
-  }
-
-  /** Records that the request `tokenIds` went to `workerId`: its blocks count as cached. */
-  recordRouted(tokenIds: ArrayLike<number>, workerId: string, loraId = 0): void {
-    this.expire();
-    const { local, sequence } = computeBlockHashesSync(tokenIds, this.#blockSize, loraId);
-    if (local.length === 0) return;
-    const at = this.#now() + this.#ttl;
-    let mine = this.#expiry.get(workerId);
-    if (!mine) this.#expiry.set(workerId, mine = new Map());
-    for (const h of sequence) {
-      mine.set(h, at);
-      this.#queue.push({ w: workerId, h, at });
-    }
-    this.tree.apply(workerId, {
-      stored: {
-        parent_hash: null,
-        blocks: local.map((tokens_hash, i) => ({ block_hash: sequence[i]!, tokens_hash })),
-      },
-    });
-  }
-
-  /** Drops the blocks whose TTL ran out (also done on every lookup and record). */
-  expire(): void {
-    const now = this.#now();
-    const q = this.#queue;
-    while (this.#head < q.length && q[this.#head]!.at <= now) {
-      const { w, h, at } = q[this.#head++]!;
-      const mine = this.#expiry.get(w);
-      if (mine?.get(h) !== at) continue; // refreshed since, or the worker was removed
-      mine.delete(h);
-      this.tree.apply(w, { removed: { block_hashes: [h] } });
-    }
-    if (this.#head > 1024 && this.#head * 2 > q.length) {
-      this.#queue = q.slice(this.#head);
-      this.#head = 0;
-    }
-  }
-
-  /** Forgets a worker and its blocks. */
-  removeWorker(workerId: string): void {
-    this.tree.removeWorker(workerId);
-    this.#expiry.delete(workerId);
-  }
-
-  /** Stops following discovery. */
-  async close(): Promise<void> {
-    this.#stop.abort();
-    await this.#watch?.done;
   }
 }

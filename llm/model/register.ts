@@ -3,14 +3,8 @@
 
 import type { Endpoint } from "../../runtime/component.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import {
-  MODEL_CARD_PREFIX,
-  MODEL_ENTRY_PREFIX,
-  type ModelDeploymentCard,
-  type ModelEntry,
-  type ModelInput,
-  type ModelType,
-} from "../protocols.ts";
+import * as keys from "../../runtime/keys.ts";
+import type { ModelDeploymentCard, ModelEntry, ModelInput, ModelType } from "../protocols.ts";
 import {
   cardObjectName,
   computeMdcsum,
@@ -25,12 +19,16 @@ export type RegisterLlmOptions = Omit<LoadModelOptions, "modelInput" | "modelTyp
 
 /** Discovery key of an instance's model card. */
 export function modelCardKey(endpoint: Endpoint): string {
-  return `${MODEL_CARD_PREFIX}${endpoint.path}/${endpoint.instanceId}`;
+  return keys.modelCardKey(...endpointNames(endpoint), endpoint.instanceId);
 }
 
 /** Discovery key of an instance's model entry. */
 export function modelEntryKey(endpoint: Endpoint): string {
-  return `${MODEL_ENTRY_PREFIX}${endpoint.path}/${endpoint.instanceId}`;
+  return keys.modelEntryKey(...endpointNames(endpoint), endpoint.instanceId);
+}
+
+function endpointNames(endpoint: Endpoint): [string, string, string] {
+  return [endpoint.component.namespace.name, endpoint.component.name, endpoint.name];
 }
 
 /**

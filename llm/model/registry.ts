@@ -5,13 +5,16 @@
 
 import type { Client } from "../../runtime/client.ts";
 import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+import { watchPrefix } from "../../runtime/discovery/watch_prefix.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
+import { keyInstanceId } from "../../runtime/keys.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import { MODEL_ENTRY_PREFIX, type ModelEntry, ModelInput } from "../protocols.ts";
 import type { RoutePolicy, RouterMode } from "../pipeline/route.ts";
 import { endpointPath } from "./endpoints.ts";
 import { KvRouters, type KvRouterSettings } from "./kv_routers.ts";
 import { ModelLoader } from "./loader.ts";
+import { type ModelEntryRecord, modelEntrySchema } from "./model_entry.ts";
 import { ServedModel } from "./served_model.ts";
 
 export type { RouterMode } from "../pipeline/route.ts";
@@ -81,54 +84,37 @@ export class ModelManager {
   }
 
   async #watch(onSynced: () => void): Promise<void> {
-    let backoff = 100;
-    while (!this.#stop.signal.aborted) {
-      try {
-        const seen = new Set<string>();
-        let syncing = true;
-        for await (
-          const ev of this.#runtime.discovery.watch(MODEL_ENTRY_PREFIX, {
-            signal: this.#stop.signal,
-          })
-        ) {
-          backoff = 100;
-          if (ev.type === "synced") {
-            // Entries that vanished while the watch was down.
-            for (const key of [...this.#entries.keys()]) if (!seen.has(key)) this.#remove(key);
-            syncing = false;
-            this.#synced = true;
-            onSynced();
-          } else if (ev.type === "put") {
-            if (syncing) seen.add(ev.key);
-            this.#put(ev.key, ev.value);
-          } else {
-            this.#remove(ev.key);
+    const events = watchPrefix(this.#runtime.discovery, MODEL_ENTRY_PREFIX, {
+      schema: modelEntrySchema,
+      signal: this.#stop.signal,
+      logger: this.#log,
+      what: "model entry",
+    });
+    for await (const ev of events) {
+      if (ev.type === "synced") {
+        // The listing, swapped in: new and changed entries first (unchanged ones stay as
+        // they are), then those that vanished while the watch was down, so a model served
+        // throughout is never dropped in between.
+        for (const [key, record] of ev.records) {
+          const held = this.#entries.get(key);
+          if (held === undefined || JSON.stringify(held) !== JSON.stringify(record.entry)) {
+            this.#put(key, record);
           }
         }
-      } catch (err) {
-        if (this.#stop.signal.aborted) return;
-        this.#log.warn("model watch failed; retrying", { error: String(err) });
+        for (const key of [...this.#entries.keys()]) if (!ev.records.has(key)) this.#remove(key);
+        this.#synced = true;
+        onSynced();
+      } else if (ev.type === "put") {
+        this.#put(ev.key, ev.value);
+      } else {
+        this.#remove(ev.key);
       }
-      if (this.#stop.signal.aborted) return;
-      await new Promise((r) => setTimeout(r, backoff));
-      backoff = Math.min(backoff * 2, 2000);
     }
   }
 
-  #put(key: string, value: string): void {
-    let entry: ModelEntry;
-    try {
-      entry = JSON.parse(value) as ModelEntry;
-      if (typeof entry.name !== "string" || typeof entry.endpoint?.namespace !== "string") {
-        throw new Error("bad shape");
-      }
-    } catch {
-      this.#log.warn("ignoring malformed model entry", { key });
-      return;
-    }
+  #put(key: string, { instanceId: instance, entry }: ModelEntryRecord): void {
     this.#remove(key, false);
     this.#entries.set(key, entry);
-    const instance = key.slice(key.lastIndexOf("/") + 1);
     let model = this.#models.get(entry.name);
     const added = model === undefined;
     if (!model) {
@@ -174,7 +160,7 @@ export class ModelManager {
     if (!model) return;
     const path = endpointPath(entry.endpoint);
     const group = model.endpoints.get(path);
-    group?.instances.delete(key.slice(key.lastIndexOf("/") + 1));
+    group?.instances.delete(keyInstanceId(key));
     if (group && group.instances.size === 0) model.endpoints.delete(path);
     if (model.endpoints.size === 0) {
       this.#models.delete(entry.name);

@@ -6,7 +6,7 @@ import type { Context } from "../context.ts";
 import type { DistributedRuntime } from "../distributed_runtime.ts";
 import { DynamoError, InvalidArgumentError, TimeoutError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { instanceKey } from "../names.ts";
+import { instanceKey } from "../keys.ts";
 import { ServiceConfig } from "./config.ts";
 import { RequestValidationError } from "./errors.ts";
 import type { GraphNode } from "./graph.ts";

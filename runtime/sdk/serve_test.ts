@@ -14,7 +14,7 @@ import {
   service,
 } from "./service.ts";
 import { Backend, Frontend, Middle } from "../../examples/hello_world/graph.ts";
-import { instanceKey } from "../names.ts";
+import { instanceKey } from "../keys.ts";
 
 async function collect<T>(it: AsyncIterable<T>): Promise<T[]> {
   const out: T[] = [];

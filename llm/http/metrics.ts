@@ -43,6 +43,7 @@ export interface ModelMetrics {
   outputTokens: { observe(value: number): void };
   migrations: { inc(): void };
   disconnected: { inc(): void };
+  invalidOutputs: { inc(): void };
 }
 
 /** The frontend's metrics. */
@@ -57,6 +58,8 @@ export class FrontendMetrics {
   readonly outputTokens: Histogram<string>;
   readonly migrations: Counter<string>;
   readonly disconnected: Counter<string>;
+  /** Worker items refused at the frontend's door (bad token ids, finish reasons, shapes). */
+  readonly invalidOutputs: Counter<string>;
   /** Requests refused before the frontend saw them (reason: overloaded, unauthorized, ...). */
   readonly rejected: Counter<string>;
   /** Generation requests admitted by the guard and not finished (read at scrape time). */
@@ -129,6 +132,12 @@ export class FrontendMetrics {
       labelNames: ["model"],
       registers,
     });
+    this.invalidOutputs = new Counter({
+      name: `${p}invalid_worker_outputs_total`,
+      help: "Items a worker sent that were not valid engine outputs (each failed its request)",
+      labelNames: ["model"],
+      registers,
+    });
     this.rejected = new Counter({
       name: `${p}rejected_requests_total`,
       help: "Requests refused by admission control or the API-key check, by reason",
@@ -177,6 +186,7 @@ export class FrontendMetrics {
         outputTokens: histogramSeries(this.outputTokens, labels),
         migrations: counterSeries(this.migrations, labels),
         disconnected: counterSeries(this.disconnected, labels),
+        invalidOutputs: counterSeries(this.invalidOutputs, labels),
       };
       this.#models.set(model, m);
     }

@@ -23,6 +23,7 @@ import {
   tokenResponse,
   tokenSse,
 } from "./encode.ts";
+import { engineOutputChecker } from "./engine_output.ts";
 import { openFailover, openMigrating } from "./migration.ts";
 import type { EndpointKind, OpenAIRequest } from "./parse.ts";
 import { TokenChoices } from "./postprocess.ts";
@@ -73,11 +74,20 @@ export function tokensPipeline(
   const name = model.name;
   const series = options.metrics.forModel(name);
   const send = (r: PreprocessedRequest, c: Context) => model.generate<LLMEngineOutput>(r, c);
+  const log = options.logger;
   const migration = {
     limit: card.migration_limit,
-    logger: options.logger,
+    logger: log,
     onMigrate: () => series.migrations.inc(),
     onInstanceFailed: (id: string) => model.reportInstanceDown(id),
+    check: engineOutputChecker({ vocabSize: tokenizer.vocabSize }, (err) => {
+      series.invalidOutputs.inc();
+      log.warn("refused an invalid worker output", {
+        model: name,
+        worker: err.instanceId,
+        reason: err.reason,
+      });
+    }),
   };
   const migrate = (r: PreprocessedRequest, ctx: Context) => openMigrating(send, r, ctx, migration);
   return {

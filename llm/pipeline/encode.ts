@@ -3,6 +3,7 @@
 // model's single choice is written straight from its engine stream, its last chunk, usage
 // and [DONE] in one write.
 
+import { WorkerOutputError } from "./engine_output.ts";
 import type { Context } from "../../runtime/context.ts";
 import { choiceJson } from "../http/sse_choice.ts";
 import type { FinishReason, LLMEngineOutput } from "../protocols.ts";
@@ -35,7 +36,11 @@ export function sseEvent(json: string): string {
 /** The event that reports a failure mid-stream (the status line is long gone). */
 export function sseErrorEvent(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err);
-  const code = err instanceof MigrationExhaustedError ? "migration_exhausted" : null;
+  const code = err instanceof MigrationExhaustedError
+    ? "migration_exhausted"
+    : err instanceof WorkerOutputError
+    ? "invalid_worker_output"
+    : null;
   return sseEvent(
     JSON.stringify({ error: { message, type: "internal_error", param: null, code } }),
   );

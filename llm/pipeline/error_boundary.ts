@@ -1,11 +1,12 @@
 // The frontend's one error boundary: typed failures become OpenAI error objects with the
 // HTTP status their class says (the request's own 4xx, 503 without workers, an upstream's
-// status, 500 for engine failures).
+// status or 502 for a worker's invalid output, 500 for engine failures).
 
 import { DynamoError, NoInstancesError, RemoteError, UpstreamError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import { RequestError } from "../openai/errors.ts";
 import { jsonResponse } from "./encode.ts";
+import { WorkerOutputError } from "./engine_output.ts";
 import { MigrationExhaustedError } from "./migration.ts";
 
 function openaiError(
@@ -52,6 +53,10 @@ export function errorResponse(err: unknown, log: Logger): Response {
   if (err instanceof RemoteError && err.remoteName === "UpstreamError") {
     // From a worker that did not send the upstream's status along.
     return openaiError(502, err.message, "upstream_error", null);
+  }
+  if (err instanceof WorkerOutputError) {
+    // Already logged (once, with the worker and the reason) where it was refused.
+    return openaiError(502, err.message, "upstream_error", "invalid_worker_output");
   }
   if (err instanceof RemoteError) {
     return openaiError(500, `engine error: ${err.message}`, "internal_error", err.remoteName);

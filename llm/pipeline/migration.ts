@@ -33,6 +33,11 @@ export interface MigrationOptions {
    * down), so that routing can skip that instance before discovery drops it.
    */
   onInstanceFailed?: (instanceId: string, cause: unknown) => void;
+  /**
+   * Checks each item as it arrives from a worker, before anything reads it; throws to fail
+   * the request (the door for untrusted worker output: see ./engine_output.ts).
+   */
+  check?: (item: unknown, instanceId: string) => LLMEngineOutput;
   logger?: Logger;
 }
 
@@ -134,7 +139,16 @@ export async function openMigrating(
   };
   return {
     [Symbol.asyncIterator]: () =>
-      new MigratingIterator(stream, open, migrateOrThrow, failed, generated, parent, maxTokens),
+      new MigratingIterator(
+        stream,
+        open,
+        migrateOrThrow,
+        failed,
+        generated,
+        parent,
+        maxTokens,
+        options.check,
+      ),
   };
 }
 
@@ -192,12 +206,23 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
   readonly #generated: number[];
   readonly #parent: Context;
   readonly #maxTokens: number | undefined;
+  readonly #check: ((item: unknown, instanceId: string) => LLMEngineOutput) | undefined;
   readonly #onItem = (r: IteratorResult<LLMEngineOutput>): IteratorResult<LLMEngineOutput> => {
     if (r.done) {
       this.#done = true;
       return DONE;
     }
-    const out = r.value;
+    let out = r.value;
+    if (this.#check) {
+      try {
+        out = this.#check(out, this.#stream.instanceId);
+      } catch (err) {
+        // Not the instance's death: this request fails, the worker keeps its place.
+        this.#done = true;
+        this.#closeInner();
+        throw err;
+      }
+    }
     const ids = out.token_ids;
     for (let i = 0; i < ids.length; i++) this.#generated.push(ids[i]!);
     if (out.finish_reason) {
@@ -247,7 +272,9 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
     generated: number[],
     parent: Context,
     maxTokens: number | undefined,
+    check?: (item: unknown, instanceId: string) => LLMEngineOutput,
   ) {
+    this.#check = check;
     this.#stream = stream;
     this.#open = open;
     this.#migrateOrThrow = migrateOrThrow;

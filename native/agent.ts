@@ -1,0 +1,924 @@
+/** The transfer agent (NIXL's `nixl_agent`): memory, peers, descriptor lists, transfers. */
+
+import { argError, checkMemType, checkSize, packIndices } from "./_args.ts";
+import { cudaKernelPtx, probeCudaKernel, probeVram } from "./cuda.ts";
+import {
+  DescriptorRangeError,
+  ReleasedHandleError,
+  SizeMismatchError,
+  type TransferError,
+  UnknownAgentError,
+} from "./errors.ts";
+import {
+  check,
+  cString,
+  dec,
+  enc,
+  errorFor,
+  hex,
+  lastError,
+  type Native,
+  native,
+  unhex,
+} from "./ffi.ts";
+import {
+  DlistHandle,
+  type DlistState,
+  dlistStates,
+  MemoryRegion,
+  type RegionState,
+  regionStates,
+  type RemoteAgent,
+  XferHandle,
+  type XferInternal,
+  xferStates,
+} from "./handles.ts";
+import { type AgentMetadataWire, parseMetadata, type RegionWire } from "./metadata.ts";
+import type {
+  AllocateOptions,
+  BlockLayout,
+  CudaKernelStatus,
+  CudaKernelStatusOptions,
+  MemType,
+  TransferAgentOptions,
+  VramStatus,
+  WaitXferOptions,
+  XferDesc,
+  XferDescInput,
+  XferDescList,
+  XferOp,
+  XferState,
+} from "./types.ts";
+
+// Agents still open when the process exits normally (or calls Deno.exit) are closed then,
+// so that their shared-memory segments do not outlive the process.
+const openAgents = new Set<TransferAgent>();
+let unloadHooked = false;
+function trackAgent(agent: TransferAgent): void {
+  if (!unloadHooked) {
+    unloadHooked = true;
+    globalThis.addEventListener("unload", () => {
+      for (const a of [...openAgents]) a.close();
+    });
+  }
+  openAgents.add(agent);
+}
+
+/**
+ * A transfer agent (NIXL's `nixl_agent`): owns memory regions, knows remote agents by
+ * their metadata, and moves blocks between its memory and theirs.
+ *
+ * The four steps of seed 000: allocate and register memory, describe its blocks
+ * (`getXferDescs` + `prepXferDlist("", ...)`), exchange metadata and descriptors with the
+ * peer (`getAgentMetadata` / `addRemoteAgent` + `prepXferDlist(peer, ...)`), then
+ * `makePreppedXfer` + `transfer`; the peer learns of it through `getNewNotifs`.
+ *
+ * @example
+ * ```ts
+ * import { TransferAgent } from "./native/mod.ts";
+ * const decode = new TransferAgent("decode-0");
+ * const prefill = new TransferAgent("prefill-0");
+ * const dst = decode.allocate("DRAM", 8 * 1024);
+ * decode.registerMemory(dst);
+ * const src = prefill.allocate("DRAM", 8 * 1024);
+ * prefill.registerMemory(src);
+ * const remoteDescs = decode.getXferDescs({ region: dst, blockBytes: 1024 });
+ * prefill.addRemoteAgent(decode.getAgentMetadata());
+ * const local = prefill.prepXferDlist("", prefill.getXferDescs({ region: src, blockBytes: 1024 }));
+ * const remote = prefill.prepXferDlist("decode-0", remoteDescs);
+ * const xfer = prefill.makePreppedXfer("WRITE", local, [0, 1], remote, [5, 2], "req-1");
+ * prefill.transfer(xfer);
+ * await prefill.waitXfer(xfer);
+ * decode.getNewNotifs(); // Map { "prefill-0" => ["req-1"] }
+ * prefill.close();
+ * decode.close();
+ * ```
+ */
+export class TransferAgent {
+  /** The agent's name, unique among the agents that talk to each other. */
+  readonly name: string;
+  readonly #n: Native;
+  readonly #ringId: number;
+  readonly #ringName: string;
+  readonly #ringCapacity: number;
+  readonly #inlineMax: number;
+  readonly #regions = new Set<MemoryRegion>();
+  readonly #dlists = new Set<DlistHandle>();
+  readonly #xfers = new Set<XferHandle>();
+  readonly #remotes = new Map<string, RemoteAgent>();
+  readonly #drainBuf: Uint8Array;
+  #closed = false;
+
+  /**
+   * @param name agent name (non-empty), e.g. "decode-0"
+   * @param options notification queue geometry and the inline-transfer threshold
+   * @throws {NativeLibraryError} the native library is not built or cannot be loaded
+   * @throws {TransferArgumentError} a bad name or option
+   */
+  constructor(name: string, options: TransferAgentOptions = {}) {
+    if (typeof name !== "string" || name === "" || name.length > 256) {
+      argError(`agent name must be a non-empty string of at most 256 characters, got ${name}`);
+    }
+    this.name = name;
+    this.#inlineMax = checkSize(options.inlineMaxBytes ?? 65536, "inlineMaxBytes");
+    const slots = checkSize(options.notifQueueSlots ?? 1024, "notifQueueSlots", 2);
+    const slotBytes = checkSize(options.notifSlotBytes ?? 1024, "notifSlotBytes", 64);
+    if (slots > 65536 || slotBytes > 65536) {
+      argError(`notification queue too large: ${slots} slots of ${slotBytes} bytes (max 65536)`);
+    }
+    this.#n = native();
+    const nameBuf = new Uint8Array(256);
+    this.#ringId = check(
+      this.#n,
+      this.#n.dyn_ring_create(slots, slotBytes, nameBuf, BigInt(nameBuf.length)),
+      "cannot create the notification queue",
+    );
+    this.#ringName = cString(nameBuf);
+    this.#ringCapacity = this.#n.dyn_ring_capacity(this.#ringId);
+    this.#drainBuf = new Uint8Array(Math.max(65536, slotBytes * 4));
+    trackAgent(this);
+  }
+
+  /**
+   * Whether VRAM can be used here (libcudart found and at least one device).
+   *
+   * @returns availability, device count, and the reason when unavailable
+   * @throws {NativeLibraryError} the native library is not built
+   */
+  static vramStatus(): VramStatus {
+    return probeVram();
+  }
+
+  /**
+   * Whether VRAM-to-VRAM batches can run as one launch of the library's copy kernel:
+   * whether the build embedded its PTX, whether it loads on `options.device` (this loads
+   * it, as the first such batch would), and why not. Also counts the VRAM batches of this
+   * process by the path they took, so a run can report which one it used. Without the
+   * kernel, batches run as one `cudaMemcpyAsync` per descriptor.
+   *
+   * @param options the CUDA device to probe (default 0)
+   * @returns what was built in, whether it loaded, and the batch counters
+   * @throws {NativeLibraryError} the native library is not built
+   * @throws {TransferArgumentError} `options.device` is not a non-negative integer
+   * @example
+   * ```ts
+   * import { TransferAgent } from "./native/mod.ts";
+   * const k = TransferAgent.cudaKernelStatus();
+   * if (!k.loaded) console.log(`batches use cudaMemcpyAsync: ${k.reason}`);
+   * ```
+   */
+  static cudaKernelStatus(options: CudaKernelStatusOptions = {}): CudaKernelStatus {
+    return probeCudaKernel(options);
+  }
+
+  /**
+   * The PTX of the copy kernel embedded in the library ("" when it was built without
+   * nvcc), e.g. to check it offline with `ptxas`.
+   *
+   * @returns the PTX source text
+   * @throws {NativeLibraryError} the native library is not built
+   */
+  static cudaKernelPtx(): string {
+    return cudaKernelPtx();
+  }
+
+  #alive(): void {
+    if (this.#closed) throw new ReleasedHandleError(`agent '${this.name}' is closed`);
+  }
+
+  #region(region: MemoryRegion, what: string): RegionState {
+    this.#alive();
+    const s = region instanceof MemoryRegion ? regionStates.get(region) : undefined;
+    if (!s || s.agent !== this) {
+      argError(`${what}: not a memory region of agent '${this.name}'`);
+    }
+    if (s.released) {
+      throw new ReleasedHandleError(`${what}: memory region ${region.key} was released`);
+    }
+    return s;
+  }
+
+  /**
+   * Allocates zeroed memory: DRAM as POSIX shared memory another process can map, VRAM
+   * with cudaMalloc on `options.device`.
+   *
+   * @param memType "DRAM" or "VRAM"
+   * @param bytes size in bytes (> 0)
+   * @param options the CUDA device of a VRAM region
+   * @returns the region (register it to let peers see it)
+   * @throws {TransferArgumentError} a bad type or size
+   * @throws {VramUnavailableError} VRAM without libcudart or a device
+   * @throws {TransferFailedError} the OS refused the memory (e.g. /dev/shm full)
+   */
+  allocate(memType: MemType, bytes: number, options: AllocateOptions = {}): MemoryRegion {
+    this.#alive();
+    checkMemType(memType);
+    checkSize(bytes, "bytes", 1);
+    const device = memType === "VRAM" ? checkSize(options.device ?? 0, "device") : 0;
+    const n = this.#n;
+    let id: number;
+    const state: Partial<RegionState> = {};
+    if (memType === "DRAM") {
+      const name = new Uint8Array(256);
+      id = check(
+        n,
+        n.dyn_region_alloc_dram(BigInt(bytes), name, BigInt(name.length)),
+        `allocate ${bytes} B DRAM`,
+      );
+      state.shm = cString(name);
+    } else {
+      const ipc = new Uint8Array(64);
+      id = check(
+        n,
+        n.dyn_region_alloc_vram(BigInt(bytes), device, ipc),
+        `allocate ${bytes} B VRAM`,
+      );
+      state.ipc = hex(ipc);
+    }
+    const region = new MemoryRegion(memType, bytes, device, String(id), this.name);
+    regionStates.set(region, { ...state, agent: this, id, registered: false, released: false });
+    this.#regions.add(region);
+    return region;
+  }
+
+  /**
+   * Registers regions for transfers: local descriptor lists may use them, and the agent
+   * metadata lists them for peers.
+   *
+   * @param regions one region or several, allocated by this agent
+   * @returns the regions
+   * @throws {ReleasedHandleError} a region was released
+   */
+  registerMemory(regions: MemoryRegion | readonly MemoryRegion[]): MemoryRegion[] {
+    const list = Array.isArray(regions) ? [...regions] : [regions as MemoryRegion];
+    for (const r of list) this.#region(r, "registerMemory");
+    for (const r of list) regionStates.get(r)!.registered = true;
+    return list;
+  }
+
+  /**
+   * Withdraws regions from the metadata (peers that mapped them keep their mapping until
+   * the region is released and they remove this agent).
+   *
+   * @param regions one region or several
+   * @throws {ReleasedHandleError} a region was released
+   */
+  deregisterMemory(regions: MemoryRegion | readonly MemoryRegion[]): void {
+    const list = Array.isArray(regions) ? [...regions] : [regions as MemoryRegion];
+    for (const r of list) this.#region(r, "deregisterMemory").registered = false;
+  }
+
+  /**
+   * Releases a region. Transfers already in flight finish on it; new lists and
+   * transfers that use it are refused.
+   *
+   * @param region a region of this agent
+   * @throws {ReleasedHandleError} it was already released
+   */
+  releaseMemory(region: MemoryRegion): void {
+    const s = this.#region(region, "releaseMemory");
+    s.released = true;
+    s.registered = false;
+    this.#regions.delete(region);
+    check(this.#n, this.#n.dyn_region_free(s.id), "releaseMemory");
+  }
+
+  /**
+   * Copies bytes into a local region (host or device memory).
+   *
+   * @param region a region of this agent
+   * @param offset byte offset in the region
+   * @param data the bytes
+   * @throws {DescriptorRangeError} the range does not fit the region
+   */
+  writeMemory(region: MemoryRegion, offset: number, data: Uint8Array): void {
+    const s = this.#region(region, "writeMemory");
+    checkSize(offset, "offset");
+    if (!(data instanceof Uint8Array)) argError("writeMemory: data must be a Uint8Array");
+    check(
+      this.#n,
+      this.#n.dyn_region_write(s.id, BigInt(offset), data, BigInt(data.length)),
+      "writeMemory",
+    );
+  }
+
+  /**
+   * Copies bytes out of a local region.
+   *
+   * @param region a region of this agent
+   * @param offset byte offset in the region
+   * @param length bytes to read
+   * @returns a fresh copy of the bytes
+   * @throws {DescriptorRangeError} the range does not fit the region
+   */
+  readMemory(region: MemoryRegion, offset: number, length: number): Uint8Array {
+    const s = this.#region(region, "readMemory");
+    checkSize(offset, "offset");
+    checkSize(length, "length");
+    const out = new Uint8Array(length);
+    check(
+      this.#n,
+      this.#n.dyn_region_read(s.id, BigInt(offset), out, BigInt(length)),
+      "readMemory",
+    );
+    return out;
+  }
+
+  /**
+   * One contiguous copy between two local regions (a plain memcpy for DRAM, cudaMemcpy
+   * when either side is VRAM); the baseline the batched transfers are measured against.
+   *
+   * @param src source region
+   * @param srcOffset byte offset in `src`
+   * @param dst destination region
+   * @param dstOffset byte offset in `dst`
+   * @param length bytes to copy
+   * @throws {DescriptorRangeError} a range does not fit its region
+   */
+  copyMemory(
+    src: MemoryRegion,
+    srcOffset: number,
+    dst: MemoryRegion,
+    dstOffset: number,
+    length: number,
+  ): void {
+    const s = this.#region(src, "copyMemory source");
+    const d = this.#region(dst, "copyMemory destination");
+    checkSize(srcOffset, "srcOffset");
+    checkSize(dstOffset, "dstOffset");
+    checkSize(length, "length");
+    check(
+      this.#n,
+      this.#n.dyn_region_copy(
+        s.id,
+        BigInt(srcOffset),
+        d.id,
+        BigInt(dstOffset),
+        BigInt(length),
+      ),
+      "copyMemory",
+    );
+  }
+
+  /**
+   * Describes blocks of local regions for transfers: either explicit
+   * `{region, offset, length}` entries or a region cut into equal blocks.
+   *
+   * @param descs explicit descriptors, or a {@linkcode BlockLayout}
+   * @returns a serializable descriptor list (send it to peers as JSON)
+   * @throws {DescriptorRangeError} a descriptor does not fit its region
+   * @throws {TransferArgumentError} mixed memory types, empty or bad descriptors
+   */
+  getXferDescs(descs: readonly XferDescInput[] | BlockLayout): XferDescList {
+    this.#alive();
+    let entries: XferDescInput[];
+    if (Array.isArray(descs)) {
+      entries = [...descs];
+    } else {
+      const b = descs as BlockLayout;
+      const blockBytes = checkSize(b.blockBytes, "blockBytes", 1);
+      const offset = checkSize(b.offset ?? 0, "offset");
+      this.#region(b.region, "getXferDescs");
+      const fit = Math.floor(Math.max(0, b.region.bytes - offset) / blockBytes);
+      const count = checkSize(b.numBlocks ?? fit, "numBlocks");
+      entries = Array.from({ length: count }, (_, i) => ({
+        region: b.region,
+        offset: offset + i * blockBytes,
+        length: blockBytes,
+      }));
+    }
+    let memType: MemType | undefined;
+    const out: XferDesc[] = [];
+    for (const [i, d] of entries.entries()) {
+      this.#region(d?.region, `getXferDescs: descriptor ${i}`);
+      const offset = checkSize(d.offset, `descriptor ${i} offset`);
+      const length = checkSize(d.length, `descriptor ${i} length`, 1);
+      if (offset + length > d.region.bytes) {
+        throw new DescriptorRangeError(
+          `descriptor ${i}: bytes ${offset}..${offset + length} are outside the ` +
+            `${d.region.bytes}-byte region ${d.region.key}`,
+        );
+      }
+      memType ??= d.region.memType;
+      if (d.region.memType !== memType) {
+        argError(`descriptor ${i} mixes DRAM and VRAM in one list`);
+      }
+      out.push({ region: d.region.key, offset, length });
+    }
+    return { mem_type: memType ?? "DRAM", descs: out };
+  }
+
+  /**
+   * What a peer needs to reach this agent's registered memory and notification queue
+   * (NIXL's `get_agent_metadata`). Send it, then call `addRemoteAgent` on the peer.
+   *
+   * @returns UTF-8 JSON bytes
+   */
+  getAgentMetadata(): Uint8Array {
+    this.#alive();
+    const regions: RegionWire[] = [];
+    for (const r of this.#regions) {
+      const s = regionStates.get(r)!;
+      if (!s.registered) continue;
+      regions.push({
+        key: r.key,
+        mem_type: r.memType,
+        bytes: r.bytes,
+        device: r.device,
+        native_id: s.id,
+        ...(s.shm !== undefined ? { shm: s.shm } : {}),
+        ...(s.ipc !== undefined ? { ipc_handle: s.ipc } : {}),
+      });
+    }
+    const meta: AgentMetadataWire = {
+      version: 1,
+      name: this.name,
+      process: this.#n.dyn_process_token().toString(16),
+      pid: Deno.pid,
+      notif_queue: { shm: this.#ringName, native_id: this.#ringId },
+      regions,
+    };
+    return enc.encode(JSON.stringify(meta));
+  }
+
+  /**
+   * Adds (or refreshes) a peer from its metadata: opens its notification queue; its
+   * regions are mapped when a list first uses them.
+   *
+   * @param metadata bytes (or string) from the peer's `getAgentMetadata()`
+   * @returns the peer's agent name
+   * @throws {TransferArgumentError} malformed metadata, or this agent's own
+   * @throws {TransferFailedError} the peer's queue cannot be opened (peer gone?)
+   */
+  addRemoteAgent(metadata: Uint8Array | string): string {
+    this.#alive();
+    const m = parseMetadata(metadata);
+    if (m.name === this.name) argError(`cannot add agent '${m.name}' as a remote of itself`);
+    const sameProcess = m.process === this.#n.dyn_process_token().toString(16);
+    let ringId: number;
+    if (sameProcess) {
+      ringId = m.notif_queue.native_id;
+    } else {
+      const name = enc.encode(m.notif_queue.shm);
+      ringId = check(
+        this.#n,
+        this.#n.dyn_ring_open(name, BigInt(name.length)),
+        `cannot reach agent '${m.name}'`,
+      );
+    }
+    if (this.#remotes.has(m.name)) this.removeRemoteAgent(m.name);
+    this.#remotes.set(m.name, {
+      name: m.name,
+      sameProcess,
+      regions: new Map(m.regions.map((r) => [r.key, r])),
+      opened: new Map(),
+      ringId,
+      removed: false,
+      dlists: new Set(),
+    });
+    return m.name;
+  }
+
+  /**
+   * Forgets a peer: unmaps its memory here and releases the lists prepared on it.
+   *
+   * @param agentName the peer's name
+   * @throws {UnknownAgentError} no such peer
+   */
+  removeRemoteAgent(agentName: string): void {
+    this.#alive();
+    const r = this.#remotes.get(agentName);
+    if (!r) throw new UnknownAgentError(agentName);
+    this.#dropRemote(r);
+  }
+
+  #dropRemote(r: RemoteAgent): void {
+    r.removed = true;
+    this.#remotes.delete(r.name);
+    for (const d of r.dlists) {
+      d.released = true;
+      this.#n.dyn_dlist_free(d.id);
+    }
+    if (!r.sameProcess) {
+      for (const id of r.opened.values()) this.#n.dyn_region_free(id);
+      this.#n.dyn_ring_free(r.ringId);
+    }
+  }
+
+  #remoteRegion(r: RemoteAgent, key: string, i: number): number {
+    const known = r.opened.get(key);
+    if (known !== undefined) return known;
+    const w = r.regions.get(key);
+    if (!w) {
+      argError(`descriptor ${i}: agent '${r.name}' has no registered region '${key}'`);
+    }
+    let id: number;
+    if (r.sameProcess) {
+      id = w.native_id;
+    } else if (w.mem_type === "DRAM") {
+      const name = enc.encode(w.shm!);
+      id = check(
+        this.#n,
+        this.#n.dyn_region_open_dram(name, BigInt(name.length), BigInt(w.bytes)),
+        `cannot map region ${key} of agent '${r.name}'`,
+      );
+    } else {
+      id = check(
+        this.#n,
+        this.#n.dyn_region_open_vram(unhex(w.ipc_handle!), BigInt(w.bytes), w.device),
+        `cannot open VRAM region ${key} of agent '${r.name}'`,
+      );
+    }
+    r.opened.set(key, id);
+    return id;
+  }
+
+  /**
+   * Prepares a descriptor list for transfers (NIXL's `prep_xfer_dlist`): `""` (or this
+   * agent's name) for local memory, a peer's name for its memory.
+   *
+   * @param agentName "" for local, or a peer added with `addRemoteAgent`
+   * @param descs a list from `getXferDescs` (the peer's, for a remote list)
+   * @returns a handle for `makePreppedXfer`
+   * @throws {UnknownAgentError} the peer was not added
+   * @throws {DescriptorRangeError} a descriptor lies outside its region
+   * @throws {TransferArgumentError} an unknown or unregistered region, mixed types
+   */
+  prepXferDlist(agentName: string, descs: XferDescList): DlistHandle {
+    this.#alive();
+    if (typeof descs !== "object" || descs === null || !Array.isArray(descs.descs)) {
+      argError("prepXferDlist: descs must be a list from getXferDescs()");
+    }
+    const memType = checkMemType(descs.mem_type);
+    const local = agentName === "" || agentName === this.name;
+    const remote = local ? undefined : this.#remotes.get(agentName);
+    if (!local && !remote) throw new UnknownAgentError(agentName);
+    const entries = new BigUint64Array(descs.descs.length * 3);
+    const regions: MemoryRegion[] = [];
+    const lengths: number[] = [];
+    const byKey = new Map<string, MemoryRegion>();
+    if (local) { for (const r of this.#regions) byKey.set(r.key, r); }
+    for (const [i, d] of descs.descs.entries()) {
+      if (typeof d !== "object" || d === null || typeof d.region !== "string") {
+        argError(`descriptor ${i} is malformed: ${JSON.stringify(d)}`);
+      }
+      const offset = checkSize(d.offset, `descriptor ${i} offset`);
+      const length = checkSize(d.length, `descriptor ${i} length`, 1);
+      let id: number;
+      let type: MemType;
+      if (remote) {
+        id = this.#remoteRegion(remote, d.region, i);
+        type = remote.regions.get(d.region)!.mem_type;
+      } else {
+        const region = byKey.get(d.region);
+        if (!region) {
+          throw new ReleasedHandleError(
+            `descriptor ${i}: agent '${this.name}' has no region '${d.region}' (released?)`,
+          );
+        }
+        const s = regionStates.get(region)!;
+        if (!s.registered) argError(`descriptor ${i}: region ${d.region} is not registered`);
+        id = s.id;
+        type = region.memType;
+        regions.push(region);
+      }
+      if (type !== memType) {
+        argError(`descriptor ${i}: region ${d.region} is ${type}, the list says ${memType}`);
+      }
+      entries[3 * i] = BigInt(id);
+      entries[3 * i + 1] = BigInt(offset);
+      entries[3 * i + 2] = BigInt(length);
+      lengths.push(length);
+    }
+    const n = this.#n;
+    const id = check(n, n.dyn_dlist_create(entries, descs.descs.length), "prepXferDlist");
+    const handle = new DlistHandle(local ? "" : agentName, memType, descs.descs.length);
+    const state: DlistState = { agent: this, id, released: false, remote, regions, lengths };
+    dlistStates.set(handle, state);
+    remote?.dlists.add(state);
+    this.#dlists.add(handle);
+    return handle;
+  }
+
+  #dlist(h: DlistHandle, what: string): DlistState {
+    this.#alive();
+    const s = h instanceof DlistHandle ? dlistStates.get(h) : undefined;
+    if (!s || s.agent !== this) argError(`${what}: not a descriptor list of agent '${this.name}'`);
+    if (s.released) {
+      throw new ReleasedHandleError(
+        s.remote?.removed
+          ? `${what}: agent '${s.remote.name}' was removed`
+          : `${what}: the descriptor list was released`,
+      );
+    }
+    for (const r of s.regions) {
+      if (regionStates.get(r)!.released) {
+        throw new ReleasedHandleError(`${what}: memory region ${r.key} was released`);
+      }
+    }
+    return s;
+  }
+
+  /**
+   * Releases a prepared descriptor list.
+   *
+   * @param handle a list of this agent
+   * @throws {ReleasedHandleError} it was already released
+   */
+  releaseDlistHandle(handle: DlistHandle): void {
+    const s = this.#dlist(handle, "releaseDlistHandle");
+    s.released = true;
+    s.remote?.dlists.delete(s);
+    this.#dlists.delete(handle);
+    check(this.#n, this.#n.dyn_dlist_free(s.id), "releaseDlistHandle");
+  }
+
+  /**
+   * Prepares a transfer between entries of two prepared lists (NIXL's
+   * `make_prepped_xfer`): pair i copies `local[localIdx[i]]` to `remote[remoteIdx[i]]`
+   * (WRITE) or back (READ). The peer gets `notif` once every byte has landed.
+   *
+   * @param op "WRITE" or "READ"
+   * @param local a local list from `prepXferDlist("")`
+   * @param localIdx indices into `local`
+   * @param remote a list of the peer (or a local one, for a copy within this agent)
+   * @param remoteIdx indices into `remote`, as many as `localIdx`
+   * @param notif message delivered to the peer after the copy (omit for none)
+   * @returns a handle for `transfer`; it can be posted again once done
+   * @throws {DescriptorRangeError} an index is out of range
+   * @throws {SizeMismatchError} paired descriptors differ in size
+   * @throws {TransferArgumentError} a bad operation, unequal index lists, a long notif
+   * @throws {ReleasedHandleError} a list, region or agent was released
+   */
+  makePreppedXfer(
+    op: XferOp,
+    local: DlistHandle,
+    localIdx: readonly number[] | Uint32Array,
+    remote: DlistHandle,
+    remoteIdx: readonly number[] | Uint32Array,
+    notif?: string | Uint8Array,
+  ): XferHandle {
+    if (op !== "READ" && op !== "WRITE") {
+      argError(`transfer operation must be "READ" or "WRITE", got ${JSON.stringify(op)}`);
+    }
+    const l = this.#dlist(local, "makePreppedXfer local list");
+    const r = this.#dlist(remote, "makePreppedXfer remote list");
+    if (local.agentName !== "") argError("makePreppedXfer: the first list must be a local one");
+    const li = packIndices(localIdx, local.length, "local");
+    const ri = packIndices(remoteIdx, remote.length, "remote");
+    if (li.length !== ri.length) {
+      argError(`index lists differ in length: ${li.length} local, ${ri.length} remote`);
+    }
+    let bytes = 0;
+    for (let i = 0; i < li.length; i++) {
+      const a = l.lengths[li[i]!]!;
+      const b = r.lengths[ri[i]!]!;
+      if (a !== b) {
+        throw new SizeMismatchError(
+          `sizes differ at position ${i}: local descriptor ${li[i]} has ${a} bytes, ` +
+            `remote descriptor ${ri[i]} has ${b}`,
+        );
+      }
+      bytes += a;
+    }
+    let ring = 0;
+    let msg = new Uint8Array(0);
+    if (notif !== undefined) {
+      const body = typeof notif === "string" ? enc.encode(notif) : notif;
+      if (!(body instanceof Uint8Array)) argError("notif must be a string or a Uint8Array");
+      const from = enc.encode(this.name);
+      msg = new Uint8Array(2 + from.length + body.length);
+      new DataView(msg.buffer).setUint16(0, from.length, true);
+      msg.set(from, 2);
+      msg.set(body, 2 + from.length);
+      ring = r.remote?.ringId ?? this.#ringId;
+    }
+    const n = this.#n;
+    const id = check(
+      n,
+      n.dyn_xfer_create(
+        op === "WRITE" ? 1 : 0,
+        l.id,
+        li,
+        li.length,
+        r.id,
+        ri,
+        ri.length,
+        ring,
+        msg,
+        BigInt(msg.length),
+      ),
+      "makePreppedXfer",
+    );
+    const inline = bytes <= this.#inlineMax && local.memType === "DRAM" &&
+      remote.memType === "DRAM";
+    const handle = new XferHandle(op, li.length, bytes);
+    xferStates.set(handle, { agent: this, id, released: false, bytes, inline, rc: 0 });
+    this.#xfers.add(handle);
+    return handle;
+  }
+
+  #xfer(h: XferHandle, what: string): XferInternal {
+    this.#alive();
+    const s = h instanceof XferHandle ? xferStates.get(h) : undefined;
+    if (!s || s.agent !== this) argError(`${what}: not a transfer of agent '${this.name}'`);
+    if (s.released) throw new ReleasedHandleError(`${what}: the transfer was released`);
+    return s;
+  }
+
+  #failure(s: XferInternal, rc: number): TransferError {
+    const buf = new Uint8Array(1024);
+    const len = Number(this.#n.dyn_xfer_error(s.id, buf, BigInt(buf.length)));
+    return errorFor(rc, `transfer failed: ${dec.decode(buf.subarray(0, Math.min(len, 1024)))}`);
+  }
+
+  /**
+   * Starts a prepared transfer (NIXL's `transfer`). Small host-memory transfers complete
+   * before it returns ("DONE"); others run on a native thread ("PROC"): poll
+   * `checkXferState` or await `waitXfer`.
+   *
+   * @param handle a transfer of this agent, not in progress
+   * @returns "DONE" or "PROC"
+   * @throws {TransferBusyError} the transfer is still running
+   * @throws {TransferError} an inline transfer failed (e.g. NotificationQueueFullError)
+   */
+  transfer(handle: XferHandle): XferState {
+    const s = this.#xfer(handle, "transfer");
+    const n = this.#n;
+    if (s.inline) {
+      const rc = n.dyn_xfer_post(s.id);
+      s.rc = rc;
+      if (rc < 0) throw errorFor(rc, `transfer: ${lastError(n)}`);
+      return "DONE";
+    }
+    check(n, n.dyn_xfer_arm(s.id), "transfer");
+    const p: Promise<number> = n.dyn_xfer_run(s.id).then((rc) => {
+      s.rc = rc;
+      if (s.pending === p) s.pending = undefined;
+      return rc;
+    });
+    s.pending = p;
+    return "PROC";
+  }
+
+  /**
+   * The state of a posted transfer (NIXL's `check_xfer_state`).
+   *
+   * @param handle a transfer of this agent
+   * @returns "PROC" while copying, "DONE" when finished, "ERR" when it failed
+   * @throws {TransferArgumentError} it was never posted
+   */
+  checkXferState(handle: XferHandle): XferState {
+    const s = this.#xfer(handle, "checkXferState");
+    const st = this.#n.dyn_xfer_state(s.id);
+    if (st === 0) argError("checkXferState: the transfer was never posted; call transfer()");
+    return st === 1 ? "PROC" : st === 2 ? "DONE" : "ERR";
+  }
+
+  /**
+   * Waits for a posted transfer to finish.
+   *
+   * @param handle a transfer of this agent
+   * @param options `signal` stops the wait (not the copy)
+   * @throws {TransferError} the transfer failed (the class says why)
+   */
+  async waitXfer(handle: XferHandle, options: WaitXferOptions = {}): Promise<void> {
+    const s = this.#xfer(handle, "waitXfer");
+    const signal = options.signal;
+    signal?.throwIfAborted();
+    while (s.pending) {
+      if (!signal) {
+        await s.pending;
+        continue;
+      }
+      let onAbort: (() => void) | undefined;
+      try {
+        await Promise.race([
+          s.pending,
+          new Promise<never>((_, reject) => {
+            onAbort = () => reject(signal.reason);
+            signal.addEventListener("abort", onAbort, { once: true });
+          }),
+        ]);
+      } finally {
+        if (onAbort) signal.removeEventListener("abort", onAbort);
+      }
+    }
+    const st = this.#n.dyn_xfer_state(s.id);
+    if (st === 0) argError("waitXfer: the transfer was never posted; call transfer()");
+    if (st === 3) throw this.#failure(s, s.rc < 0 ? s.rc : -5);
+  }
+
+  /**
+   * Releases a transfer (NIXL's `release_xfer_handle`).
+   *
+   * @param handle a finished (or never posted) transfer of this agent
+   * @throws {TransferBusyError} it is still in progress
+   */
+  releaseXferHandle(handle: XferHandle): void {
+    const s = this.#xfer(handle, "releaseXferHandle");
+    check(this.#n, this.#n.dyn_xfer_free(s.id), "releaseXferHandle");
+    s.released = true;
+    this.#xfers.delete(handle);
+  }
+
+  /**
+   * Sends a notification without a transfer (NIXL's `send_notif`).
+   *
+   * @param agentName a peer added with `addRemoteAgent` (or this agent's own name)
+   * @param message the message
+   * @throws {UnknownAgentError} no such peer
+   * @throws {NotificationQueueFullError} the peer does not drain its queue
+   */
+  sendNotif(agentName: string, message: string | Uint8Array): void {
+    this.#alive();
+    const r = agentName === this.name ? undefined : this.#remotes.get(agentName);
+    if (!r && agentName !== this.name) throw new UnknownAgentError(agentName);
+    const body = typeof message === "string" ? enc.encode(message) : message;
+    const from = enc.encode(this.name);
+    const msg = new Uint8Array(2 + from.length + body.length);
+    new DataView(msg.buffer).setUint16(0, from.length, true);
+    msg.set(from, 2);
+    msg.set(body, 2 + from.length);
+    if (msg.length > this.#ringCapacity) {
+      argError(`notification of ${body.length} bytes is too long for the queue`);
+    }
+    const ring = r?.ringId ?? this.#ringId;
+    check(
+      this.#n,
+      this.#n.dyn_ring_push(ring, msg, BigInt(msg.length)),
+      `sendNotif to '${agentName}'`,
+    );
+  }
+
+  /**
+   * Takes the notifications that arrived since the last call (NIXL's `get_new_notifs`).
+   *
+   * @returns messages (UTF-8 decoded) by sending agent, in arrival order
+   */
+  getNewNotifs(): Map<string, string[]> {
+    this.#alive();
+    const out = new Map<string, string[]>();
+    const buf = this.#drainBuf;
+    for (;;) {
+      const len = check(
+        this.#n,
+        this.#n.dyn_ring_drain(this.#ringId, buf, BigInt(buf.length)),
+        "getNewNotifs",
+      );
+      if (len === 0) return out;
+      const view = new DataView(buf.buffer, buf.byteOffset, len);
+      for (let at = 0; at + 4 <= len;) {
+        const n = view.getUint32(at, true);
+        const rec = buf.subarray(at + 4, at + 4 + n);
+        at += 4 + n;
+        const nameLen = rec.length >= 2 ? rec[0]! | (rec[1]! << 8) : 0;
+        const from = dec.decode(rec.subarray(2, 2 + nameLen));
+        const body = dec.decode(rec.subarray(Math.min(rec.length, 2 + nameLen)));
+        const list = out.get(from);
+        if (list) list.push(body);
+        else out.set(from, [body]);
+      }
+    }
+  }
+
+  /**
+   * Releases everything the agent holds: transfers (those in flight finish first on the
+   * native side), lists, peers' mappings, its memory and its notification queue. Peers
+   * that already mapped its memory keep their mapping; new ones cannot open it.
+   */
+  close(): void {
+    if (this.#closed) return;
+    const n = this.#n;
+    for (const h of this.#xfers) {
+      const s = xferStates.get(h)!;
+      s.released = true;
+      if (n.dyn_xfer_free(s.id) < 0 && s.pending) {
+        s.pending.then(() => n.dyn_xfer_free(s.id)).catch(() => {});
+      }
+    }
+    for (const h of this.#dlists) {
+      const s = dlistStates.get(h)!;
+      s.released = true;
+      n.dyn_dlist_free(s.id);
+    }
+    for (const r of [...this.#remotes.values()]) this.#dropRemote(r);
+    for (const r of this.#regions) {
+      const s = regionStates.get(r)!;
+      s.released = true;
+      s.registered = false;
+      n.dyn_region_free(s.id);
+    }
+    n.dyn_ring_free(this.#ringId);
+    this.#xfers.clear();
+    this.#dlists.clear();
+    this.#regions.clear();
+    this.#closed = true;
+    openAgents.delete(this);
+  }
+
+  /** Same as {@linkcode TransferAgent.close}. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}

@@ -29,7 +29,8 @@ export {
   terminalProgress,
 } from "./model/huggingface.ts";
 export { GgufError, readGgufMetadata } from "./model/gguf.ts";
-export { IncrementalDetokenizer, Tokenizer } from "./preprocess/tokenizer.ts";
+export { Tokenizer } from "./preprocess/tokenizer.ts";
+export { IncrementalDetokenizer } from "./preprocess/detokenizer.ts";
 export { ChatTemplate } from "./preprocess/chat_template.ts";
 export { Preprocessor } from "./preprocess/preprocessor.ts";
 export { OutputProcessor } from "./pipeline/postprocessor.ts";

@@ -12,13 +12,9 @@ export {
   type RegisterLlmOptions,
 } from "./model/register.ts";
 export { builtinTestModel } from "./model/test_model.ts";
-export {
-  CardFileError,
-  computeMdcsum,
-  fetchCardFiles,
-  loadModelSource,
-  ModelSourceError,
-} from "./model/card.ts";
+export { computeMdcsum } from "./model/card.ts";
+export { CardFileError, fetchCardFiles } from "./model/card_files.ts";
+export { loadModelSource, ModelSourceError } from "./model/model_source.ts";
 export {
   defaultHuggingFaceCacheDir,
   downloadRepo,

@@ -11,14 +11,9 @@ import {
   type ModelInput,
   type ModelType,
 } from "../protocols.ts";
-import {
-  cardObjectName,
-  computeMdcsum,
-  type LoadModelOptions,
-  loadModelSource,
-  validateModelInput,
-  validateModelType,
-} from "./card.ts";
+import { computeMdcsum, validateModelInput, validateModelType } from "./card.ts";
+import { cardObjectName } from "./card_files.ts";
+import { type LoadModelOptions, loadModelSource } from "./model_source.ts";
 
 /** Options of {@linkcode registerLlm} (the seeds' register_llm kwargs). */
 export type RegisterLlmOptions = Omit<LoadModelOptions, "modelInput" | "modelType">;

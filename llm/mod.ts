@@ -42,10 +42,12 @@ export {
 // KV-aware routing: the router and its worker selection.
 export {
   type FindBestMatchOptions,
+  type KvRouteOptions,
   KvRouter,
   type KvRouterOptions,
   type OverlapLookup,
   type RouteDecision,
+  type TokensRequest,
 } from "./kv_router/router.ts";
 export {
   ActiveSequences,
@@ -53,6 +55,7 @@ export {
   type CostFunctionInput,
   defaultCosts,
   pickByCost,
+  type WorkerBook,
   type WorkerCandidate,
 } from "./kv_router/scheduler.ts";
 export { createFrontend, type Frontend, type FrontendOptions } from "./http/app.ts";

@@ -110,6 +110,8 @@ export class TransferAgent {
   #closed = false;
 
   /**
+   * Creates an agent and its notification queue (loads the native library on first use).
+   *
    * @param name agent name (non-empty), e.g. "decode-0"
    * @param options notification queue geometry and the inline-transfer threshold
    * @throws {NativeLibraryError} the native library is not built or cannot be loaded

@@ -9,6 +9,7 @@ export class TransferError extends DynamoError {}
 export class NativeLibraryError extends TransferError {
   /** Where the library was looked for. */
   readonly path: string;
+  /** Creates the error for the library file at `path`. */
   constructor(message: string, path: string, options?: ErrorOptions) {
     super(message, options);
     this.path = path;

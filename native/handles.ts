@@ -85,6 +85,7 @@ export class MemoryRegion {
 export class DlistHandle {
   /** The agent whose memory the list describes ("" = the local agent). */
   readonly agentName: string;
+  /** Where the memory of the listed descriptors lives. */
   readonly memType: MemType;
   /** Number of descriptors. */
   readonly length: number;
@@ -102,6 +103,7 @@ export class DlistHandle {
 
 /** A prepared transfer; from `makePreppedXfer`, run with `transfer`. */
 export class XferHandle {
+  /** Whether the transfer writes to or reads from the remote agent. */
   readonly op: XferOp;
   /** Descriptor pairs in the transfer. */
   readonly count: number;

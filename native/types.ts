@@ -11,8 +11,11 @@ export type XferState = "PROC" | "DONE" | "ERR";
 
 /** One transfer descriptor: `length` bytes at `offset` of the region keyed `region`. */
 export interface XferDesc {
+  /** Key of the region (as in the agent metadata). */
   region: string;
+  /** Byte offset in the region. */
   offset: number;
+  /** Bytes described. */
   length: number;
 }
 
@@ -21,19 +24,25 @@ export interface XferDesc {
  * with the agent metadata, then `prepXferDlist(agentName, list)` on the peer).
  */
 export interface XferDescList {
+  /** Where the described memory lives. */
   mem_type: MemType;
+  /** The descriptors, in list order (transfers pick them by index). */
   descs: XferDesc[];
 }
 
 /** One descriptor as given to {@linkcode TransferAgent.getXferDescs}. */
 export interface XferDescInput {
+  /** A region of the local agent. */
   region: MemoryRegion;
+  /** Byte offset in the region. */
   offset: number;
+  /** Bytes described. */
   length: number;
 }
 
 /** A region cut into equal blocks, as given to {@linkcode TransferAgent.getXferDescs}. */
 export interface BlockLayout {
+  /** The region to cut, of the local agent. */
   region: MemoryRegion;
   /** Bytes per block. */
   blockBytes: number;
@@ -65,12 +74,15 @@ export interface AllocateOptions {
 
 /** Options of {@linkcode TransferAgent.waitXfer}. */
 export interface WaitXferOptions {
+  /** Stops waiting (the transfer itself goes on). */
   signal?: AbortSignal;
 }
 
 /** What {@linkcode TransferAgent.vramStatus} finds. */
 export interface VramStatus {
+  /** Whether VRAM regions can be allocated. */
   available: boolean;
+  /** CUDA devices found. */
   devices: number;
   /** Why VRAM is unavailable, when it is. */
   reason?: string;

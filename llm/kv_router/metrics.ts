@@ -26,12 +26,19 @@ import {
 
 /** Metrics as {@linkcode KvMetricsPublisher.publish} takes them (camelCase). */
 export interface KvMetrics {
+  /** Requests being served. */
   requestActiveSlots: number;
+  /** Requests the worker can serve at once. */
   requestTotalSlots: number;
+  /** KV cache blocks in use. */
   kvActiveBlocks: number;
+  /** KV cache blocks in all. */
   kvTotalBlocks: number;
+  /** Requests queued, not yet scheduled. */
   numRequestsWaiting: number;
+  /** Fraction of the GPU KV cache in use (0..1). */
   gpuCacheUsagePerc: number;
+  /** Fraction of prompt blocks found in the prefix cache (0..1). */
   gpuPrefixCacheHitRate: number;
 }
 
@@ -115,6 +122,7 @@ export class KvMetricsPublisher {
    * @throws {InvalidArgumentError} a missing or non-numeric field
    */
   publish(metrics: KvMetrics): void;
+  /** Records the worker's current metrics, given as the seven numbers in the seeds' order. */
   publish(
     requestActiveSlots: number,
     requestTotalSlots: number,
@@ -188,6 +196,8 @@ export class KvMetricsAggregator {
   #closed = false;
 
   /**
+   * Creates an aggregator of the load metrics a component's workers publish.
+   *
    * @param component the workers' component
    * @param options scrape and start-up deadlines
    */

@@ -63,7 +63,9 @@ interface MirrorBlock {
  * ```
  */
 export class KvEventPublisher {
+  /** The worker these events come from (its instance id). */
   readonly workerId: string;
+  /** Tokens per KV block. */
   readonly kvBlockSize: number;
   readonly #component: Component;
   readonly #mirror = new Map<BlockHash, MirrorBlock>();
@@ -73,6 +75,8 @@ export class KvEventPublisher {
   #eventId = 0;
 
   /**
+   * Creates a publisher of one worker's KV cache events.
+   *
    * @param component the workers' component (events go on its `kv_events` subject)
    * @param options worker id and block size
    * @throws {InvalidArgumentError} a bad block size

@@ -13,22 +13,60 @@ export {
 } from "./model/register.ts";
 export { builtinTestModel } from "./model/test_model.ts";
 export { computeMdcsum } from "./model/card.ts";
-export { CardFileError, fetchCardFiles } from "./model/card_files.ts";
-export { loadModelSource, ModelSourceError } from "./model/model_source.ts";
+export { CardFileError, fetchCardFiles, type FetchCardFilesOptions } from "./model/card_files.ts";
+export {
+  type HuggingFaceOptions,
+  type LoadedModel,
+  type LoadModelOptions,
+  loadModelSource,
+  ModelSourceError,
+} from "./model/model_source.ts";
 export {
   defaultHuggingFaceCacheDir,
+  type DownloadProgress,
   downloadRepo,
+  type DownloadRepoOptions,
   HuggingFaceAccessDeniedError,
   HuggingFaceError,
   HuggingFaceNotFoundError,
   HuggingFaceUnreachableError,
+  type TerminalProgress,
   terminalProgress,
 } from "./model/huggingface.ts";
-export { GgufError, readGgufMetadata } from "./model/gguf.ts";
-export { Tokenizer } from "./preprocess/tokenizer.ts";
-export { IncrementalDetokenizer } from "./preprocess/detokenizer.ts";
-export { ChatTemplate } from "./preprocess/chat_template.ts";
-export { Preprocessor } from "./preprocess/preprocessor.ts";
+export {
+  GgufError,
+  type GgufMetadata,
+  GgufType,
+  readGgufMetadata,
+  type ReadGgufOptions,
+} from "./model/gguf.ts";
+export {
+  type DecodeOptions,
+  type EncodeOptions,
+  Tokenizer,
+  TokenizerLoadError,
+} from "./preprocess/tokenizer.ts";
+export {
+  IncrementalDetokenizer,
+  type IncrementalDetokenizerOptions,
+} from "./preprocess/detokenizer.ts";
+export {
+  ChatTemplate,
+  type ChatTemplateContext,
+  ChatTemplateError,
+} from "./preprocess/chat_template.ts";
+export {
+  Preprocessor,
+  type PreprocessorOptions,
+  type PreprocessResult,
+} from "./preprocess/preprocessor.ts";
+// The OpenAI request types the preprocessor takes.
+export type {
+  ChatCompletionRequest,
+  ChatMessage,
+  ChatTool,
+  CompletionRequest,
+} from "./openai/types.ts";
 export { OutputProcessor } from "./pipeline/postprocessor.ts";
 export { RequestError } from "./openai/errors.ts";
 export { isMigratable, MigrationExhaustedError, openMigrating } from "./pipeline/migration.ts";

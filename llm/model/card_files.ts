@@ -10,7 +10,9 @@ import type { ModelDeploymentCard } from "../protocols.ts";
 export class CardFileError extends DynamoError {
   /** File name in the card ("tokenizer.json", ...). */
   readonly file: string;
+  /** sha256 (hex) the card gives for the file. */
   readonly sha256: string;
+  /** Creates the error for one file of a card. */
   constructor(file: string, sha256: string, message: string) {
     super(message);
     this.file = file;
@@ -32,6 +34,7 @@ export function sha256Hex(data: Uint8Array | string): string {
 export interface FetchCardFilesOptions {
   /** Only these files (default all the card names). */
   only?: string[];
+  /** Stops the fetches. */
   signal?: AbortSignal;
 }
 

@@ -8,6 +8,7 @@ export class GgufError extends DynamoError {
   readonly path: string;
   /** Byte offset where reading failed, when known. */
   readonly offset: number | undefined;
+  /** Creates the error for a file and, when known, the byte offset where reading failed. */
   constructor(path: string, message: string, offset?: number, options?: ErrorOptions) {
     super(
       `${path}: ${message}${offset === undefined ? "" : ` (at byte ${offset})`}`,
@@ -34,6 +35,7 @@ export const GgufType = {
   INT64: 11,
   FLOAT64: 12,
 } as const;
+/** One of the values of {@linkcode GgufType}. */
 export type GgufType = typeof GgufType[keyof typeof GgufType];
 
 /** Header and metadata of a GGUF file. */

@@ -30,6 +30,7 @@ import { ggufModelFacts } from "./gguf_facts.ts";
 export class ModelSourceError extends DynamoError {
   /** The model path as given. */
   readonly path: string;
+  /** Creates the error for a model path. */
   constructor(path: string, message: string, options?: ErrorOptions) {
     super(message, options);
     this.path = path;
@@ -57,11 +58,13 @@ export interface LoadModelOptions {
   userData?: Record<string, unknown>;
   /** Where and how to download repo ids. */
   huggingFace?: HuggingFaceOptions;
+  /** Cancels the load (and its download). */
   signal?: AbortSignal;
 }
 
 /** A card ready to be checksummed, and the bytes of the files it names. */
 export interface LoadedModel {
+  /** The card, without its checksum. */
   card: Omit<ModelDeploymentCard, "mdcsum">;
   /** tokenizer.json, tokenizer_config.json, config.json, generation_config.json, when present. */
   files: Map<string, Uint8Array>;

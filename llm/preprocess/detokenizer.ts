@@ -59,6 +59,8 @@ export class IncrementalDetokenizer {
   readonly #utf8: TextDecoder | undefined;
 
   /**
+   * Creates a detokenizer for one sequence.
+   *
    * @param tokenizer The model's tokenizer.
    * @param options Prompt context and special-token handling.
    */

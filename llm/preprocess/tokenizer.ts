@@ -26,8 +26,11 @@ export interface DecodeOptions {
 
 /** Thrown when tokenizer files cannot be parsed or do not describe a tokenizer. */
 export class TokenizerLoadError extends Error {
+  /** The error class name. */
   override name = "TokenizerLoadError";
   /**
+   * Creates the error.
+   *
    * @param message What was wrong.
    * @param options The underlying cause.
    */
@@ -213,6 +216,8 @@ export class Tokenizer {
   }
 
   /**
+   * Looks up the id of a vocabulary token.
+   *
    * @param token A token string as it appears in the vocabulary (`"Ġhello"`, `"<|im_end|>"`).
    * @returns Its id, or undefined when it is not in the vocabulary.
    */
@@ -221,6 +226,8 @@ export class Tokenizer {
   }
 
   /**
+   * Looks up the vocabulary token of an id.
+   *
    * @param id A token id.
    * @returns Its token string, or undefined when the id is not in the vocabulary.
    */

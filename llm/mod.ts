@@ -105,6 +105,11 @@ export {
   UpstreamError,
 } from "./engines/openai_upstream.ts";
 export {
+  BlockManager,
+  type BlockManagerOptions,
+  type FullBlock,
+  type KvEventSink,
+  type MetricsSink,
   MockerEngine,
   type MockerEngineOptions,
   type MockerWorker,
@@ -112,7 +117,15 @@ export {
   type MockerWorkers,
   type MockerWorkersOptions,
   runMockerWorker,
+  Scheduler,
+  type SchedulerOptions,
+  Sequence,
+  type SequenceRequest,
+  type SequenceState,
   startMockerWorkers,
+  type StepEntry,
+  type StepPlan,
+  type TokensHandler,
 } from "./engines/mocker/mod.ts";
 // KV events, the indexer and load metrics (the router's inputs); block hashing.
 export {

@@ -99,7 +99,10 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
   readonly #client: Client;
   readonly #agents = new Map<string, string>();
 
-  /** @param client a client of the decode workers' queue endpoint */
+  /**
+   * Creates a queue whose items go to the decode workers behind `client`.
+   * @param client a client of the decode workers' queue endpoint
+   */
   constructor(client: Client) {
     this.#client = client;
   }

@@ -33,6 +33,7 @@ export interface JetStreamPrefillQueueOptions {
 export class NatsUnavailableError extends DynamoError {
   /** The runtime's request plane ("hub", "local", ...). */
   readonly requestPlane: string;
+  /** Creates the error for a runtime on another request plane. */
   constructor(requestPlane: string) {
     super(
       `the JetStream prefill queue needs the runtime on NATS (NATS_SERVER or ETCD_ENDPOINTS ` +

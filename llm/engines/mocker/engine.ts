@@ -31,6 +31,7 @@ export interface MockerEngineOptions
   now?: () => number;
   /** Waits `ms` of simulated time (default setTimeout). */
   sleep?: (ms: number) => Promise<void>;
+  /** Where the engine logs failing sinks and a failed loop; default silent. */
   logger?: Logger;
 }
 
@@ -66,7 +67,9 @@ const MAX_LAG_MS = 1000;
  * ```
  */
 export class MockerEngine {
+  /** The engine's KV blocks and prefix cache. */
   readonly blockManager: BlockManager;
+  /** The engine's scheduler of forward passes. */
   readonly scheduler: Scheduler;
   readonly #onMetrics: MetricsSink;
   readonly #metricsIntervalMs: number;
@@ -82,7 +85,10 @@ export class MockerEngine {
   #closed = false;
   #steps = 0;
 
-  /** @throws {InvalidArgumentError} an option out of range */
+  /**
+   * Creates an engine; its loop starts with the first request.
+   * @throws {InvalidArgumentError} an option out of range
+   */
   constructor(options: MockerEngineOptions = {}) {
     this.#logger = options.logger ?? silentLogger;
     // A sink that throws (a publisher gone) must not stop forward passes: every request

@@ -30,7 +30,9 @@ export interface MockerWorkerOptions extends MockerEngineOptions {
 
 /** A running mocker worker. */
 export interface MockerWorker {
+  /** The worker's engine. */
   readonly engine: MockerEngine;
+  /** The endpoint the worker serves. */
   readonly endpoint: Endpoint;
   /** The published model card. */
   readonly card: ModelDeploymentCard;
@@ -133,6 +135,7 @@ export interface MockerWorkersOptions extends MockerWorkerOptions {
 
 /** Mocker workers started by {@linkcode startMockerWorkers}. */
 export interface MockerWorkers {
+  /** The workers, each with its runtime. */
   readonly workers: readonly (MockerWorker & { readonly runtime: DistributedRuntime })[];
   /** The shared cluster when the workers run embedded (connect a frontend runtime to it). */
   readonly embedded: EmbeddedCluster;

@@ -54,6 +54,7 @@ export interface RuntimeInternals {
 
 /** A pipeline's name space. */
 export class Namespace {
+  /** The namespace's name. */
   readonly name: string;
   readonly #rt: RuntimeInternals;
 
@@ -71,7 +72,9 @@ export class Namespace {
 
 /** A load-balanced service of a namespace ("backend", "prefill", ...). */
 export class Component {
+  /** The component's name. */
   readonly name: string;
+  /** The namespace it belongs to. */
   readonly namespace: Namespace;
   readonly #rt: RuntimeInternals;
 
@@ -171,7 +174,9 @@ export interface ServeEndpointOptions {
 
 /** An endpoint: what a worker serves and a client calls. */
 export class Endpoint {
+  /** The endpoint's name. */
   readonly name: string;
+  /** The component it belongs to. */
   readonly component: Component;
   readonly #rt: RuntimeInternals;
 

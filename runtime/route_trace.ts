@@ -11,6 +11,7 @@ export interface RouteTraceEvent {
   event: "route" | "down" | "gone" | "up";
   /** The client's `namespace/component/endpoint`. */
   endpoint: string;
+  /** The instance id the event is about. */
   instance: string;
 }
 

@@ -24,6 +24,7 @@ export interface GraphEdge {
 
 /** One service of a resolved graph. */
 export interface GraphNode extends EffectiveServiceSettings {
+  /** The service class. */
   cls: ServiceClass;
   /** Endpoint names (`namespace/name/endpoint`). */
   endpoints: string[];

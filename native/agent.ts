@@ -75,7 +75,7 @@ function trackAgent(agent: TransferAgent): void {
  *
  * @example
  * ```ts
- * import { TransferAgent } from "./native/mod.ts";
+ * import { TransferAgent } from "./mod.ts";
  * const decode = new TransferAgent("decode-0");
  * const prefill = new TransferAgent("prefill-0");
  * const dst = decode.allocate("DRAM", 8 * 1024);
@@ -164,7 +164,7 @@ export class TransferAgent {
    * @throws {TransferArgumentError} `options.device` is not a non-negative integer
    * @example
    * ```ts
-   * import { TransferAgent } from "./native/mod.ts";
+   * import { TransferAgent } from "./mod.ts";
    * const k = TransferAgent.cudaKernelStatus();
    * if (!k.loaded) console.log(`batches use cudaMemcpyAsync: ${k.reason}`);
    * ```

@@ -85,7 +85,7 @@ let loaded: Native | undefined;
  *   cannot be loaded, or was built from other sources than this module
  * @example
  * ```ts
- * import { loadNativeLibrary } from "./native/mod.ts";
+ * import { loadNativeLibrary } from "./mod.ts";
  * loadNativeLibrary();
  * ```
  */

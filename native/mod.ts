@@ -10,7 +10,7 @@
  *
  * @example
  * ```ts
- * import { TransferAgent } from "./native/mod.ts";
+ * import { TransferAgent } from "./mod.ts";
  * const decode = new TransferAgent("decode-0");
  * const kv = decode.allocate("DRAM", 64 * 4096);
  * decode.registerMemory(kv);

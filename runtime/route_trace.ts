@@ -41,7 +41,7 @@ const encoder = new TextEncoder();
  * @param options where lines go and which clock stamps them
  * @returns the trace, for `DistributedRuntimeOptions.routeTrace`
  * @example
- * ```ts
+ * ```ts ignore
  * const rt = await DistributedRuntime.connect({ routeTrace: jsonLinesRouteTrace() });
  * ```
  */

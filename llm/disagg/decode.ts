@@ -72,7 +72,7 @@ export interface DisaggDecodeOptions {
  * @param options router, queue, KV memory and engine
  * @returns the handler
  * @example
- * ```ts
+ * ```ts ignore
  * const engine = mockerDecodeEngine(new MockerEngine({ blockSize: 16 }));
  * await endpoint.serveEndpoint(disaggDecodeEngine({ router, queue, kv, engine, blockSize: 16 }));
  * ```

@@ -32,7 +32,7 @@ export type HostedQueueReply =
  * @param instanceId this worker's instance id (prefill workers ack here)
  * @returns a handler for `endpoint.serveEndpoint`
  * @example
- * ```ts
+ * ```ts ignore
  * await component.endpoint("prefill_queue").serveEndpoint(
  *   prefillQueueHandler(queue, kv.memoryInfo(), runtime.instanceId));
  * ```

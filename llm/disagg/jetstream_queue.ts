@@ -52,7 +52,7 @@ export class NatsUnavailableError extends DynamoError {
  * @returns the connection
  * @throws {NatsUnavailableError} the runtime is on the hub or in-process
  * @example
- * ```ts
+ * ```ts ignore
  * const queue = await JetStreamPrefillQueue.open(runtimeNatsConnection(runtime));
  * ```
  */
@@ -70,7 +70,7 @@ const dec = new TextDecoder();
  * second when the queue is empty (JetStream's shortest pull expiry).
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const q = await JetStreamPrefillQueue.open<RemotePrefillRequest>(nc, { ackWaitMs: 10_000 });
  * await q.enqueue(request);
  * const item = await q.dequeue({ timeoutMs: 1000 });

@@ -58,7 +58,7 @@ export interface WaitPrefilledOptions {
  * them instead of prefilling them again.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const kv = new DecodeKvCache(new TransferAgent("decode-0"), { numBlocks: 64, blockBytes: 4096 });
  * const hashes = hashPromptBlocks(prompt, 16).map((b) => b.sequenceHash);
  * const ids = kv.acquirePrefix(hashes); // cached prefix (none at first)

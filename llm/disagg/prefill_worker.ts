@@ -64,7 +64,7 @@ interface Peer {
  * A prefill worker around a {@linkcode TransferAgent}.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const worker = new PrefillWorker(new TransferAgent("prefill-0"), {
  *   blockBytes: 4096, resolveDecode: async () => decodeKv.memoryInfo() });
  * await worker.run(queue, { signal });

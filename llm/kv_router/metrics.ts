@@ -69,10 +69,15 @@ function toWire(m: KvMetrics | number[]): ForwardPassMetrics {
  *
  * @example
  * ```ts
+ * import { DistributedRuntime, KvMetricsPublisher } from "../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const component = runtime.namespace("demo").component("backend");
  * const metrics = new KvMetricsPublisher();
  * await metrics.createEndpoint(component);
  * metrics.publish({ requestActiveSlots: 0, requestTotalSlots: 1024, kvActiveBlocks: 0,
  *   kvTotalBlocks: 1024, numRequestsWaiting: 0, gpuCacheUsagePerc: 0, gpuPrefixCacheHitRate: 0 });
+ * metrics.close();
+ * await runtime.shutdown();
  * ```
  */
 export class KvMetricsPublisher {
@@ -177,8 +182,14 @@ function parseMetrics(value: unknown): EndpointKvMetrics | undefined {
  *
  * @example
  * ```ts
+ * import { DistributedRuntime, KvMetricsAggregator } from "../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
  * const aggregator = new KvMetricsAggregator(runtime.namespace("ns").component("backend"));
- * for (const e of (await aggregator.getMetrics()).endpoints) console.log(e.worker_id, e.kv_active_blocks);
+ * for (const e of (await aggregator.getMetrics()).endpoints) {
+ *   console.log(e.worker_id, e.kv_active_blocks);
+ * }
+ * await aggregator.close();
+ * await runtime.shutdown();
  * ```
  */
 export class KvMetricsAggregator {

@@ -57,9 +57,15 @@ interface MirrorBlock {
  *
  * @example
  * ```ts
+ * import { DistributedRuntime, KvEventPublisher } from "../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const component = runtime.namespace("demo").component("backend");
  * const pub = new KvEventPublisher(component, { workerId: runtime.instanceId, kvBlockSize: 16 });
+ * const tokenIds = Array.from({ length: 32 }, (_, i) => i);
  * await pub.publishStored({ tokenIds, numBlockTokens: [16, 16], blockHashes: [101n, 102n] });
  * await pub.publishRemoved([102n]);
+ * await pub.close();
+ * await runtime.shutdown();
  * ```
  */
 export class KvEventPublisher {

@@ -185,6 +185,8 @@ export function canonicalJson(value: unknown): string {
  *
  * @example
  * ```ts
+ * import { builtinTestModel, computeMdcsum, loadModelSource } from "../../mod.ts";
+ * const loaded = await loadModelSource(await builtinTestModel());
  * const mdcsum = computeMdcsum(loaded.card);
  * ```
  */

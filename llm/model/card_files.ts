@@ -48,7 +48,7 @@ export interface FetchCardFilesOptions {
  * @throws {CardFileError} a file is missing from the store or its bytes do not match
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const files = await fetchCardFiles(runtime.objects, card);
  * const tokenizer = JSON.parse(new TextDecoder().decode(files.get("tokenizer.json")));
  * ```

@@ -49,9 +49,20 @@ export function modelEntryKey(endpoint: Endpoint): string {
  *
  * @example
  * ```ts
+ * import {
+ *   builtinTestModel,
+ *   DistributedRuntime,
+ *   ModelInput,
+ *   ModelType,
+ *   registerLlm,
+ * } from "../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
  * const endpoint = runtime.namespace("demo").component("backend").endpoint("generate");
+ * // A model folder, a Hugging Face repo id ("Qwen/Qwen3-0.6B") or a GGUF file.
+ * const modelPath = await builtinTestModel();
  * await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, endpoint,
- *   "Qwen/Qwen3-0.6B", { kvCacheBlockSize: 16 });
+ *   modelPath, { kvCacheBlockSize: 16 });
+ * await runtime.shutdown();
  * ```
  */
 export async function registerLlm(

@@ -69,7 +69,7 @@ async function sameContent(path: string, sha: string): Promise<boolean> {
  * @returns the model folder
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const dir = await builtinTestModel();
  * await registerLlm(ModelInput.Tokens, ModelType.Chat, endpoint, dir);
  * ```

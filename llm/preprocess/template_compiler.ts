@@ -33,6 +33,8 @@ export type CompiledTemplate = (vars: Record<string, unknown>) => string;
  *   compiler does not cover
  * @example
  * ```ts
+ * import { Template } from "@huggingface/jinja";
+ * import { compileTemplate } from "./template_compiler.ts";
  * const render = compileTemplate(new Template("{{ x }}!").parsed);
  * render?.({ x: "hi" }); // "hi!"
  * ```

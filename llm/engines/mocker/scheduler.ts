@@ -132,7 +132,7 @@ export function hashPromptBlocks(
  * as its logits are needed).
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const bm = new BlockManager({ numGpuBlocks: 1024 });
  * const scheduler = new Scheduler(bm, { maxNumSeqs: 8 });
  * scheduler.add({ tokenIds, maxTokens: 4, blocks: hashPromptBlocks(tokenIds, 16),

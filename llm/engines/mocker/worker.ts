@@ -53,7 +53,7 @@ export interface MockerWorker {
  * @throws {InvalidArgumentError} an engine option out of range
  * @throws {ModelSourceError} the model path is missing or incomplete
  * @example
- * ```ts
+ * ```ts ignore
  * const endpoint = runtime.namespace("dynamo").component("mocker").endpoint("generate");
  * const worker = await runMockerWorker(endpoint, { speedupRatio: 10, numGpuBlocks: 4096 });
  * ```
@@ -153,7 +153,7 @@ export interface MockerWorkers {
  * @returns the workers, once all are registered
  * @throws {InvalidArgumentError} a bad count or option (started workers are shut down)
  * @example
- * ```ts
+ * ```ts ignore
  * const fleet = await startMockerWorkers(8, { speedupRatio: 100 });
  * const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
  * // ...

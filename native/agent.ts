@@ -3,24 +3,12 @@
 import { argError, checkMemType, checkSize, packIndices } from "./_args.ts";
 import { cudaKernelPtx, probeCudaKernel, probeVram } from "./cuda.ts";
 import {
-  DescriptorRangeError,
   ReleasedHandleError,
   SizeMismatchError,
   type TransferError,
   UnknownAgentError,
 } from "./errors.ts";
-import {
-  check,
-  cString,
-  dec,
-  enc,
-  errorFor,
-  hex,
-  lastError,
-  type Native,
-  native,
-  unhex,
-} from "./ffi.ts";
+import { check, cString, dec, enc, errorFor, hex, lastError, type Native, native } from "./ffi.ts";
 import {
   DlistHandle,
   type DlistState,
@@ -33,7 +21,10 @@ import {
   type XferInternal,
   xferStates,
 } from "./handles.ts";
-import { type AgentMetadataWire, parseMetadata, type RegionWire } from "./metadata.ts";
+import { describeBlocks } from "./descriptors.ts";
+import { encodeMetadata, parseMetadata } from "./metadata.ts";
+import { drainNotifs, notifRecord } from "./notifs.ts";
+import { dropRemote, openRemote, remoteRegionId } from "./remotes.ts";
 import type {
   AllocateOptions,
   BlockLayout,
@@ -43,7 +34,6 @@ import type {
   TransferAgentOptions,
   VramStatus,
   WaitXferOptions,
-  XferDesc,
   XferDescInput,
   XferDescList,
   XferOp,
@@ -373,41 +363,7 @@ export class TransferAgent {
    */
   getXferDescs(descs: readonly XferDescInput[] | BlockLayout): XferDescList {
     this.#alive();
-    let entries: XferDescInput[];
-    if (Array.isArray(descs)) {
-      entries = [...descs];
-    } else {
-      const b = descs as BlockLayout;
-      const blockBytes = checkSize(b.blockBytes, "blockBytes", 1);
-      const offset = checkSize(b.offset ?? 0, "offset");
-      this.#region(b.region, "getXferDescs");
-      const fit = Math.floor(Math.max(0, b.region.bytes - offset) / blockBytes);
-      const count = checkSize(b.numBlocks ?? fit, "numBlocks");
-      entries = Array.from({ length: count }, (_, i) => ({
-        region: b.region,
-        offset: offset + i * blockBytes,
-        length: blockBytes,
-      }));
-    }
-    let memType: MemType | undefined;
-    const out: XferDesc[] = [];
-    for (const [i, d] of entries.entries()) {
-      this.#region(d?.region, `getXferDescs: descriptor ${i}`);
-      const offset = checkSize(d.offset, `descriptor ${i} offset`);
-      const length = checkSize(d.length, `descriptor ${i} length`, 1);
-      if (offset + length > d.region.bytes) {
-        throw new DescriptorRangeError(
-          `descriptor ${i}: bytes ${offset}..${offset + length} are outside the ` +
-            `${d.region.bytes}-byte region ${d.region.key}`,
-        );
-      }
-      memType ??= d.region.memType;
-      if (d.region.memType !== memType) {
-        argError(`descriptor ${i} mixes DRAM and VRAM in one list`);
-      }
-      out.push({ region: d.region.key, offset, length });
-    }
-    return { mem_type: memType ?? "DRAM", descs: out };
+    return describeBlocks(descs, (region, what) => this.#region(region, what));
   }
 
   /**
@@ -418,29 +374,12 @@ export class TransferAgent {
    */
   getAgentMetadata(): Uint8Array {
     this.#alive();
-    const regions: RegionWire[] = [];
-    for (const r of this.#regions) {
-      const s = regionStates.get(r)!;
-      if (!s.registered) continue;
-      regions.push({
-        key: r.key,
-        mem_type: r.memType,
-        bytes: r.bytes,
-        device: r.device,
-        native_id: s.id,
-        ...(s.shm !== undefined ? { shm: s.shm } : {}),
-        ...(s.ipc !== undefined ? { ipc_handle: s.ipc } : {}),
-      });
-    }
-    const meta: AgentMetadataWire = {
-      version: 1,
+    return encodeMetadata({
       name: this.name,
       process: this.#n.dyn_process_token().toString(16),
-      pid: Deno.pid,
-      notif_queue: { shm: this.#ringName, native_id: this.#ringId },
-      regions,
-    };
-    return enc.encode(JSON.stringify(meta));
+      notifQueue: { shm: this.#ringName, native_id: this.#ringId },
+      regions: this.#regions,
+    });
   }
 
   /**
@@ -456,28 +395,9 @@ export class TransferAgent {
     this.#alive();
     const m = parseMetadata(metadata);
     if (m.name === this.name) argError(`cannot add agent '${m.name}' as a remote of itself`);
-    const sameProcess = m.process === this.#n.dyn_process_token().toString(16);
-    let ringId: number;
-    if (sameProcess) {
-      ringId = m.notif_queue.native_id;
-    } else {
-      const name = enc.encode(m.notif_queue.shm);
-      ringId = check(
-        this.#n,
-        this.#n.dyn_ring_open(name, BigInt(name.length)),
-        `cannot reach agent '${m.name}'`,
-      );
-    }
+    const remote = openRemote(this.#n, m, this.#n.dyn_process_token().toString(16));
     if (this.#remotes.has(m.name)) this.removeRemoteAgent(m.name);
-    this.#remotes.set(m.name, {
-      name: m.name,
-      sameProcess,
-      regions: new Map(m.regions.map((r) => [r.key, r])),
-      opened: new Map(),
-      ringId,
-      removed: false,
-      dlists: new Set(),
-    });
+    this.#remotes.set(m.name, remote);
     return m.name;
   }
 
@@ -495,44 +415,8 @@ export class TransferAgent {
   }
 
   #dropRemote(r: RemoteAgent): void {
-    r.removed = true;
     this.#remotes.delete(r.name);
-    for (const d of r.dlists) {
-      d.released = true;
-      this.#n.dyn_dlist_free(d.id);
-    }
-    if (!r.sameProcess) {
-      for (const id of r.opened.values()) this.#n.dyn_region_free(id);
-      this.#n.dyn_ring_free(r.ringId);
-    }
-  }
-
-  #remoteRegion(r: RemoteAgent, key: string, i: number): number {
-    const known = r.opened.get(key);
-    if (known !== undefined) return known;
-    const w = r.regions.get(key);
-    if (!w) {
-      argError(`descriptor ${i}: agent '${r.name}' has no registered region '${key}'`);
-    }
-    let id: number;
-    if (r.sameProcess) {
-      id = w.native_id;
-    } else if (w.mem_type === "DRAM") {
-      const name = enc.encode(w.shm!);
-      id = check(
-        this.#n,
-        this.#n.dyn_region_open_dram(name, BigInt(name.length), BigInt(w.bytes)),
-        `cannot map region ${key} of agent '${r.name}'`,
-      );
-    } else {
-      id = check(
-        this.#n,
-        this.#n.dyn_region_open_vram(unhex(w.ipc_handle!), BigInt(w.bytes), w.device),
-        `cannot open VRAM region ${key} of agent '${r.name}'`,
-      );
-    }
-    r.opened.set(key, id);
-    return id;
+    dropRemote(this.#n, r);
   }
 
   /**
@@ -569,7 +453,7 @@ export class TransferAgent {
       let id: number;
       let type: MemType;
       if (remote) {
-        id = this.#remoteRegion(remote, d.region, i);
+        id = remoteRegionId(this.#n, remote, d.region, i);
         type = remote.regions.get(d.region)!.mem_type;
       } else {
         const region = byKey.get(d.region);
@@ -688,11 +572,7 @@ export class TransferAgent {
     if (notif !== undefined) {
       const body = typeof notif === "string" ? enc.encode(notif) : notif;
       if (!(body instanceof Uint8Array)) argError("notif must be a string or a Uint8Array");
-      const from = enc.encode(this.name);
-      msg = new Uint8Array(2 + from.length + body.length);
-      new DataView(msg.buffer).setUint16(0, from.length, true);
-      msg.set(from, 2);
-      msg.set(body, 2 + from.length);
+      msg = notifRecord(this.name, body);
       ring = r.remote?.ringId ?? this.#ringId;
     }
     const n = this.#n;
@@ -837,11 +717,7 @@ export class TransferAgent {
     const r = agentName === this.name ? undefined : this.#remotes.get(agentName);
     if (!r && agentName !== this.name) throw new UnknownAgentError(agentName);
     const body = typeof message === "string" ? enc.encode(message) : message;
-    const from = enc.encode(this.name);
-    const msg = new Uint8Array(2 + from.length + body.length);
-    new DataView(msg.buffer).setUint16(0, from.length, true);
-    msg.set(from, 2);
-    msg.set(body, 2 + from.length);
+    const msg = notifRecord(this.name, body);
     if (msg.length > this.#ringCapacity) {
       argError(`notification of ${body.length} bytes is too long for the queue`);
     }
@@ -860,28 +736,7 @@ export class TransferAgent {
    */
   getNewNotifs(): Map<string, string[]> {
     this.#alive();
-    const out = new Map<string, string[]>();
-    const buf = this.#drainBuf;
-    for (;;) {
-      const len = check(
-        this.#n,
-        this.#n.dyn_ring_drain(this.#ringId, buf, BigInt(buf.length)),
-        "getNewNotifs",
-      );
-      if (len === 0) return out;
-      const view = new DataView(buf.buffer, buf.byteOffset, len);
-      for (let at = 0; at + 4 <= len;) {
-        const n = view.getUint32(at, true);
-        const rec = buf.subarray(at + 4, at + 4 + n);
-        at += 4 + n;
-        const nameLen = rec.length >= 2 ? rec[0]! | (rec[1]! << 8) : 0;
-        const from = dec.decode(rec.subarray(2, 2 + nameLen));
-        const body = dec.decode(rec.subarray(Math.min(rec.length, 2 + nameLen)));
-        const list = out.get(from);
-        if (list) list.push(body);
-        else out.set(from, [body]);
-      }
-    }
+    return drainNotifs(this.#n, this.#ringId, this.#drainBuf);
   }
 
   /**

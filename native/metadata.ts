@@ -2,7 +2,8 @@
 
 import { argError } from "./_args.ts";
 import { TransferArgumentError } from "./errors.ts";
-import { dec } from "./ffi.ts";
+import { dec, enc } from "./ffi.ts";
+import { type MemoryRegion, regionStates } from "./handles.ts";
 import type { MemType } from "./types.ts";
 
 // Wire form of the agent metadata (snake_case: it crosses process boundaries).
@@ -52,4 +53,48 @@ export function parseMetadata(metadata: Uint8Array | string): AgentMetadataWire 
     if (!ok) bad(`bad region entry ${JSON.stringify(r)}`);
   }
   return m as AgentMetadataWire;
+}
+
+/** What {@linkcode encodeMetadata} needs of an agent. */
+export interface MetadataSource {
+  /** The agent's name. */
+  name: string;
+  /** Its process's token (hex). */
+  process: string;
+  /** Its notification queue. */
+  notifQueue: { shm: string; native_id: number };
+  /** Its regions; the registered ones are listed. */
+  regions: Iterable<MemoryRegion>;
+}
+
+/**
+ * An agent's metadata as UTF-8 JSON: its registered regions and its notification queue.
+ *
+ * @param agent what the metadata describes
+ * @returns the bytes a peer passes to `addRemoteAgent`
+ */
+export function encodeMetadata(agent: MetadataSource): Uint8Array {
+  const regions: RegionWire[] = [];
+  for (const r of agent.regions) {
+    const s = regionStates.get(r)!;
+    if (!s.registered) continue;
+    regions.push({
+      key: r.key,
+      mem_type: r.memType,
+      bytes: r.bytes,
+      device: r.device,
+      native_id: s.id,
+      ...(s.shm !== undefined ? { shm: s.shm } : {}),
+      ...(s.ipc !== undefined ? { ipc_handle: s.ipc } : {}),
+    });
+  }
+  const meta: AgentMetadataWire = {
+    version: 1,
+    name: agent.name,
+    process: agent.process,
+    pid: Deno.pid,
+    notif_queue: agent.notifQueue,
+    regions,
+  };
+  return enc.encode(JSON.stringify(meta));
 }

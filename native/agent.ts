@@ -1,30 +1,42 @@
 /** The transfer agent (NIXL's `nixl_agent`): memory, peers, descriptor lists, transfers. */
 
-import { argError, checkMemType, checkSize, packIndices } from "./_args.ts";
+import { argError, checkSize } from "./_args.ts";
 import { cudaKernelPtx, probeCudaKernel, probeVram } from "./cuda.ts";
+import { describeBlocks } from "./descriptors.ts";
+import { ReleasedHandleError, UnknownAgentError } from "./errors.ts";
+import { check, cString, enc, type Native, native } from "./ffi.ts";
 import {
-  ReleasedHandleError,
-  SizeMismatchError,
-  type TransferError,
-  UnknownAgentError,
-} from "./errors.ts";
-import { check, cString, dec, enc, errorFor, hex, lastError, type Native, native } from "./ffi.ts";
-import {
-  DlistHandle,
-  type DlistState,
+  type AgentContext,
+  type DlistHandle,
   dlistStates,
-  MemoryRegion,
-  type RegionState,
+  type MemoryRegion,
   regionStates,
   type RemoteAgent,
-  XferHandle,
-  type XferInternal,
+  type XferHandle,
   xferStates,
 } from "./handles.ts";
-import { describeBlocks } from "./descriptors.ts";
+import {
+  allocateRegion,
+  copyRegion,
+  deregisterRegions,
+  ownRegion,
+  readRegion,
+  registerRegions,
+  releaseRegion,
+  writeRegion,
+} from "./memory.ts";
 import { encodeMetadata, parseMetadata } from "./metadata.ts";
 import { drainNotifs, notifRecord } from "./notifs.ts";
-import { dropRemote, openRemote, remoteRegionId } from "./remotes.ts";
+import { dropRemote, openRemote } from "./remotes.ts";
+import {
+  awaitXfer,
+  makeXfer,
+  postXfer,
+  prepareDlist,
+  releaseDlist,
+  releaseXfer,
+  xferState,
+} from "./transfers.ts";
 import type {
   AllocateOptions,
   BlockLayout,
@@ -98,6 +110,7 @@ export class TransferAgent {
   readonly #remotes = new Map<string, RemoteAgent>();
   readonly #drainBuf: Uint8Array;
   #closed = false;
+  readonly #ctx: AgentContext;
 
   /**
    * Creates an agent and its notification queue (loads the native library on first use).
@@ -128,6 +141,18 @@ export class TransferAgent {
     this.#ringName = cString(nameBuf);
     this.#ringCapacity = this.#n.dyn_ring_capacity(this.#ringId);
     this.#drainBuf = new Uint8Array(Math.max(65536, slotBytes * 4));
+    this.#ctx = {
+      agent: this,
+      name,
+      n: this.#n,
+      ringId: this.#ringId,
+      inlineMax: this.#inlineMax,
+      regions: this.#regions,
+      dlists: this.#dlists,
+      xfers: this.#xfers,
+      remotes: this.#remotes,
+      alive: () => this.#alive(),
+    };
     trackAgent(this);
   }
 
@@ -178,18 +203,6 @@ export class TransferAgent {
     if (this.#closed) throw new ReleasedHandleError(`agent '${this.name}' is closed`);
   }
 
-  #region(region: MemoryRegion, what: string): RegionState {
-    this.#alive();
-    const s = region instanceof MemoryRegion ? regionStates.get(region) : undefined;
-    if (!s || s.agent !== this) {
-      argError(`${what}: not a memory region of agent '${this.name}'`);
-    }
-    if (s.released) {
-      throw new ReleasedHandleError(`${what}: memory region ${region.key} was released`);
-    }
-    return s;
-  }
-
   /**
    * Allocates zeroed memory: DRAM as POSIX shared memory another process can map, VRAM
    * with cudaMalloc on `options.device`.
@@ -203,34 +216,7 @@ export class TransferAgent {
    * @throws {TransferFailedError} the OS refused the memory (e.g. /dev/shm full)
    */
   allocate(memType: MemType, bytes: number, options: AllocateOptions = {}): MemoryRegion {
-    this.#alive();
-    checkMemType(memType);
-    checkSize(bytes, "bytes", 1);
-    const device = memType === "VRAM" ? checkSize(options.device ?? 0, "device") : 0;
-    const n = this.#n;
-    let id: number;
-    const state: Partial<RegionState> = {};
-    if (memType === "DRAM") {
-      const name = new Uint8Array(256);
-      id = check(
-        n,
-        n.dyn_region_alloc_dram(BigInt(bytes), name, BigInt(name.length)),
-        `allocate ${bytes} B DRAM`,
-      );
-      state.shm = cString(name);
-    } else {
-      const ipc = new Uint8Array(64);
-      id = check(
-        n,
-        n.dyn_region_alloc_vram(BigInt(bytes), device, ipc),
-        `allocate ${bytes} B VRAM`,
-      );
-      state.ipc = hex(ipc);
-    }
-    const region = new MemoryRegion(memType, bytes, device, String(id), this.name);
-    regionStates.set(region, { ...state, agent: this, id, registered: false, released: false });
-    this.#regions.add(region);
-    return region;
+    return allocateRegion(this.#ctx, memType, bytes, options);
   }
 
   /**
@@ -242,10 +228,7 @@ export class TransferAgent {
    * @throws {ReleasedHandleError} a region was released
    */
   registerMemory(regions: MemoryRegion | readonly MemoryRegion[]): MemoryRegion[] {
-    const list = Array.isArray(regions) ? [...regions] : [regions as MemoryRegion];
-    for (const r of list) this.#region(r, "registerMemory");
-    for (const r of list) regionStates.get(r)!.registered = true;
-    return list;
+    return registerRegions(this.#ctx, regions);
   }
 
   /**
@@ -256,8 +239,7 @@ export class TransferAgent {
    * @throws {ReleasedHandleError} a region was released
    */
   deregisterMemory(regions: MemoryRegion | readonly MemoryRegion[]): void {
-    const list = Array.isArray(regions) ? [...regions] : [regions as MemoryRegion];
-    for (const r of list) this.#region(r, "deregisterMemory").registered = false;
+    deregisterRegions(this.#ctx, regions);
   }
 
   /**
@@ -268,11 +250,7 @@ export class TransferAgent {
    * @throws {ReleasedHandleError} it was already released
    */
   releaseMemory(region: MemoryRegion): void {
-    const s = this.#region(region, "releaseMemory");
-    s.released = true;
-    s.registered = false;
-    this.#regions.delete(region);
-    check(this.#n, this.#n.dyn_region_free(s.id), "releaseMemory");
+    releaseRegion(this.#ctx, region);
   }
 
   /**
@@ -284,14 +262,7 @@ export class TransferAgent {
    * @throws {DescriptorRangeError} the range does not fit the region
    */
   writeMemory(region: MemoryRegion, offset: number, data: Uint8Array): void {
-    const s = this.#region(region, "writeMemory");
-    checkSize(offset, "offset");
-    if (!(data instanceof Uint8Array)) argError("writeMemory: data must be a Uint8Array");
-    check(
-      this.#n,
-      this.#n.dyn_region_write(s.id, BigInt(offset), data, BigInt(data.length)),
-      "writeMemory",
-    );
+    writeRegion(this.#ctx, region, offset, data);
   }
 
   /**
@@ -304,16 +275,7 @@ export class TransferAgent {
    * @throws {DescriptorRangeError} the range does not fit the region
    */
   readMemory(region: MemoryRegion, offset: number, length: number): Uint8Array {
-    const s = this.#region(region, "readMemory");
-    checkSize(offset, "offset");
-    checkSize(length, "length");
-    const out = new Uint8Array(length);
-    check(
-      this.#n,
-      this.#n.dyn_region_read(s.id, BigInt(offset), out, BigInt(length)),
-      "readMemory",
-    );
-    return out;
+    return readRegion(this.#ctx, region, offset, length);
   }
 
   /**
@@ -334,22 +296,7 @@ export class TransferAgent {
     dstOffset: number,
     length: number,
   ): void {
-    const s = this.#region(src, "copyMemory source");
-    const d = this.#region(dst, "copyMemory destination");
-    checkSize(srcOffset, "srcOffset");
-    checkSize(dstOffset, "dstOffset");
-    checkSize(length, "length");
-    check(
-      this.#n,
-      this.#n.dyn_region_copy(
-        s.id,
-        BigInt(srcOffset),
-        d.id,
-        BigInt(dstOffset),
-        BigInt(length),
-      ),
-      "copyMemory",
-    );
+    copyRegion(this.#ctx, src, srcOffset, dst, dstOffset, length);
   }
 
   /**
@@ -363,7 +310,7 @@ export class TransferAgent {
    */
   getXferDescs(descs: readonly XferDescInput[] | BlockLayout): XferDescList {
     this.#alive();
-    return describeBlocks(descs, (region, what) => this.#region(region, what));
+    return describeBlocks(descs, (region, what) => ownRegion(this.#ctx, region, what));
   }
 
   /**
@@ -431,78 +378,7 @@ export class TransferAgent {
    * @throws {TransferArgumentError} an unknown or unregistered region, mixed types
    */
   prepXferDlist(agentName: string, descs: XferDescList): DlistHandle {
-    this.#alive();
-    if (typeof descs !== "object" || descs === null || !Array.isArray(descs.descs)) {
-      argError("prepXferDlist: descs must be a list from getXferDescs()");
-    }
-    const memType = checkMemType(descs.mem_type);
-    const local = agentName === "" || agentName === this.name;
-    const remote = local ? undefined : this.#remotes.get(agentName);
-    if (!local && !remote) throw new UnknownAgentError(agentName);
-    const entries = new BigUint64Array(descs.descs.length * 3);
-    const regions: MemoryRegion[] = [];
-    const lengths: number[] = [];
-    const byKey = new Map<string, MemoryRegion>();
-    if (local) { for (const r of this.#regions) byKey.set(r.key, r); }
-    for (const [i, d] of descs.descs.entries()) {
-      if (typeof d !== "object" || d === null || typeof d.region !== "string") {
-        argError(`descriptor ${i} is malformed: ${JSON.stringify(d)}`);
-      }
-      const offset = checkSize(d.offset, `descriptor ${i} offset`);
-      const length = checkSize(d.length, `descriptor ${i} length`, 1);
-      let id: number;
-      let type: MemType;
-      if (remote) {
-        id = remoteRegionId(this.#n, remote, d.region, i);
-        type = remote.regions.get(d.region)!.mem_type;
-      } else {
-        const region = byKey.get(d.region);
-        if (!region) {
-          throw new ReleasedHandleError(
-            `descriptor ${i}: agent '${this.name}' has no region '${d.region}' (released?)`,
-          );
-        }
-        const s = regionStates.get(region)!;
-        if (!s.registered) argError(`descriptor ${i}: region ${d.region} is not registered`);
-        id = s.id;
-        type = region.memType;
-        regions.push(region);
-      }
-      if (type !== memType) {
-        argError(`descriptor ${i}: region ${d.region} is ${type}, the list says ${memType}`);
-      }
-      entries[3 * i] = BigInt(id);
-      entries[3 * i + 1] = BigInt(offset);
-      entries[3 * i + 2] = BigInt(length);
-      lengths.push(length);
-    }
-    const n = this.#n;
-    const id = check(n, n.dyn_dlist_create(entries, descs.descs.length), "prepXferDlist");
-    const handle = new DlistHandle(local ? "" : agentName, memType, descs.descs.length);
-    const state: DlistState = { agent: this, id, released: false, remote, regions, lengths };
-    dlistStates.set(handle, state);
-    remote?.dlists.add(state);
-    this.#dlists.add(handle);
-    return handle;
-  }
-
-  #dlist(h: DlistHandle, what: string): DlistState {
-    this.#alive();
-    const s = h instanceof DlistHandle ? dlistStates.get(h) : undefined;
-    if (!s || s.agent !== this) argError(`${what}: not a descriptor list of agent '${this.name}'`);
-    if (s.released) {
-      throw new ReleasedHandleError(
-        s.remote?.removed
-          ? `${what}: agent '${s.remote.name}' was removed`
-          : `${what}: the descriptor list was released`,
-      );
-    }
-    for (const r of s.regions) {
-      if (regionStates.get(r)!.released) {
-        throw new ReleasedHandleError(`${what}: memory region ${r.key} was released`);
-      }
-    }
-    return s;
+    return prepareDlist(this.#ctx, agentName, descs);
   }
 
   /**
@@ -512,11 +388,7 @@ export class TransferAgent {
    * @throws {ReleasedHandleError} it was already released
    */
   releaseDlistHandle(handle: DlistHandle): void {
-    const s = this.#dlist(handle, "releaseDlistHandle");
-    s.released = true;
-    s.remote?.dlists.delete(s);
-    this.#dlists.delete(handle);
-    check(this.#n, this.#n.dyn_dlist_free(s.id), "releaseDlistHandle");
+    releaseDlist(this.#ctx, handle);
   }
 
   /**
@@ -544,74 +416,7 @@ export class TransferAgent {
     remoteIdx: readonly number[] | Uint32Array,
     notif?: string | Uint8Array,
   ): XferHandle {
-    if (op !== "READ" && op !== "WRITE") {
-      argError(`transfer operation must be "READ" or "WRITE", got ${JSON.stringify(op)}`);
-    }
-    const l = this.#dlist(local, "makePreppedXfer local list");
-    const r = this.#dlist(remote, "makePreppedXfer remote list");
-    if (local.agentName !== "") argError("makePreppedXfer: the first list must be a local one");
-    const li = packIndices(localIdx, local.length, "local");
-    const ri = packIndices(remoteIdx, remote.length, "remote");
-    if (li.length !== ri.length) {
-      argError(`index lists differ in length: ${li.length} local, ${ri.length} remote`);
-    }
-    let bytes = 0;
-    for (let i = 0; i < li.length; i++) {
-      const a = l.lengths[li[i]!]!;
-      const b = r.lengths[ri[i]!]!;
-      if (a !== b) {
-        throw new SizeMismatchError(
-          `sizes differ at position ${i}: local descriptor ${li[i]} has ${a} bytes, ` +
-            `remote descriptor ${ri[i]} has ${b}`,
-        );
-      }
-      bytes += a;
-    }
-    let ring = 0;
-    let msg = new Uint8Array(0);
-    if (notif !== undefined) {
-      const body = typeof notif === "string" ? enc.encode(notif) : notif;
-      if (!(body instanceof Uint8Array)) argError("notif must be a string or a Uint8Array");
-      msg = notifRecord(this.name, body);
-      ring = r.remote?.ringId ?? this.#ringId;
-    }
-    const n = this.#n;
-    const id = check(
-      n,
-      n.dyn_xfer_create(
-        op === "WRITE" ? 1 : 0,
-        l.id,
-        li,
-        li.length,
-        r.id,
-        ri,
-        ri.length,
-        ring,
-        msg,
-        BigInt(msg.length),
-      ),
-      "makePreppedXfer",
-    );
-    const inline = bytes <= this.#inlineMax && local.memType === "DRAM" &&
-      remote.memType === "DRAM";
-    const handle = new XferHandle(op, li.length, bytes);
-    xferStates.set(handle, { agent: this, id, released: false, bytes, inline, rc: 0 });
-    this.#xfers.add(handle);
-    return handle;
-  }
-
-  #xfer(h: XferHandle, what: string): XferInternal {
-    this.#alive();
-    const s = h instanceof XferHandle ? xferStates.get(h) : undefined;
-    if (!s || s.agent !== this) argError(`${what}: not a transfer of agent '${this.name}'`);
-    if (s.released) throw new ReleasedHandleError(`${what}: the transfer was released`);
-    return s;
-  }
-
-  #failure(s: XferInternal, rc: number): TransferError {
-    const buf = new Uint8Array(1024);
-    const len = Number(this.#n.dyn_xfer_error(s.id, buf, BigInt(buf.length)));
-    return errorFor(rc, `transfer failed: ${dec.decode(buf.subarray(0, Math.min(len, 1024)))}`);
+    return makeXfer(this.#ctx, op, local, localIdx, remote, remoteIdx, notif);
   }
 
   /**
@@ -625,22 +430,7 @@ export class TransferAgent {
    * @throws {TransferError} an inline transfer failed (e.g. NotificationQueueFullError)
    */
   transfer(handle: XferHandle): XferState {
-    const s = this.#xfer(handle, "transfer");
-    const n = this.#n;
-    if (s.inline) {
-      const rc = n.dyn_xfer_post(s.id);
-      s.rc = rc;
-      if (rc < 0) throw errorFor(rc, `transfer: ${lastError(n)}`);
-      return "DONE";
-    }
-    check(n, n.dyn_xfer_arm(s.id), "transfer");
-    const p: Promise<number> = n.dyn_xfer_run(s.id).then((rc) => {
-      s.rc = rc;
-      if (s.pending === p) s.pending = undefined;
-      return rc;
-    });
-    s.pending = p;
-    return "PROC";
+    return postXfer(this.#ctx, handle);
   }
 
   /**
@@ -651,10 +441,7 @@ export class TransferAgent {
    * @throws {TransferArgumentError} it was never posted
    */
   checkXferState(handle: XferHandle): XferState {
-    const s = this.#xfer(handle, "checkXferState");
-    const st = this.#n.dyn_xfer_state(s.id);
-    if (st === 0) argError("checkXferState: the transfer was never posted; call transfer()");
-    return st === 1 ? "PROC" : st === 2 ? "DONE" : "ERR";
+    return xferState(this.#ctx, handle);
   }
 
   /**
@@ -665,30 +452,7 @@ export class TransferAgent {
    * @throws {TransferError} the transfer failed (the class says why)
    */
   async waitXfer(handle: XferHandle, options: WaitXferOptions = {}): Promise<void> {
-    const s = this.#xfer(handle, "waitXfer");
-    const signal = options.signal;
-    signal?.throwIfAborted();
-    while (s.pending) {
-      if (!signal) {
-        await s.pending;
-        continue;
-      }
-      let onAbort: (() => void) | undefined;
-      try {
-        await Promise.race([
-          s.pending,
-          new Promise<never>((_, reject) => {
-            onAbort = () => reject(signal.reason);
-            signal.addEventListener("abort", onAbort, { once: true });
-          }),
-        ]);
-      } finally {
-        if (onAbort) signal.removeEventListener("abort", onAbort);
-      }
-    }
-    const st = this.#n.dyn_xfer_state(s.id);
-    if (st === 0) argError("waitXfer: the transfer was never posted; call transfer()");
-    if (st === 3) throw this.#failure(s, s.rc < 0 ? s.rc : -5);
+    await awaitXfer(this.#ctx, handle, options);
   }
 
   /**
@@ -698,10 +462,7 @@ export class TransferAgent {
    * @throws {TransferBusyError} it is still in progress
    */
   releaseXferHandle(handle: XferHandle): void {
-    const s = this.#xfer(handle, "releaseXferHandle");
-    check(this.#n, this.#n.dyn_xfer_free(s.id), "releaseXferHandle");
-    s.released = true;
-    this.#xfers.delete(handle);
+    releaseXfer(this.#ctx, handle);
   }
 
   /**

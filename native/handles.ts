@@ -4,6 +4,7 @@
  */
 
 import type { TransferAgent } from "./agent.ts";
+import type { Native } from "./ffi.ts";
 import type { RegionWire } from "./metadata.ts";
 import type { MemType, XferOp } from "./types.ts";
 
@@ -119,4 +120,28 @@ export class XferHandle {
   get released(): boolean {
     return xferStates.get(this)?.released ?? true;
   }
+}
+
+/** What an agent lends the modules that work on its state (its fields stay private). */
+export interface AgentContext {
+  /** The agent, as handle states record their owner. */
+  readonly agent: TransferAgent;
+  /** The agent's name. */
+  readonly name: string;
+  /** The native library. */
+  readonly n: Native;
+  /** The agent's notification queue. */
+  readonly ringId: number;
+  /** Host-memory transfers up to this many bytes run inline. */
+  readonly inlineMax: number;
+  /** Its live regions. */
+  readonly regions: Set<MemoryRegion>;
+  /** Its live descriptor lists. */
+  readonly dlists: Set<DlistHandle>;
+  /** Its live transfers. */
+  readonly xfers: Set<XferHandle>;
+  /** Its peers, by name. */
+  readonly remotes: Map<string, RemoteAgent>;
+  /** Throws unless the agent is open. */
+  alive(): void;
 }

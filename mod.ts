@@ -34,6 +34,10 @@ export {
 // (`deno task build:native` builds it).
 export {
   type AllocateOptions,
+  type BlockLayout,
+  type CudaKernelStatus,
+  type CudaKernelStatusOptions,
+  DlistHandle,
   loadNativeLibrary,
   MemoryRegion,
   type MemType,
@@ -41,8 +45,13 @@ export {
   TransferAgent,
   type TransferAgentOptions,
   TransferError,
+  type VramStatus,
   VramUnavailableError,
+  type WaitXferOptions,
   type XferDesc,
+  type XferDescInput,
+  type XferDescList,
+  XferHandle,
   type XferOp,
   type XferState,
 } from "./native/mod.ts";

@@ -12,26 +12,61 @@ export {
   type RegisterLlmOptions,
 } from "./model/register.ts";
 export { builtinTestModel } from "./model/test_model.ts";
+export { computeMdcsum } from "./model/card.ts";
+export { CardFileError, fetchCardFiles, type FetchCardFilesOptions } from "./model/card_files.ts";
 export {
-  CardFileError,
-  computeMdcsum,
-  fetchCardFiles,
+  type HuggingFaceOptions,
+  type LoadedModel,
+  type LoadModelOptions,
   loadModelSource,
   ModelSourceError,
-} from "./model/card.ts";
+} from "./model/model_source.ts";
 export {
   defaultHuggingFaceCacheDir,
+  type DownloadProgress,
   downloadRepo,
+  type DownloadRepoOptions,
   HuggingFaceAccessDeniedError,
   HuggingFaceError,
   HuggingFaceNotFoundError,
   HuggingFaceUnreachableError,
+  type TerminalProgress,
   terminalProgress,
 } from "./model/huggingface.ts";
-export { GgufError, readGgufMetadata } from "./model/gguf.ts";
-export { IncrementalDetokenizer, Tokenizer } from "./preprocess/tokenizer.ts";
-export { ChatTemplate } from "./preprocess/chat_template.ts";
-export { Preprocessor } from "./preprocess/preprocessor.ts";
+export {
+  GgufError,
+  type GgufMetadata,
+  GgufType,
+  readGgufMetadata,
+  type ReadGgufOptions,
+} from "./model/gguf.ts";
+export {
+  type DecodeOptions,
+  type EncodeOptions,
+  Tokenizer,
+  TokenizerLoadError,
+} from "./preprocess/tokenizer.ts";
+export {
+  IncrementalDetokenizer,
+  type IncrementalDetokenizerOptions,
+} from "./preprocess/detokenizer.ts";
+export {
+  ChatTemplate,
+  type ChatTemplateContext,
+  ChatTemplateError,
+} from "./preprocess/chat_template.ts";
+export {
+  Preprocessor,
+  type PreprocessorOptions,
+  type PreprocessResult,
+} from "./preprocess/preprocessor.ts";
+// The OpenAI request types the preprocessor takes.
+export type {
+  ChatCompletionRequest,
+  ChatMessage,
+  ChatTool,
+  CompletionRequest,
+} from "./openai/types.ts";
 export { OutputProcessor } from "./pipeline/postprocessor.ts";
 export { RequestError } from "./openai/errors.ts";
 export { isMigratable, MigrationExhaustedError, openMigrating } from "./pipeline/migration.ts";
@@ -45,10 +80,12 @@ export {
 // KV-aware routing: the router and its worker selection.
 export {
   type FindBestMatchOptions,
+  type KvRouteOptions,
   KvRouter,
   type KvRouterOptions,
   type OverlapLookup,
   type RouteDecision,
+  type TokensRequest,
 } from "./kv_router/router.ts";
 export {
   ActiveSequences,
@@ -56,6 +93,7 @@ export {
   type CostFunctionInput,
   defaultCosts,
   pickByCost,
+  type WorkerBook,
   type WorkerCandidate,
 } from "./kv_router/scheduler.ts";
 export { createFrontend, type Frontend, type FrontendOptions } from "./http/app.ts";
@@ -67,6 +105,11 @@ export {
   UpstreamError,
 } from "./engines/openai_upstream.ts";
 export {
+  BlockManager,
+  type BlockManagerOptions,
+  type FullBlock,
+  type KvEventSink,
+  type MetricsSink,
   MockerEngine,
   type MockerEngineOptions,
   type MockerWorker,
@@ -74,7 +117,15 @@ export {
   type MockerWorkers,
   type MockerWorkersOptions,
   runMockerWorker,
+  Scheduler,
+  type SchedulerOptions,
+  Sequence,
+  type SequenceRequest,
+  type SequenceState,
   startMockerWorkers,
+  type StepEntry,
+  type StepPlan,
+  type TokensHandler,
 } from "./engines/mocker/mod.ts";
 // KV events, the indexer and load metrics (the router's inputs); block hashing.
 export {

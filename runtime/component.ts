@@ -55,6 +55,7 @@ export interface RuntimeInternals {
 
 /** A pipeline's name space. */
 export class Namespace {
+  /** The namespace's name. */
   readonly name: string;
   readonly #rt: RuntimeInternals;
 
@@ -72,7 +73,9 @@ export class Namespace {
 
 /** A load-balanced service of a namespace ("backend", "prefill", ...). */
 export class Component {
+  /** The component's name. */
   readonly name: string;
+  /** The namespace it belongs to. */
   readonly namespace: Namespace;
   readonly #rt: RuntimeInternals;
 
@@ -172,7 +175,9 @@ export interface ServeEndpointOptions {
 
 /** An endpoint: what a worker serves and a client calls. */
 export class Endpoint {
+  /** The endpoint's name. */
   readonly name: string;
+  /** The component it belongs to. */
   readonly component: Component;
   readonly #rt: RuntimeInternals;
 

@@ -29,7 +29,10 @@ export class Context {
   #listeners: Set<(reason: StopReason) => void> | undefined;
   #stopped: PromiseWithResolvers<void> | undefined;
 
-  /** @param id request id (default: a random UUID) */
+  /**
+   * Creates the context of one request.
+   * @param id request id (default: a random UUID)
+   */
   constructor(id: string = crypto.randomUUID()) {
     this.id = id;
   }

@@ -3,7 +3,10 @@
 
 /** Base class of every error the runtime throws. */
 export class DynamoError extends Error {
-  /** @param message what went wrong, with the offending value where there is one */
+  /**
+   * Creates the error, its `name` set to the class name.
+   * @param message what went wrong, with the offending value where there is one
+   */
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = new.target.name;
@@ -20,6 +23,7 @@ export class InvalidArgumentError extends DynamoError {}
 export class StreamIncompleteError extends DynamoError {
   /** Items the caller had received on this stream before it broke. */
   readonly itemsReceived: number;
+  /** Creates the error with the count of items received before the break. */
   constructor(message: string, itemsReceived = 0, options?: ErrorOptions) {
     super(message, options);
     this.itemsReceived = itemsReceived;
@@ -41,8 +45,11 @@ export class StreamStalledError extends StreamIncompleteError {
 
 /** No instance of the endpoint is known, or the chosen one is gone. */
 export class NoInstancesError extends DynamoError {
+  /** The endpoint, as `namespace/component/endpoint`. */
   readonly endpoint: string;
+  /** The instance that was asked for, when one was. */
   readonly instanceId: string | undefined;
+  /** Creates the error for an endpoint and, when one was asked for, an instance. */
   constructor(endpoint: string, instanceId?: string) {
     super(
       instanceId === undefined
@@ -64,6 +71,7 @@ export class EngineShutdownError extends DynamoError {}
 export class RemoteError extends DynamoError {
   /** `name` of the error the handler threw (e.g. "TypeError"). */
   readonly remoteName: string;
+  /** Creates the error from the handler's message and error name. */
   constructor(message: string, remoteName: string) {
     super(message);
     this.remoteName = remoteName;
@@ -87,6 +95,7 @@ export class UpstreamError extends DynamoError {
 
 /** The request was cancelled by the caller (signal aborted or context stopped). */
 export class CancelledError extends DynamoError {
+  /** Creates the error. */
   constructor(message = "request cancelled", options?: ErrorOptions) {
     super(message, options);
   }

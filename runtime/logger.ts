@@ -7,9 +7,13 @@ const LEVELS: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error:
 
 /** Where library code writes what it has to say. */
 export interface Logger {
+  /** Writes a debug line. */
   debug(msg: string, fields?: Record<string, unknown>): void;
+  /** Writes an info line. */
   info(msg: string, fields?: Record<string, unknown>): void;
+  /** Writes a warning. */
   warn(msg: string, fields?: Record<string, unknown>): void;
+  /** Writes an error line. */
   error(msg: string, fields?: Record<string, unknown>): void;
   /** A logger that adds `fields` to every line. */
   child(fields: Record<string, unknown>): Logger;

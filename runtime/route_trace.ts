@@ -11,6 +11,7 @@ export interface RouteTraceEvent {
   event: "route" | "down" | "gone" | "up";
   /** The client's `namespace/component/endpoint`. */
   endpoint: string;
+  /** The instance id the event is about. */
   instance: string;
 }
 
@@ -40,7 +41,7 @@ const encoder = new TextEncoder();
  * @param options where lines go and which clock stamps them
  * @returns the trace, for `DistributedRuntimeOptions.routeTrace`
  * @example
- * ```ts
+ * ```ts ignore
  * const rt = await DistributedRuntime.connect({ routeTrace: jsonLinesRouteTrace() });
  * ```
  */

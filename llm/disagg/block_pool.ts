@@ -24,6 +24,7 @@ export class KvCacheFullError extends DynamoError {}
  * ```
  */
 export class KvBlockPool {
+  /** Blocks in the pool. */
   readonly numBlocks: number;
   readonly #free: number[];
   /** Held blocks: id -> reference count. */
@@ -33,7 +34,10 @@ export class KvBlockPool {
   /** Cached blocks nobody holds; iteration order is least recently used first. */
   readonly #idle = new Set<number>();
 
-  /** @throws {InvalidArgumentError} a block count that is not a whole number >= 1 */
+  /**
+   * Creates a pool of `numBlocks` free blocks.
+   * @throws {InvalidArgumentError} a block count that is not a whole number >= 1
+   */
   constructor(numBlocks: number) {
     if (!Number.isInteger(numBlocks) || numBlocks < 1) {
       throw new InvalidArgumentError(`numBlocks must be an integer >= 1, got ${numBlocks}`);

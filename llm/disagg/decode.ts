@@ -24,7 +24,9 @@ export type TokensEngine = (
 
 /** How one request was prefilled. */
 export interface PrefillReport {
+  /** The request id. */
   requestId: string;
+  /** Where the prompt was prefilled. */
   mode: "local" | "remote";
   /** Remote was chosen but did not arrive in time; prefilled locally instead. */
   fellBack: boolean;
@@ -38,13 +40,17 @@ export interface PrefillReport {
   localBlocks: number;
   /** Blocks checked byte for byte: all of the prompt's, cached ones included. */
   verifiedBlocks: number;
+  /** Tokens in the prompt. */
   promptTokens: number;
 }
 
 /** Options of {@linkcode disaggDecodeEngine}. */
 export interface DisaggDecodeOptions {
+  /** Decides per request whether to prefill remotely. */
   router: DisaggRouter;
+  /** Where remote prefill requests go. */
   queue: PrefillQueue<RemotePrefillRequest>;
+  /** The decode worker's KV memory. */
   kv: DecodeKvCache;
   /** Generates after the prefill (e.g. `mockerDecodeEngine(mocker)` or `echoEngine()`). */
   engine: TokensEngine;
@@ -56,6 +62,7 @@ export interface DisaggDecodeOptions {
   remoteTimeoutMs?: number;
   /** Called once per request after its prefill was verified. */
   onPrefill?: (report: PrefillReport) => void;
+  /** Where the engine logs. */
   logger?: Logger;
 }
 
@@ -65,7 +72,7 @@ export interface DisaggDecodeOptions {
  * @param options router, queue, KV memory and engine
  * @returns the handler
  * @example
- * ```ts
+ * ```ts ignore
  * const engine = mockerDecodeEngine(new MockerEngine({ blockSize: 16 }));
  * await endpoint.serveEndpoint(disaggDecodeEngine({ router, queue, kv, engine, blockSize: 16 }));
  * ```

@@ -8,7 +8,9 @@ import type { DecodeMemoryInfo } from "./protocol.ts";
 
 /** No published memory for a decode agent. */
 export class DecodeMemoryNotFoundError extends DynamoError {
+  /** The decode agent whose memory was looked up. */
   readonly agentName: string;
+  /** Creates the error for an agent and the key looked up. */
   constructor(agentName: string, key: string) {
     super(`no KV memory published for decode agent ${agentName} (key ${key})`);
     this.agentName = agentName;

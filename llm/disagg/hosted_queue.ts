@@ -32,7 +32,7 @@ export type HostedQueueReply =
  * @param instanceId this worker's instance id (prefill workers ack here)
  * @returns a handler for `endpoint.serveEndpoint`
  * @example
- * ```ts
+ * ```ts ignore
  * await component.endpoint("prefill_queue").serveEndpoint(
  *   prefillQueueHandler(queue, kv.memoryInfo(), runtime.instanceId));
  * ```
@@ -99,7 +99,10 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
   readonly #client: Client;
   readonly #agents = new Map<string, string>();
 
-  /** @param client a client of the decode workers' queue endpoint */
+  /**
+   * Creates a queue whose items go to the decode workers behind `client`.
+   * @param client a client of the decode workers' queue endpoint
+   */
   constructor(client: Client) {
     this.#client = client;
   }

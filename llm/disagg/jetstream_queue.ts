@@ -33,6 +33,7 @@ export interface JetStreamPrefillQueueOptions {
 export class NatsUnavailableError extends DynamoError {
   /** The runtime's request plane ("hub", "local", ...). */
   readonly requestPlane: string;
+  /** Creates the error for a runtime on another request plane. */
   constructor(requestPlane: string) {
     super(
       `the JetStream prefill queue needs the runtime on NATS (NATS_SERVER or ETCD_ENDPOINTS ` +
@@ -69,7 +70,7 @@ function isNoJetStream(err: unknown): boolean {
  * @returns the connection
  * @throws {NatsUnavailableError} the runtime is on the hub or in-process
  * @example
- * ```ts
+ * ```ts ignore
  * const queue = await JetStreamPrefillQueue.open(runtimeNatsConnection(runtime));
  * ```
  */
@@ -87,7 +88,7 @@ const dec = new TextDecoder();
  * second when the queue is empty (JetStream's shortest pull expiry).
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const q = await JetStreamPrefillQueue.open<RemotePrefillRequest>(nc, { ackWaitMs: 10_000 });
  * await q.enqueue(request);
  * const item = await q.dequeue({ timeoutMs: 1000 });

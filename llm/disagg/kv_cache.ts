@@ -15,9 +15,11 @@ import { type DecodeMemoryInfo, parsePrefillNotif } from "./protocol.ts";
 export class KvVerificationError extends DynamoError {
   /** The block's position in the prompt. */
   readonly blockIndex: number;
+  /** Byte offset of the first wrong byte in the block. */
   readonly byteOffset: number;
   /** Whether the block came from the prefix cache (it was dropped from it). */
   readonly cached: boolean;
+  /** Creates the error for one block. */
   constructor(blockIndex: number, byteOffset: number, cached = false) {
     super(
       `KV block ${blockIndex}${cached ? " (prefix-cached)" : ""} is wrong at byte ${byteOffset}`,
@@ -43,7 +45,9 @@ export interface DecodeKvCacheOptions {
 
 /** Options of {@linkcode DecodeKvCache.waitPrefilled}. */
 export interface WaitPrefilledOptions {
+  /** Longest wait in ms. */
   timeoutMs: number;
+  /** Stops the wait. */
   signal?: AbortSignal;
 }
 
@@ -54,7 +58,7 @@ export interface WaitPrefilledOptions {
  * them instead of prefilling them again.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const kv = new DecodeKvCache(new TransferAgent("decode-0"), { numBlocks: 64, blockBytes: 4096 });
  * const hashes = hashPromptBlocks(prompt, 16).map((b) => b.sequenceHash);
  * const ids = kv.acquirePrefix(hashes); // cached prefix (none at first)
@@ -67,8 +71,11 @@ export interface WaitPrefilledOptions {
  * ```
  */
 export class DecodeKvCache {
+  /** The decode worker's transfer agent, which owns the region. */
   readonly agent: TransferAgent;
+  /** Blocks in the region. */
   readonly numBlocks: number;
+  /** Bytes per block. */
   readonly blockBytes: number;
   readonly #region: MemoryRegion;
   readonly #info: DecodeMemoryInfo;
@@ -80,6 +87,8 @@ export class DecodeKvCache {
   #timer: ReturnType<typeof setInterval> | undefined;
 
   /**
+   * Allocates and registers the KV region on the agent.
+   *
    * @param agent the decode worker's transfer agent
    * @param options geometry
    * @throws {InvalidArgumentError} a bad block count or size
@@ -147,6 +156,8 @@ export class DecodeKvCache {
   }
 
   /**
+   * Allocates uncached blocks (evicting idle cached ones as needed).
+   *
    * @param n blocks wanted
    * @returns uncached block ids (indices into the published descriptor list), held once
    * @throws {KvCacheFullError} fewer than `n` are free or evictable

@@ -18,7 +18,7 @@ import type { TokensEngine } from "./decode.ts";
  * @param mocker the engine (its block size must be the decode worker's)
  * @returns a tokens engine
  * @example
- * ```ts
+ * ```ts ignore
  * const mocker = new MockerEngine({ blockSize: 16, speedupRatio: 10 });
  * const decode = disaggDecodeEngine({ router, queue, kv, engine: mockerDecodeEngine(mocker) });
  * ```

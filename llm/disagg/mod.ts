@@ -51,7 +51,12 @@ export {
   type TokensEngine,
 } from "./decode.ts";
 export { loadPromptBlocks, mockerDecodeEngine } from "./mocker_decode.ts";
-export { type PrefillResult, PrefillWorker, type PrefillWorkerOptions } from "./prefill_worker.ts";
+export {
+  type PrefillResult,
+  type PrefillRunOptions,
+  PrefillWorker,
+  type PrefillWorkerOptions,
+} from "./prefill_worker.ts";
 export {
   decodeMemoryKey,
   DecodeMemoryNotFoundError,

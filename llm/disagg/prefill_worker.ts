@@ -24,6 +24,7 @@ export interface PrefillWorkerOptions {
   resolveDecode: (agentName: string) => Promise<DecodeMemoryInfo>;
   /** Simulated compute time per request in ms (the mocker's prefill time); default 0. */
   prefillDelayMs?: number;
+  /** Where the worker logs. */
   logger?: Logger;
   /** Epoch ms now; default Date.now (tests inject). */
   now?: () => number;
@@ -43,12 +44,14 @@ export interface PrefillRunOptions {
 
 /** What one handled request did. */
 export interface PrefillResult {
+  /** The request id. */
   requestId: string;
   /**
    * Blocks written (the prompt's blocks from `first_block` on); 0 when the request had
    * expired and was skipped.
    */
   blocks: number;
+  /** Whether the request had expired and was skipped. */
   skipped: boolean;
 }
 
@@ -61,13 +64,14 @@ interface Peer {
  * A prefill worker around a {@linkcode TransferAgent}.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const worker = new PrefillWorker(new TransferAgent("prefill-0"), {
  *   blockBytes: 4096, resolveDecode: async () => decodeKv.memoryInfo() });
  * await worker.run(queue, { signal });
  * ```
  */
 export class PrefillWorker {
+  /** The prefill worker's transfer agent. */
   readonly agent: TransferAgent;
   readonly #opts: PrefillWorkerOptions;
   readonly #staging: MemoryRegion;
@@ -76,6 +80,8 @@ export class PrefillWorker {
   readonly #now: () => number;
 
   /**
+   * Creates a prefill worker with staging memory on `agent`.
+   *
    * @param agent the prefill worker's transfer agent
    * @param options geometry and how to find decode workers
    */

@@ -4,6 +4,7 @@ import type { XferDescList } from "../../native/mod.ts";
 
 /** A remote prefill request, as queued by the decode worker. */
 export interface RemotePrefillRequest {
+  /** The request id (the decode worker waits for its notification). */
   request_id: string;
   /** The prompt. */
   token_ids: number[];
@@ -28,11 +29,13 @@ export interface RemotePrefillRequest {
 
 /** What a decode worker publishes once: how to reach its KV memory. */
 export interface DecodeMemoryInfo {
+  /** The decode worker's transfer agent name. */
   agent_name: string;
   /** `TransferAgent.getAgentMetadata()` as UTF-8 JSON text. */
   metadata: string;
   /** One descriptor per KV block. */
   descs: XferDescList;
+  /** Bytes per KV block. */
   block_bytes: number;
 }
 
@@ -47,6 +50,8 @@ export function prefillSkippedNotif(requestId: string): string {
 }
 
 /**
+ * Parses a prefill notification body.
+ *
  * @param body a notification body
  * @returns the request id and outcome of a prefill notification, else undefined
  */

@@ -11,6 +11,7 @@ export class PrefillQueueClosedError extends DynamoError {}
 export interface QueuedItem<T> {
   /** Stable across redeliveries of the same item. */
   readonly id: string;
+  /** The queued item. */
   readonly data: T;
   /** 1 on the first delivery, 2 on the first redelivery, ... */
   readonly deliveries: number;
@@ -26,6 +27,7 @@ export interface QueuedItem<T> {
 export interface DequeueOptions {
   /** Longest wait for an item in ms; default: wait until one comes or `signal` aborts. */
   timeoutMs?: number;
+  /** Stops the wait. */
   signal?: AbortSignal;
 }
 
@@ -79,6 +81,8 @@ export class EmbeddedPrefillQueue<T> implements PrefillQueue<T> {
   #closed = false;
 
   /**
+   * Creates an empty in-process queue.
+   *
    * @param options the ack deadline
    * @throws {InvalidArgumentError} `ackWaitMs` is not a positive number
    */

@@ -64,6 +64,8 @@ export class DisaggRouter {
   #maxQueue: number;
 
   /**
+   * Creates a router with the given thresholds.
+   *
    * @param options the initial thresholds
    * @throws {InvalidArgumentError} a negative or non-numeric threshold
    */
@@ -86,6 +88,8 @@ export class DisaggRouter {
   }
 
   /**
+   * Sets the longest uncached prefill done locally.
+   *
    * @param value new threshold (>= 0)
    * @throws {InvalidArgumentError} a negative or non-numeric value
    */
@@ -94,6 +98,8 @@ export class DisaggRouter {
   }
 
   /**
+   * Sets the queue length from which requests stay local.
+   *
    * @param value new queue limit (>= 0; Infinity for none)
    * @throws {InvalidArgumentError} a negative or non-numeric value
    */
@@ -102,6 +108,8 @@ export class DisaggRouter {
   }
 
   /**
+   * Decides whether a request prefills on a prefill worker.
+   *
    * @param input the request's lengths and the queue's size
    * @returns true to prefill on a prefill worker
    * @throws {InvalidArgumentError} a length is negative or not a number

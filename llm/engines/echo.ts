@@ -16,7 +16,7 @@ export interface EchoEngineOptions {
  * Builds an echo handler for `endpoint.serveEndpoint`.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * await endpoint.serveEndpoint(echoEngine({ delayMs: 10 }));
  * ```
  */

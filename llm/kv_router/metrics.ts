@@ -26,12 +26,19 @@ import {
 
 /** Metrics as {@linkcode KvMetricsPublisher.publish} takes them (camelCase). */
 export interface KvMetrics {
+  /** Requests being served. */
   requestActiveSlots: number;
+  /** Requests the worker can serve at once. */
   requestTotalSlots: number;
+  /** KV cache blocks in use. */
   kvActiveBlocks: number;
+  /** KV cache blocks in all. */
   kvTotalBlocks: number;
+  /** Requests queued, not yet scheduled. */
   numRequestsWaiting: number;
+  /** Fraction of the GPU KV cache in use (0..1). */
   gpuCacheUsagePerc: number;
+  /** Fraction of prompt blocks found in the prefix cache (0..1). */
   gpuPrefixCacheHitRate: number;
 }
 
@@ -62,10 +69,15 @@ function toWire(m: KvMetrics | number[]): ForwardPassMetrics {
  *
  * @example
  * ```ts
+ * import { DistributedRuntime, KvMetricsPublisher } from "../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const component = runtime.namespace("demo").component("backend");
  * const metrics = new KvMetricsPublisher();
  * await metrics.createEndpoint(component);
  * metrics.publish({ requestActiveSlots: 0, requestTotalSlots: 1024, kvActiveBlocks: 0,
  *   kvTotalBlocks: 1024, numRequestsWaiting: 0, gpuCacheUsagePerc: 0, gpuPrefixCacheHitRate: 0 });
+ * metrics.close();
+ * await runtime.shutdown();
  * ```
  */
 export class KvMetricsPublisher {
@@ -115,6 +127,7 @@ export class KvMetricsPublisher {
    * @throws {InvalidArgumentError} a missing or non-numeric field
    */
   publish(metrics: KvMetrics): void;
+  /** Records the worker's current metrics, given as the seven numbers in the seeds' order. */
   publish(
     requestActiveSlots: number,
     requestTotalSlots: number,
@@ -169,8 +182,14 @@ function parseMetrics(value: unknown): EndpointKvMetrics | undefined {
  *
  * @example
  * ```ts
+ * import { DistributedRuntime, KvMetricsAggregator } from "../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
  * const aggregator = new KvMetricsAggregator(runtime.namespace("ns").component("backend"));
- * for (const e of (await aggregator.getMetrics()).endpoints) console.log(e.worker_id, e.kv_active_blocks);
+ * for (const e of (await aggregator.getMetrics()).endpoints) {
+ *   console.log(e.worker_id, e.kv_active_blocks);
+ * }
+ * await aggregator.close();
+ * await runtime.shutdown();
  * ```
  */
 export class KvMetricsAggregator {
@@ -188,6 +207,8 @@ export class KvMetricsAggregator {
   #closed = false;
 
   /**
+   * Creates an aggregator of the load metrics a component's workers publish.
+   *
    * @param component the workers' component
    * @param options scrape and start-up deadlines
    */

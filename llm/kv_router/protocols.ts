@@ -49,29 +49,41 @@ export type KvCacheEventData =
 
 /** One KV cache event of a worker; ids increase by one per event, from 1. */
 export interface KvCacheEvent {
+  /** The event's id in its worker's sequence. */
   event_id: number;
+  /** What happened: blocks stored, blocks removed, or the cache cleared. */
   data: KvCacheEventData;
 }
 
 /** A KV cache event and the worker it happened on. */
 export interface RouterEvent {
+  /** The worker (instance id) the event happened on. */
   worker_id: string;
+  /** The event. */
   event: KvCacheEvent;
 }
 
 /** A worker's load after a forward pass. */
 export interface ForwardPassMetrics {
+  /** Requests being served. */
   request_active_slots: number;
+  /** Requests the worker can serve at once. */
   request_total_slots: number;
+  /** KV cache blocks in use. */
   kv_active_blocks: number;
+  /** KV cache blocks in all. */
   kv_total_blocks: number;
+  /** Requests queued, not yet scheduled. */
   num_requests_waiting: number;
+  /** Fraction of the GPU KV cache in use (0..1). */
   gpu_cache_usage_perc: number;
+  /** Fraction of prompt blocks found in the prefix cache (0..1). */
   gpu_prefix_cache_hit_rate: number;
 }
 
 /** One worker's metrics as the aggregator reports them. */
 export interface EndpointKvMetrics extends ForwardPassMetrics {
+  /** The worker's instance id. */
   worker_id: string;
 }
 

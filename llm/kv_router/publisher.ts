@@ -57,13 +57,21 @@ interface MirrorBlock {
  *
  * @example
  * ```ts
+ * import { DistributedRuntime, KvEventPublisher } from "../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const component = runtime.namespace("demo").component("backend");
  * const pub = new KvEventPublisher(component, { workerId: runtime.instanceId, kvBlockSize: 16 });
+ * const tokenIds = Array.from({ length: 32 }, (_, i) => i);
  * await pub.publishStored({ tokenIds, numBlockTokens: [16, 16], blockHashes: [101n, 102n] });
  * await pub.publishRemoved([102n]);
+ * await pub.close();
+ * await runtime.shutdown();
  * ```
  */
 export class KvEventPublisher {
+  /** The worker these events come from (its instance id). */
   readonly workerId: string;
+  /** Tokens per KV block. */
   readonly kvBlockSize: number;
   readonly #component: Component;
   readonly #mirror = new Map<BlockHash, MirrorBlock>();
@@ -73,6 +81,8 @@ export class KvEventPublisher {
   #eventId = 0;
 
   /**
+   * Creates a publisher of one worker's KV cache events.
+   *
    * @param component the workers' component (events go on its `kv_events` subject)
    * @param options worker id and block size
    * @throws {InvalidArgumentError} a bad block size

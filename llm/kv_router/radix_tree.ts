@@ -165,6 +165,7 @@ export class RadixTree {
   #active = new Int32Array(4);
   #nodes = 0;
 
+  /** Creates an empty tree. */
   constructor(options: RadixTreeOptions = {}) {
     this.#window = options.frequencyWindowMs;
     this.#now = options.now ?? (() => performance.now());

@@ -27,12 +27,14 @@ import {
 
 /** Cached-prefix depth per worker, in blocks. */
 export interface OverlapLookup {
+  /** Finds, per worker, how many leading blocks of the request it has cached. */
   findMatchesForRequest(
     tokenIds: ArrayLike<number>,
     loraId?: number,
   ): Promise<{ scores: Map<string, number> }>;
   /** The router tells an approximate indexer where it sent a request (optional). */
   recordRouted?(tokenIds: ArrayLike<number>, workerId: string, loraId?: number): void;
+  /** Releases what the lookup holds (subscriptions, timers). */
   close?(): Promise<void> | void;
 }
 
@@ -69,6 +71,7 @@ export interface KvRouterOptions {
 
 /** What {@linkcode KvRouter.findBestMatch} decided. */
 export interface RouteDecision {
+  /** The chosen worker's instance id. */
   instanceId: string;
   /** Blocks of the request's prefix cached on that worker. */
   overlapBlocks: number;
@@ -78,6 +81,7 @@ export interface RouteDecision {
 export interface FindBestMatchOptions {
   /** Choose only among these instance ids. */
   instances?: readonly string[];
+  /** LoRA adapter id, which salts the block hashes. */
   loraId?: number;
   /**
    * Books the decision in the router's load book under this id, and tells an approximate
@@ -93,11 +97,13 @@ export interface FindBestMatchOptions {
 
 /** Options of {@linkcode KvRouter.generate}. */
 export interface KvRouteOptions extends Omit<FindBestMatchOptions, "requestId"> {
+  /** The request's context (a new one by default). */
   context?: Context;
 }
 
 /** The router's view of a request body: token ids (a PreprocessedRequest has them). */
-interface TokensRequest {
+export interface TokensRequest {
+  /** The prompt's token ids. */
   token_ids: number[];
 }
 
@@ -126,8 +132,11 @@ interface TokensRequest {
  * ```
  */
 export class KvRouter {
+  /** Tokens per KV block. */
   readonly blockSize: number;
+  /** Weight of uncached prefill blocks against decode load. */
   readonly overlapScoreWeight: number;
+  /** Sampling temperature over the normalised costs (0 = cheapest worker). */
   readonly temperature: number;
   /** Weight of other requests' queued prefill blocks in the reference cost. */
   readonly queuedPrefillWeight: number;
@@ -144,6 +153,8 @@ export class KvRouter {
   #closed = false;
 
   /**
+   * Creates a router over an endpoint's instances.
+   *
    * @throws {InvalidArgumentError} a bad block size, weight, temperature or unread-stream
    *   timeout
    */

@@ -16,6 +16,7 @@ import { InvalidArgumentError } from "../../runtime/errors.ts";
 
 /** What the router knows of one worker when it picks. */
 export interface WorkerCandidate {
+  /** The worker's instance id. */
   workerId: string;
   /** Blocks of the request's prefix this worker has cached. */
   overlapBlocks: number;
@@ -31,9 +32,11 @@ export interface WorkerCandidate {
 
 /** What a cost function sees. */
 export interface CostFunctionInput {
+  /** Every worker the request may go to. */
   candidates: readonly WorkerCandidate[];
   /** The request's prompt length in tokens. */
   tokenLength: number;
+  /** Tokens per KV block. */
   blockSize: number;
 }
 
@@ -133,9 +136,13 @@ interface ActiveRequest {
   tokens: number;
 }
 
-interface WorkerBook {
+/** A worker's predicted load in the router's book. */
+export interface WorkerBook {
+  /** KV blocks its active requests hold. */
   activeBlocks: number;
+  /** Blocks still to prefill (requests with no first token yet). */
   prefillBlocks: number;
+  /** Requests in flight on it. */
   requests: number;
 }
 
@@ -148,6 +155,7 @@ export class ActiveSequences {
   readonly #requests = new Map<string, ActiveRequest>();
   readonly #workers = new Map<string, WorkerBook>();
 
+  /** Creates an empty book for workers with blocks of `blockSize` tokens. */
   constructor(blockSize: number) {
     if (!Number.isInteger(blockSize) || blockSize <= 0) {
       throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);

@@ -3,17 +3,9 @@ import { join } from "node:path";
 import fc from "fast-check";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import { MemoryObjectStore } from "../../runtime/objects/mod.ts";
-import {
-  canonicalJson,
-  CardFileError,
-  cardObjectName,
-  computeMdcsum,
-  fetchCardFiles,
-  loadModelSource,
-  ModelSourceError,
-  sha256Hex,
-  trimModelInfo,
-} from "./card.ts";
+import { CardFileError, cardObjectName, fetchCardFiles, sha256Hex } from "./card_files.ts";
+import { canonicalJson, computeMdcsum, trimModelInfo } from "./card.ts";
+import { loadModelSource, ModelSourceError } from "./model_source.ts";
 import { ModelInput, ModelType } from "../protocols.ts";
 import { builtinTestModel, TEST_MODEL_NAME } from "./test_model.ts";
 

@@ -1,15 +1,9 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { Tokenizer } from "@huggingface/tokenizers";
-import {
-  GgufError,
-  ggufModelFacts,
-  GgufType,
-  isGgufFile,
-  parseGgufMetadata,
-  readGgufMetadata,
-} from "./gguf.ts";
-import { loadModelSource, ModelSourceError } from "./card.ts";
+import { GgufError, GgufType, isGgufFile, parseGgufMetadata, readGgufMetadata } from "./gguf.ts";
+import { ggufModelFacts } from "./gguf_facts.ts";
+import { loadModelSource, ModelSourceError } from "./model_source.ts";
 
 // --- a small GGUF writer (little-endian, v2/v3) ---
 

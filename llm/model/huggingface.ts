@@ -14,6 +14,7 @@ export class HuggingFaceError extends DynamoError {
   readonly repoId: string;
   /** HTTP status, when the Hub answered. */
   readonly status: number | undefined;
+  /** Creates the error for a repo and, when the Hub answered, its HTTP status. */
   constructor(repoId: string, message: string, status?: number, options?: ErrorOptions) {
     super(message, options);
     this.repoId = repoId;
@@ -73,7 +74,9 @@ export interface DownloadRepoOptions {
   timeoutMs?: number;
   /** Files downloaded at once (default 4). */
   concurrency?: number;
+  /** Called as bytes arrive (for progress bars). */
   onProgress?: (progress: DownloadProgress) => void;
+  /** Cancels the download. */
   signal?: AbortSignal;
   /** fetch to use (default globalThis.fetch), for tests and proxies. */
   fetch?: typeof fetch;

@@ -13,7 +13,7 @@ import {
   repoCacheDir,
   terminalProgress,
 } from "./huggingface.ts";
-import { loadModelSource } from "./card.ts";
+import { loadModelSource } from "./model_source.ts";
 
 const SHA1 = fakeSha("v1");
 const SHA2 = fakeSha("v2");

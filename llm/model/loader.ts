@@ -3,7 +3,7 @@
 
 import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { DynamoError } from "../../runtime/errors.ts";
-import { fetchCardFiles } from "./card.ts";
+import { fetchCardFiles } from "./card_files.ts";
 import { Preprocessor } from "../preprocess/preprocessor.ts";
 import { type ModelDeploymentCard, ModelInput } from "../protocols.ts";
 import { Tokenizer } from "../preprocess/tokenizer.ts";

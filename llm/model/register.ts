@@ -5,14 +5,9 @@ import type { Endpoint } from "../../runtime/component.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import * as keys from "../../runtime/keys.ts";
 import type { ModelDeploymentCard, ModelEntry, ModelInput, ModelType } from "../protocols.ts";
-import {
-  cardObjectName,
-  computeMdcsum,
-  type LoadModelOptions,
-  loadModelSource,
-  validateModelInput,
-  validateModelType,
-} from "./card.ts";
+import { computeMdcsum, validateModelInput, validateModelType } from "./card.ts";
+import { cardObjectName } from "./card_files.ts";
+import { type LoadModelOptions, loadModelSource } from "./model_source.ts";
 
 /** Options of {@linkcode registerLlm} (the seeds' register_llm kwargs). */
 export type RegisterLlmOptions = Omit<LoadModelOptions, "modelInput" | "modelType">;
@@ -52,9 +47,20 @@ function endpointNames(endpoint: Endpoint): [string, string, string] {
  *
  * @example
  * ```ts
+ * import {
+ *   builtinTestModel,
+ *   DistributedRuntime,
+ *   ModelInput,
+ *   ModelType,
+ *   registerLlm,
+ * } from "../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
  * const endpoint = runtime.namespace("demo").component("backend").endpoint("generate");
+ * // A model folder, a Hugging Face repo id ("Qwen/Qwen3-0.6B") or a GGUF file.
+ * const modelPath = await builtinTestModel();
  * await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, endpoint,
- *   "Qwen/Qwen3-0.6B", { kvCacheBlockSize: 16 });
+ *   modelPath, { kvCacheBlockSize: 16 });
+ * await runtime.shutdown();
  * ```
  */
 export async function registerLlm(

@@ -2,7 +2,9 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { DistributedRuntime, EmbeddedCluster, InvalidArgumentError } from "../../mod.ts";
 import { haveServers, startServers } from "../../tests/_helpers/servers.ts";
-import { cardObjectName, computeMdcsum, fetchCardFiles, ModelSourceError } from "./card.ts";
+import { computeMdcsum } from "./card.ts";
+import { cardObjectName, fetchCardFiles } from "./card_files.ts";
+import { ModelSourceError } from "./model_source.ts";
 import {
   MODEL_CARD_PREFIX,
   MODEL_ENTRY_PREFIX,

@@ -3,7 +3,7 @@
 
 import { join } from "node:path";
 import { tmpdir } from "node:os";
-import { sha256Hex } from "./card.ts";
+import { sha256Hex } from "./card_files.ts";
 
 /** Qwen3-0.6B's config.json (architecture values of the real model; no weights). */
 export const QWEN3_0_6B_CONFIG: Readonly<Record<string, unknown>> = {
@@ -69,7 +69,7 @@ async function sameContent(path: string, sha: string): Promise<boolean> {
  * @returns the model folder
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const dir = await builtinTestModel();
  * await registerLlm(ModelInput.Tokens, ModelType.Chat, endpoint, dir);
  * ```

@@ -3,7 +3,8 @@
 // max_tokens and min_tokens.
 
 import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
-import { IncrementalDetokenizer, type Tokenizer } from "../preprocess/tokenizer.ts";
+import { IncrementalDetokenizer } from "../preprocess/detokenizer.ts";
+import type { Tokenizer } from "../preprocess/tokenizer.ts";
 
 /**
  * Finds stop strings in streamed text. Text that could be the start of a stop string is

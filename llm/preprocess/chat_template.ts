@@ -8,8 +8,11 @@ import { RequestError } from "../openai/errors.ts";
 
 /** Thrown when a chat template's source does not parse (the model's files are broken). */
 export class ChatTemplateError extends Error {
+  /** The error class name. */
   override name = "ChatTemplateError";
   /**
+   * Creates the error.
+   *
    * @param message What was wrong.
    * @param options The underlying cause.
    */
@@ -20,11 +23,15 @@ export class ChatTemplateError extends Error {
 
 /** What {@linkcode ChatTemplate.render} takes; keys are template variables, hence snake_case. */
 export interface ChatTemplateContext {
+  /** The conversation, oldest message first. */
   messages: readonly ChatMessage[];
+  /** Tools the model may call. */
   tools?: readonly ChatTool[];
   /** End with the opening of the assistant's turn. Default true. */
   add_generation_prompt?: boolean;
+  /** The beginning-of-sequence token text. */
   bos_token?: string;
+  /** The end-of-sequence token text. */
   eos_token?: string;
   /** Further template variables (`enable_thinking`, ...). */
   [variable: string]: unknown;
@@ -52,6 +59,8 @@ export class ChatTemplate {
   readonly #compiled: CompiledTemplate | undefined;
 
   /**
+   * Parses a chat template (and compiles it when it can).
+   *
    * @param source Jinja source (`chat_template` of tokenizer_config.json).
    * @throws {ChatTemplateError} When the source does not parse.
    */

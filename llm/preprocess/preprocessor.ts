@@ -71,6 +71,8 @@ export class Preprocessor {
   readonly #template: ChatTemplate | undefined;
 
   /**
+   * Creates the preprocessor of one model.
+   *
    * @param options The card, the tokenizer and whether to render tools.
    * @throws {ChatTemplateError} When the card's chat template does not parse.
    */

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { IncrementalDetokenizer, Tokenizer, TokenizerLoadError } from "./tokenizer.ts";
+import { IncrementalDetokenizer } from "./detokenizer.ts";
+import { Tokenizer, TokenizerLoadError } from "./tokenizer.ts";
 import {
   QWEN3_ENDOFTEXT,
   QWEN3_IM_END,

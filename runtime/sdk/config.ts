@@ -219,7 +219,10 @@ export class ServiceConfig {
   static #instance: ServiceConfig | undefined;
   readonly #data: ServiceConfigData;
 
-  /** @param data service name -> settings (copied) */
+  /**
+   * Creates a configuration from settings per service.
+   * @param data service name -> settings (copied)
+   */
   constructor(data: ServiceConfigData = {}) {
     this.#data = mergeConfig(checkShape(data, "ServiceConfig"));
   }

@@ -73,7 +73,7 @@ function quantities(node: GraphNode): Record<string, string> {
  * @throws {Error} a resource that fails Kubernetes schema validation (kubernetes-models)
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const manifests = buildManifests(resolveGraph(Frontend, { config }), config, {
  *   target: "graph.ts:Frontend",
  * });

@@ -11,8 +11,11 @@ export class ConfigError extends DynamoError {}
 
 /** {@linkcode ServiceConfig.require} found no value for the key. */
 export class ConfigKeyMissingError extends ConfigError {
+  /** The service whose setting is missing. */
   readonly service: string;
+  /** The missing key. */
   readonly key: string;
+  /** Creates the error for a service and key. */
   constructor(service: string, key: string) {
     super(
       `missing configuration ${service}.${key}: set it under "${service}:" in the YAML ` +
@@ -30,6 +33,7 @@ export class GraphError extends DynamoError {}
 export interface ValidationIssue {
   /** Where in the request, e.g. ["messages", 0, "role"] (empty: the request itself). */
   path: readonly PropertyKey[];
+  /** What is wrong there. */
   message: string;
 }
 
@@ -40,7 +44,9 @@ export interface ValidationIssue {
 export class RequestValidationError extends DynamoError {
   /** `namespace/component/endpoint`. */
   readonly endpoint: string;
+  /** Every problem found. */
   readonly issues: readonly ValidationIssue[];
+  /** Creates the error for an endpoint and the problems its schema found. */
   constructor(endpoint: string, issues: readonly ValidationIssue[]) {
     const detail = issues.map((i) =>
       `${i.path.length ? i.path.map(String).join(".") : "(request)"}: ${i.message}`

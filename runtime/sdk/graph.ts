@@ -24,6 +24,7 @@ export interface GraphEdge {
 
 /** One service of a resolved graph. */
 export interface GraphNode extends EffectiveServiceSettings {
+  /** The service class. */
   cls: ServiceClass;
   /** Endpoint names (`namespace/name/endpoint`). */
   endpoints: string[];
@@ -103,7 +104,7 @@ export function probeDependencies(
  * @throws {ServiceDefinitionError} a class is not a `@service`, or its settings are bad
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const graph = resolveGraph(Frontend, { config });
  * for (const node of graph.services) console.log(node.name, node.workers);
  * ```

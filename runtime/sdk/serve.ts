@@ -122,7 +122,7 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
  * @throws {unknown} `signal.reason` when `signal` aborted before the service was ready
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const runtime = await DistributedRuntime.connect();
  * const backend = await serveService(Backend, runtime);
  * // ... later

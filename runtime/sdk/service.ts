@@ -32,7 +32,9 @@ export interface DynamoServiceSettings {
 
 /** Options of {@linkcode service}: the decorator's settings, overridable by `ServiceArgs`. */
 export interface ServiceOptions {
+  /** Where the service registers, and whether it is served at all. */
   dynamo?: DynamoServiceSettings;
+  /** What each replica needs (GPUs, CPUs, memory), for deployment. */
   resources?: ServiceResources;
   /** Replicas (processes) `dynamo serve` starts; Kubernetes replicas (default 1). */
   workers?: number;
@@ -42,9 +44,13 @@ export interface ServiceOptions {
 export interface EffectiveServiceSettings {
   /** Component name: the class name. */
   name: string;
+  /** Namespace the service registers under. */
   namespace: string;
+  /** Whether the endpoints are served through the distributed runtime. */
   enabled: boolean;
+  /** Replicas (processes) to start. */
   workers: number;
+  /** What each replica needs. */
   resources: ServiceResources;
 }
 
@@ -160,7 +166,8 @@ function checkOptions(name: string, options: ServiceOptions): void {
   }
 }
 
-type ClassDecorator = (value: ServiceClass, context: ClassDecoratorContext) => void;
+/** What `@service(options)` returns: the class decorator itself. */
+export type ServiceDecorator = (value: ServiceClass, context: ClassDecoratorContext) => void;
 
 /**
  * Declares a class as a Dynamo service: its `@endpoint` methods are served as
@@ -177,17 +184,18 @@ type ClassDecorator = (value: ServiceClass, context: ClassDecoratorContext) => v
  * }
  * ```
  */
-export function service(options?: ServiceOptions): ClassDecorator;
+export function service(options?: ServiceOptions): ServiceDecorator;
+/** Declares a class as a Dynamo service with default settings (`@service` without arguments). */
 export function service(value: ServiceClass, context: ClassDecoratorContext): void;
 export function service(
   optionsOrValue: ServiceOptions | ServiceClass = {},
   context?: ClassDecoratorContext,
-): ClassDecorator | void {
+): ServiceDecorator | void {
   if (typeof optionsOrValue === "function") return decorateService({})(optionsOrValue, context!);
   return decorateService(optionsOrValue);
 }
 
-function decorateService(options: ServiceOptions): ClassDecorator {
+function decorateService(options: ServiceOptions): ServiceDecorator {
   return (value, context) => {
     if (context.kind !== "class") {
       throw new ServiceDefinitionError(`@service decorates classes, not a ${context.kind}`);
@@ -225,7 +233,8 @@ function decorateService(options: ServiceOptions): ClassDecorator {
   };
 }
 
-type MethodDecorator = (value: unknown, context: ClassMethodDecoratorContext) => void;
+/** What `@endpoint(options)` returns: the method decorator itself. */
+export type EndpointDecorator = (value: unknown, context: ClassMethodDecoratorContext) => void;
 
 function checkMethod(decorator: string, context: ClassMethodDecoratorContext): void {
   if (context.kind !== "method" || context.static || context.private) {
@@ -247,17 +256,18 @@ function checkMethod(decorator: string, context: ClassMethodDecoratorContext): v
  * async *generate(req: { text: string }) { yield req.text; }
  * ```
  */
-export function endpoint(options?: EndpointOptions): MethodDecorator;
+export function endpoint(options?: EndpointOptions): EndpointDecorator;
+/** Marks a method as an endpoint named after it (`@endpoint` without arguments). */
 export function endpoint(value: unknown, context: ClassMethodDecoratorContext): void;
 export function endpoint(
   optionsOrValue: EndpointOptions | unknown = {},
   context?: ClassMethodDecoratorContext,
-): MethodDecorator | void {
+): EndpointDecorator | void {
   if (context !== undefined) return decorateEndpoint({})(optionsOrValue, context);
   return decorateEndpoint((optionsOrValue ?? {}) as EndpointOptions);
 }
 
-function decorateEndpoint(options: EndpointOptions): MethodDecorator {
+function decorateEndpoint(options: EndpointOptions): EndpointDecorator {
   if (options.request !== undefined && typeof options.request.safeParse !== "function") {
     throw new ServiceDefinitionError(`@endpoint: request must be a zod schema`);
   }
@@ -348,12 +358,14 @@ export function unlink(cls: ServiceClass): void {
 export interface DependencyCallOptions {
   /** The caller's context: stopping it stops the remote request. */
   context?: Context;
+  /** Cancels the call. */
   signal?: AbortSignal;
   /** How long to wait for an instance of the other service, in ms (default 30000). */
   timeoutMs?: number;
 }
 
-type EndpointCall<F> = F extends
+/** The method of a {@linkcode DependencyClient} that calls endpoint method `F` remotely. */
+export type EndpointCall<F> = F extends
   (request: infer R, ...rest: never[]) => AsyncIterable<infer I> | Promise<infer I>
   ? (request: R, options?: DependencyCallOptions) => AsyncIterable<I>
   : never;
@@ -479,7 +491,9 @@ export class ProbeAbort extends Error {
 
 /** What a service process knows about itself (seed 004's `dynamo_context`). */
 export interface DynamoContextValue {
+  /** The runtime the service process runs on. */
   runtime: DistributedRuntime;
+  /** The service's component. */
   component: Component;
   /** The service's namespace name. */
   namespace: string;

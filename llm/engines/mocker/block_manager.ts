@@ -21,7 +21,9 @@ export const DEFAULT_NUM_GPU_BLOCKS = 16384;
 
 /** A full block: the sequence hash that names it and its tokens' local hash. */
 export interface FullBlock {
+  /** The hash that names the block: its tokens and every block before it. */
   sequenceHash: BlockHash;
+  /** The hash of the block's own tokens. */
   localHash: BlockHash;
 }
 
@@ -55,7 +57,10 @@ export class BlockManager {
   /** Inactive cached blocks; iteration order is least recently used first. */
   readonly #inactive = new Set<BlockHash>();
 
-  /** @throws {InvalidArgumentError} a size or watermark out of range */
+  /**
+   * Creates a block manager with an empty cache.
+   * @throws {InvalidArgumentError} a size or watermark out of range
+   */
   constructor(options: BlockManagerOptions = {}) {
     const numGpuBlocks = options.numGpuBlocks ?? DEFAULT_NUM_GPU_BLOCKS;
     const blockSize = options.blockSize ?? 16;

@@ -31,6 +31,7 @@ export interface MockerEngineOptions
   now?: () => number;
   /** Waits `ms` of simulated time (default setTimeout). */
   sleep?: (ms: number) => Promise<void>;
+  /** Where the engine logs failing sinks and a failed loop; default silent. */
   logger?: Logger;
 }
 
@@ -61,12 +62,36 @@ const MAX_LAG_MS = 1000;
  *
  * @example
  * ```ts
- * const engine = new MockerEngine({ speedupRatio: 10, onKvEvent: (e) => publisher.publish(e) });
- * await endpoint.serveEndpoint(engine.handler);
+ * import { DistributedRuntime, KvEventPublisher, MockerEngine } from "../../../mod.ts";
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const component = runtime.namespace("demo").component("mocker");
+ * const endpoint = component.endpoint("generate");
+ * const publisher = new KvEventPublisher(component, { kvBlockSize: 16 });
+ * const engine = new MockerEngine({
+ *   speedupRatio: 10,
+ *   onKvEvent: (e) => void publisher.publish(e).catch(() => {}),
+ * });
+ * const serving = endpoint.serveEndpoint(engine.handler);
+ * const client = await endpoint.client();
+ * await client.waitForInstances();
+ * const stream = await client.generate({
+ *   model: "mock",
+ *   token_ids: [1, 2, 3],
+ *   stop_conditions: { max_tokens: 4 },
+ *   sampling_options: {},
+ *   eos_token_ids: [],
+ * });
+ * for await (const out of stream) console.log(out); // { token_ids: [...] }, ...
+ * await engine.close();
+ * await publisher.close();
+ * await runtime.shutdown();
+ * await serving;
  * ```
  */
 export class MockerEngine {
+  /** The engine's KV blocks and prefix cache. */
   readonly blockManager: BlockManager;
+  /** The engine's scheduler of forward passes. */
   readonly scheduler: Scheduler;
   readonly #onMetrics: MetricsSink;
   readonly #metricsIntervalMs: number;
@@ -82,7 +107,10 @@ export class MockerEngine {
   #closed = false;
   #steps = 0;
 
-  /** @throws {InvalidArgumentError} an option out of range */
+  /**
+   * Creates an engine; its loop starts with the first request.
+   * @throws {InvalidArgumentError} an option out of range
+   */
   constructor(options: MockerEngineOptions = {}) {
     this.#logger = options.logger ?? silentLogger;
     // A sink that throws (a publisher gone) must not stop forward passes: every request

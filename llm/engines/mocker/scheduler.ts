@@ -39,14 +39,19 @@ export type SequenceState = "waiting" | "running" | "finished" | "aborted";
 
 /** One sequence's scheduling state (read-only outside the scheduler). */
 export class Sequence {
+  /** The request id. */
   readonly id: string;
   /** Prompt plus generated tokens. */
   readonly tokens: number[];
+  /** Tokens in the prompt. */
   readonly promptLength: number;
+  /** Most tokens to generate. */
   readonly maxTokens: number;
   /** Full blocks known so far (prompt blocks, then blocks of computed generated tokens). */
   readonly blocks: FullBlock[];
+  /** Where the sequence is. */
   state: SequenceState = "waiting";
+  /** Tokens generated so far. */
   generated = 0;
   /** Tokens whose KV is computed. */
   numComputed = 0;
@@ -56,11 +61,14 @@ export class Sequence {
   heldAnonymous = 0;
   /** Times this sequence lost its blocks and went back to waiting. */
   preemptions = 0;
+  /** Whether the sequence was ever scheduled. */
   admitted = false;
   /** Prompt tokens found in the prefix cache when first admitted. */
   cachedTokens = 0;
+  /** The request the sequence serves. */
   readonly request: SequenceRequest;
 
+  /** Creates the waiting sequence of a request. */
   constructor(request: SequenceRequest, maxTokens: number) {
     this.request = request;
     this.id = request.id ?? crypto.randomUUID();
@@ -73,6 +81,7 @@ export class Sequence {
 
 /** One sequence's share of a step. */
 export interface StepEntry {
+  /** The sequence. */
   sequence: Sequence;
   /** Tokens computed for it in this step. */
   tokens: number;
@@ -82,8 +91,11 @@ export interface StepEntry {
 
 /** What one forward pass computes, and how long it takes. */
 export interface StepPlan {
+  /** Each scheduled sequence's share of the pass. */
   entries: StepEntry[];
+  /** Prompt tokens computed in the pass. */
   prefillTokens: number;
+  /** Sequences that decode one token in the pass. */
   decodeSequences: number;
   /** Active blocks / total during the pass. */
   kvUsage: number;
@@ -120,7 +132,7 @@ export function hashPromptBlocks(
  * as its logits are needed).
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const bm = new BlockManager({ numGpuBlocks: 1024 });
  * const scheduler = new Scheduler(bm, { maxNumSeqs: 8 });
  * scheduler.add({ tokenIds, maxTokens: 4, blocks: hashPromptBlocks(tokenIds, 16),
@@ -129,16 +141,23 @@ export function hashPromptBlocks(
  * ```
  */
 export class Scheduler {
+  /** The KV blocks the scheduler allocates from. */
   readonly blockManager: BlockManager;
+  /** Most sequences running at once. */
   readonly maxNumSeqs: number;
+  /** Most tokens computed in one forward pass. */
   readonly maxNumBatchedTokens: number;
+  /** How much faster than the timing model simulated time runs. */
   readonly speedupRatio: number;
   readonly #waiting: Sequence[] = [];
   readonly #running: Sequence[] = [];
   #promptTokens = 0;
   #cachedTokens = 0;
 
-  /** @throws {InvalidArgumentError} a limit out of range */
+  /**
+   * Creates a scheduler over a block manager.
+   * @throws {InvalidArgumentError} a limit out of range
+   */
   constructor(blockManager: BlockManager, options: SchedulerOptions = {}) {
     this.blockManager = blockManager;
     this.maxNumSeqs = options.maxNumSeqs ?? 256;

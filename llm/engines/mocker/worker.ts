@@ -30,7 +30,9 @@ export interface MockerWorkerOptions extends MockerEngineOptions {
 
 /** A running mocker worker. */
 export interface MockerWorker {
+  /** The worker's engine. */
   readonly engine: MockerEngine;
+  /** The endpoint the worker serves. */
   readonly endpoint: Endpoint;
   /** The published model card. */
   readonly card: ModelDeploymentCard;
@@ -51,7 +53,7 @@ export interface MockerWorker {
  * @throws {InvalidArgumentError} an engine option out of range
  * @throws {ModelSourceError} the model path is missing or incomplete
  * @example
- * ```ts
+ * ```ts ignore
  * const endpoint = runtime.namespace("dynamo").component("mocker").endpoint("generate");
  * const worker = await runMockerWorker(endpoint, { speedupRatio: 10, numGpuBlocks: 4096 });
  * ```
@@ -133,6 +135,7 @@ export interface MockerWorkersOptions extends MockerWorkerOptions {
 
 /** Mocker workers started by {@linkcode startMockerWorkers}. */
 export interface MockerWorkers {
+  /** The workers, each with its runtime. */
   readonly workers: readonly (MockerWorker & { readonly runtime: DistributedRuntime })[];
   /** The shared cluster when the workers run embedded (connect a frontend runtime to it). */
   readonly embedded: EmbeddedCluster;
@@ -150,7 +153,7 @@ export interface MockerWorkers {
  * @returns the workers, once all are registered
  * @throws {InvalidArgumentError} a bad count or option (started workers are shut down)
  * @example
- * ```ts
+ * ```ts ignore
  * const fleet = await startMockerWorkers(8, { speedupRatio: 100 });
  * const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
  * // ...

@@ -9,7 +9,7 @@ import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
 import { instancePrefix } from "./keys.ts";
 import { instanceRecordSchema } from "./names.ts";
-import { openStream, type ResponseStream } from "./stream.ts";
+import { hurryStream, openStream, type ResponseStream } from "./stream.ts";
 import type { RequestPlane } from "./transport/mod.ts";
 
 /** Options of a request sent through a {@linkcode Client}. */
@@ -46,7 +46,16 @@ export interface ClientDeps {
   downMs?: number;
   /** Told of every routing decision and of instances dropped or skipped (off when unset). */
   trace?: RouteTrace;
+  /** Idle deadline of a response stream (ms; default the stream's own, 10 000). */
+  streamIdleTimeoutMs?: number;
 }
+
+/**
+ * Once an instance has left discovery, how long its open streams may stay silent (ms): a
+ * worker draining on its way out sends a heartbeat every second; a stopped one whose lease
+ * expired sends nothing and is given up on this soon.
+ */
+const GONE_IDLE_MS = 3000;
 
 /** How long an instance that did not answer is skipped before discovery is trusted again. */
 const DOWN_MS = 2000;
@@ -69,6 +78,8 @@ export class Client {
   readonly #instances = new Map<string, string>(); // id -> subject
   readonly #down = new Map<string, number>(); // id -> skip until (ms)
   #ids: string[] = [];
+  /** Streams open to each instance, hurried when the instance leaves discovery. */
+  readonly #open = new Map<string, Set<ResponseStream<unknown>>>();
   #next = 0;
   #waiters = new Set<() => void>();
   #stop = new AbortController();
@@ -123,6 +134,7 @@ export class Client {
         if (this.#deps.trace && this.#instances.has(id)) this.#trace("gone", id);
         this.#instances.delete(id);
         this.#down.delete(id);
+        for (const stream of this.#open.get(id) ?? []) hurryStream(stream, GONE_IDLE_MS);
       }
       this.#ids = [...this.#instances.keys()].sort();
       for (const wake of [...this.#waiters]) wake();
@@ -280,11 +292,20 @@ export class Client {
   ): Promise<ResponseStream<T>> {
     if (this.#deps.trace) this.#trace("route", id);
     try {
-      return await openStream<T>(this.#deps.plane, subject, id, request, {
+      let stream: ResponseStream<T> | undefined;
+      let ended = false;
+      stream = await openStream<T>(this.#deps.plane, subject, id, request, {
         context: options.context,
         signal: options.signal,
         connectTimeoutMs: this.#deps.connectTimeoutMs,
+        idleTimeoutMs: this.#deps.streamIdleTimeoutMs,
+        onEnd: () => {
+          ended = true;
+          if (stream) this.#untrack(id, stream);
+        },
       });
+      if (!ended) this.#track(id, stream);
+      return stream;
     } catch (err) {
       if (err instanceof NoInstancesError) {
         this.reportInstanceDown(id);
@@ -295,6 +316,17 @@ export class Client {
       if (err instanceof TimeoutError) this.reportInstanceDown(id);
       throw err;
     }
+  }
+
+  #track(id: string, stream: ResponseStream<unknown>): void {
+    let open = this.#open.get(id);
+    if (!open) this.#open.set(id, open = new Set());
+    open.add(stream);
+  }
+
+  #untrack(id: string, stream: ResponseStream<unknown>): void {
+    const open = this.#open.get(id);
+    if (open?.delete(stream) && open.size === 0) this.#open.delete(id);
   }
 
   /** Skips `instanceId` for a while (it failed to answer); discovery will confirm or clear it. */

@@ -39,6 +39,10 @@ export interface RuntimeInternals {
   /** Aborts when the runtime starts shutting down. */
   readonly shutdownSignal: AbortSignal;
   readonly connectTimeoutMs: number;
+  /** Idle deadline of this runtime's clients' response streams (ms; default the stream's). */
+  readonly streamIdleTimeoutMs?: number;
+  /** Heartbeat period of this runtime's endpoints' silent streams (ms; default the stream's). */
+  readonly heartbeatMs?: number;
   /** TTL of this runtime's lease, in seconds. */
   readonly leaseTtlSeconds: number;
   /** Routing trace for this runtime's clients (off when unset). */
@@ -325,6 +329,7 @@ export class Endpoint {
     try {
       await serveRequest(conn, header, body, handler, {
         logger: log,
+        heartbeatMs: this.#rt.heartbeatMs,
         onContext: (c) => contexts.add(ctx = c),
       });
     } finally {
@@ -344,6 +349,7 @@ export class Endpoint {
         plane: rt.plane,
         logger: rt.logger,
         connectTimeoutMs: rt.connectTimeoutMs,
+        streamIdleTimeoutMs: rt.streamIdleTimeoutMs,
         trace: rt.routeTrace,
         // A dead worker leaves discovery within its lease TTL (taken to be this runtime's)
         // plus the time etcd takes to expire it and tell: skip a failed instance that long.

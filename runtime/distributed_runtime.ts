@@ -84,6 +84,16 @@ export interface DistributedRuntimeOptions {
   embedded?: EmbeddedCluster;
   /** Deadline for a worker to acknowledge and call back, in ms (default 5000). */
   connectTimeoutMs?: number;
+  /**
+   * How long a caller waits for a response stream's next frame (an item or a heartbeat)
+   * before it gives the worker up as hung, in ms (default 10 000; `DYN_STREAM_IDLE_TIMEOUT_MS`).
+   */
+  streamIdleTimeoutMs?: number;
+  /**
+   * How often this runtime's endpoints send a heartbeat on a silent response stream, in ms
+   * (default 1000; `DYN_HEARTBEAT_MS`). Keep it well under the callers' idle deadline.
+   */
+  heartbeatMs?: number;
   logger?: Logger;
   /**
    * Told of every routing decision of this runtime's clients and of every instance they
@@ -137,6 +147,7 @@ export class DistributedRuntime {
     connectTimeoutMs: number,
     events: EventPlane,
     routeTrace: RouteTrace | undefined,
+    liveness: { streamIdleTimeoutMs?: number; heartbeatMs?: number },
   ) {
     this.discovery = discovery;
     this.plane = plane;
@@ -157,6 +168,7 @@ export class DistributedRuntime {
       instanceId: lease.id,
       shutdownSignal: this.#shutdown.signal,
       connectTimeoutMs,
+      ...liveness,
       routeTrace,
       leaseTtlSeconds: lease.ttlSeconds,
       registerKey: (k, v) => self.#registerKey(k, v),
@@ -179,6 +191,12 @@ export class DistributedRuntime {
     const ttl = options.leaseTtlSeconds ?? 10;
     if (!Number.isInteger(ttl) || ttl < 1) {
       throw new InvalidArgumentError(`leaseTtlSeconds must be a whole number >= 1, got ${ttl}`);
+    }
+    for (const name of ["streamIdleTimeoutMs", "heartbeatMs"] as const) {
+      const ms = options[name];
+      if (ms !== undefined && !(Number.isFinite(ms) && ms > 0)) {
+        throw new InvalidArgumentError(`${name} must be a number of ms > 0, got ${ms}`);
+      }
     }
     const embedded = options.embedded ?? new EmbeddedCluster();
     // One hub connection per runtime, shared by its discovery, request plane and objects;
@@ -225,6 +243,7 @@ export class DistributedRuntime {
           ? hubEventPlane(new HubEventPlane(hub))
           : new LocalEventPlane(embedded.events)),
       options.routeTrace,
+      { streamIdleTimeoutMs: options.streamIdleTimeoutMs, heartbeatMs: options.heartbeatMs },
     );
     logger.debug("runtime connected", {
       discovery: discovery.kind,
@@ -264,6 +283,10 @@ export class DistributedRuntime {
       opts.natsServer = env.NATS_SERVER.split(",").map((s) => s.trim()).filter(Boolean);
     }
     if (env.DYN_LEASE_TTL) opts.leaseTtlSeconds = Number(env.DYN_LEASE_TTL);
+    if (env.DYN_STREAM_IDLE_TIMEOUT_MS) {
+      opts.streamIdleTimeoutMs = Number(env.DYN_STREAM_IDLE_TIMEOUT_MS);
+    }
+    if (env.DYN_HEARTBEAT_MS) opts.heartbeatMs = Number(env.DYN_HEARTBEAT_MS);
     if (env.DYN_TCP_RPC_HOST) opts.tcpHost = env.DYN_TCP_RPC_HOST;
     if (env.DYN_ROUTE_TRACE === "1" && !opts.routeTrace) opts.routeTrace = jsonLinesRouteTrace();
     if (env.ETCD_USERNAME) {

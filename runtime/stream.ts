@@ -83,6 +83,24 @@ export interface OpenStreamOptions {
    * before the stream fails with {@linkcode StreamStalledError} (ms, default 10 000).
    */
   idleTimeoutMs?: number;
+  /** Called once when the stream is over (however it ended), after it was opened. */
+  onEnd?: () => void;
+}
+
+/** The receivers behind the streams openStream returned (for {@linkcode hurryStream}). */
+const receivers = new WeakMap<object, { hurry(ms: number): void }>();
+
+/**
+ * Shortens a stream's idle deadline to `ms` (never lengthens it). For an instance that left
+ * discovery: a worker draining on its way out still sends items or heartbeats and finishes;
+ * one that is stopped or hung (its lease expired) is failed soon instead of after the full
+ * deadline.
+ *
+ * @param stream a stream from {@linkcode openStream}
+ * @param ms the new idle deadline
+ */
+export function hurryStream(stream: ResponseStream<unknown>, ms: number): void {
+  receivers.get(stream)?.hurry(ms);
 }
 
 function toRemoteError(err: unknown): Error {
@@ -207,12 +225,14 @@ export async function openStream<T>(
   }
   // Listening from here on, not from the first read: a stop or kill before anyone reads
   // the stream still reaches the worker.
-  const items = new ItemReceiver<T>(conn!, ctx, subject, signal, idleTimeoutMs);
-  return {
+  const items = new ItemReceiver<T>(conn!, ctx, subject, signal, idleTimeoutMs, options.onEnd);
+  const stream: ResponseStream<T> = {
     context: ctx,
     instanceId,
     [Symbol.asyncIterator]: () => items,
   };
+  receivers.set(stream, items);
+  return stream;
 }
 
 function sendControl(conn: FrameConn, what: "stop" | "kill"): void {
@@ -241,8 +261,9 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
   readonly #conn: FrameConn;
   /** The liveness clock's tick when the current wait for a frame began; -1: not waiting. */
   waitingSince = -1;
-  readonly idleTicks: number;
-  readonly #idleTimeoutMs: number;
+  idleTicks: number;
+  #idleTimeoutMs: number;
+  readonly #onEnd: (() => void) | undefined;
   /** Watched for stalls (connections across processes; in process, a stall is a slow handler). */
   readonly #watched: boolean;
   #stalled = false;
@@ -265,8 +286,10 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
     subject: string,
     signal: AbortSignal | undefined,
     idleTimeoutMs: number,
+    onEnd?: () => void,
   ) {
     this.#conn = conn;
+    this.#onEnd = onEnd;
     this.#idleTimeoutMs = idleTimeoutMs;
     this.idleTicks = livenessTicks(idleTimeoutMs);
     this.#watched = conn.carriesValues !== true;
@@ -300,6 +323,13 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
   return(): Promise<IteratorResult<T>> {
     if (!this.#over) this.#end(false);
     return Promise.resolve(DONE);
+  }
+
+  /** Shortens the idle deadline (see {@linkcode hurryStream}). */
+  hurry(ms: number): void {
+    if (ms >= this.#idleTimeoutMs) return;
+    this.#idleTimeoutMs = ms;
+    this.idleTicks = livenessTicks(ms);
   }
 
   /** The wait for a frame passed the idle deadline: the worker is hung; hang up on it. */
@@ -382,6 +412,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
   #end(finished: boolean): void {
     this.#over = true;
     if (this.#watched) unwatchStream(this);
+    this.#onEnd?.();
     this.#offStop?.();
     if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
     const ctx = this.#ctx;

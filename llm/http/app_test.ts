@@ -34,7 +34,8 @@ async function worker(cluster: EmbeddedCluster, name: string) {
 Deno.test("a model is listed while at least one worker registers it, and /health waits for discovery", async () => {
   const cluster = new EmbeddedCluster();
   const front = await DistributedRuntime.connect({ embedded: cluster });
-  const models = new ModelManager(front);
+  // No grace: a model is unknown (404) as soon as its last worker leaves.
+  const models = new ModelManager(front, { goneGraceMs: 0 });
   const app = createFrontend({ models });
   const get = (path: string) => app.fetch(new Request(`http://x${path}`));
   const ids = async () =>
@@ -243,6 +244,43 @@ Deno.test("a text model's card is read once per card key, not on every request",
   } finally {
     await models.close();
     await rt.shutdown();
+    await front.shutdown();
+  }
+});
+
+Deno.test("a model whose workers all left a moment ago answers 503 with Retry-After, not 404, until its grace ends", async () => {
+  const cluster = new EmbeddedCluster();
+  const front = await DistributedRuntime.connect({ embedded: cluster });
+  const models = new ModelManager(front, { goneGraceMs: 300 });
+  const app = createFrontend({ models });
+  const ask = () =>
+    app.fetch(
+      new Request("http://x/v1/completions", {
+        method: "POST",
+        body: JSON.stringify({ model: "m1", prompt: "hello", max_tokens: 1 }),
+      }),
+    );
+  try {
+    await models.start();
+    const w = await worker(cluster, "m1");
+    await eventually(async () => models.get("m1") !== undefined, "m1 is served");
+    await w.shutdown(); // as when a lease expires during an etcd outage
+    await eventually(async () => models.get("m1") === undefined, "m1 is gone");
+    const gap = await ask();
+    assert.equal(gap.status, 503, await gap.clone().text());
+    assert.equal(gap.headers.get("retry-after"), "1");
+    assert.match((await gap.json()).error.message, /no instances of model m1/);
+    // Registered again: served.
+    const again = await worker(cluster, "m1");
+    await eventually(async () => (await ask()).status === 200, "m1 is served again");
+    await again.shutdown();
+    await eventually(async () => models.get("m1") === undefined, "m1 is gone again");
+    await new Promise((r) => setTimeout(r, 400));
+    const gone = await ask();
+    assert.equal(gone.status, 404, "after the grace period the model is unknown");
+    await gone.body?.cancel();
+  } finally {
+    await models.close();
     await front.shutdown();
   }
 });

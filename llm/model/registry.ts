@@ -30,6 +30,12 @@ export interface ModelManagerOptions {
   logger?: Logger;
   /** How long a request waits for a registered model's endpoint to be served (ms, default 5000). */
   instanceWaitMs?: number;
+  /**
+   * How long after its last instance left a model is still known (ms, default 60 000):
+   * requests for it get 503 with Retry-After (workers re-registering after an etcd outage,
+   * or restarting) instead of 404.
+   */
+  goneGraceMs?: number;
 }
 
 /** Watches `v1/models/` and serves the frontend's model lookups. */
@@ -41,6 +47,9 @@ export class ModelManager {
   readonly #runtime: DistributedRuntime;
   readonly #log: Logger;
   readonly #models = new Map<string, ServedModel>();
+  /** Models whose last instance left, and when (ms, performance.now()). */
+  readonly #gone = new Map<string, number>();
+  readonly #goneGraceMs: number;
   readonly #entries = new Map<string, ModelEntry>(); // key -> entry
   readonly #clients = new Map<string, Promise<Client>>();
   readonly #stop = new AbortController();
@@ -58,6 +67,7 @@ export class ModelManager {
     }
     this.routerMode = mode;
     this.instanceWaitMs = options.instanceWaitMs ?? 5000;
+    this.#goneGraceMs = options.goneGraceMs ?? 60_000;
     this.#runtime = runtime;
     this.#log = options.logger ?? silentLogger;
     this.loader = new ModelLoader(runtime);
@@ -119,6 +129,7 @@ export class ModelManager {
     const added = model === undefined;
     if (!model) {
       model = new ServedModel(entry, this.loader, this.#routePolicy);
+      this.#gone.delete(entry.name);
       this.#models.set(entry.name, model);
       this.#log.info("model added", { model: entry.name, input: entry.model_input });
     }
@@ -164,6 +175,7 @@ export class ModelManager {
     if (group && group.instances.size === 0) model.endpoints.delete(path);
     if (model.endpoints.size === 0) {
       this.#models.delete(entry.name);
+      this.#gone.set(entry.name, performance.now());
       if (log) this.#log.info("model removed", { model: entry.name });
     } else if (model.cardKey === entry.card_key) {
       // Point at a card that is still registered.
@@ -184,6 +196,18 @@ export class ModelManager {
   /** The model of that name, if any instance serves it. */
   get(name: string): ServedModel | undefined {
     return this.#models.get(name);
+  }
+
+  /**
+   * True when no instance serves `name` now but one did within the grace period
+   * ({@linkcode ModelManagerOptions.goneGraceMs}).
+   */
+  recentlyServed(name: string): boolean {
+    const at = this.#gone.get(name);
+    if (at === undefined || this.#models.has(name)) return false;
+    if (performance.now() - at < this.#goneGraceMs) return true;
+    this.#gone.delete(name);
+    return false;
   }
 
   /** Stops watching and closes the clients. */

@@ -26,6 +26,8 @@ export interface ServeFrontendOptions {
   drainTimeoutMs?: number;
   /** Admission limits and the optional API key (the frontend's metrics are added here). */
   guard?: Omit<GuardOptions, "metrics">;
+  /** Extra `/health` check: why the service is unhealthy, or undefined. */
+  checkHealth?: () => Promise<string | undefined>;
 }
 
 /** A running frontend. */
@@ -53,6 +55,7 @@ export async function serveFrontend(
     models,
     logger: options.logger,
     backends: backendsInfo(runtime),
+    checkHealth: options.checkHealth,
   });
   frontend.metrics.registry.setDefaultLabels({
     dynamo_namespace: "dynamo",

@@ -4,6 +4,7 @@
 import { announceBackends } from "../runtime/backends.ts";
 import {
   builtinTestModel,
+  checkUpstream,
   DistributedRuntime,
   echoEngine,
   EmbeddedCluster,
@@ -135,6 +136,7 @@ async function run(args: string[], io: Io): Promise<number> {
   let modelPath: string;
   let modelName = values["model-name"];
   let mocker: { numWorkers: number; engine: MockerEngineOptions } | undefined;
+  let checkHealth: (() => Promise<string | undefined>) | undefined;
   if (output === "echo") {
     handler = echoEngine({ delayMs });
     modelInput = ModelInput.Tokens;
@@ -147,7 +149,8 @@ async function run(args: string[], io: Io): Promise<number> {
         "run",
       );
     }
-    handler = openaiUpstream({ baseUrl, upstreamModel: rest[0] });
+    handler = openaiUpstream({ baseUrl, upstreamModel: rest[0], logger });
+    checkHealth = () => checkUpstream({ baseUrl });
     modelInput = ModelInput.Text;
     modelPath = values["model-path"] ?? await builtinTestModel();
     modelName ??= rest[0];
@@ -229,7 +232,7 @@ async function run(args: string[], io: Io): Promise<number> {
   }
 
   async function serveUntilSignal(): Promise<number> {
-    const frontend = await serveFrontend(runtime, { ...http, logger }, io);
+    const frontend = await serveFrontend(runtime, { ...http, logger, checkHealth }, io);
     await signals.signalled;
     logger.info("shutting down");
     await frontend.shutdown();

@@ -100,6 +100,7 @@ export { createFrontend, type Frontend, type FrontendOptions } from "./http/app.
 export { FrontendMetrics } from "./http/metrics.ts";
 export { echoEngine, type EchoEngineOptions } from "./engines/echo.ts";
 export {
+  checkUpstream,
   openaiUpstream,
   type OpenAIUpstreamOptions,
   UpstreamError,

@@ -292,6 +292,8 @@ export class Client {
   ): Promise<ResponseStream<T>> {
     if (this.#deps.trace) this.#trace("route", id);
     try {
+      // Assigned once, but read by onEnd, which may in principle run before the assignment.
+      // deno-lint-ignore prefer-const
       let stream: ResponseStream<T> | undefined;
       let ended = false;
       stream = await openStream<T>(this.#deps.plane, subject, id, request, {

@@ -4,6 +4,7 @@
 
 import type { Context } from "../../runtime/context.ts";
 import { DynamoError, InvalidArgumentError, UpstreamError } from "../../runtime/errors.ts";
+import type { Logger } from "../../runtime/logger.ts";
 
 export { UpstreamError };
 
@@ -19,6 +20,8 @@ export interface OpenAIUpstreamOptions {
   connectTimeoutMs?: number;
   /** fetch to use (tests). */
   fetch?: typeof fetch;
+  /** Where an upstream that cannot be reached (and its return) is reported, once per change. */
+  logger?: Logger;
 }
 
 /**
@@ -32,19 +35,23 @@ export interface OpenAIUpstreamOptions {
 export function openaiUpstream(
   options: OpenAIUpstreamOptions,
 ): (req: Record<string, unknown>, ctx: Context) => AsyncGenerator<Record<string, unknown>> {
-  let base: URL;
-  try {
-    base = new URL(options.baseUrl.replace(/\/+$/, "").replace(/\/v1$/, "") + "/");
-  } catch {
-    throw new InvalidArgumentError(
-      `upstream URL must be like http://HOST:PORT, got "${options.baseUrl}"`,
-    );
-  }
-  if (base.protocol !== "http:" && base.protocol !== "https:") {
-    throw new InvalidArgumentError(`upstream URL must be http(s), got "${options.baseUrl}"`);
-  }
+  const base = upstreamBase(options.baseUrl);
   const doFetch = options.fetch ?? fetch;
   const connectTimeoutMs = options.connectTimeoutMs ?? 60_000;
+  // Reported once per change, not once per request.
+  let unreachable = false;
+  const reached = () => {
+    if (!unreachable) return;
+    unreachable = false;
+    options.logger?.info("upstream reachable again", { upstream: base.origin });
+  };
+  const failed = (why: string): UpstreamError => {
+    if (!unreachable) {
+      unreachable = true;
+      options.logger?.warn("upstream unreachable", { upstream: base.origin, error: why });
+    }
+    return new UpstreamError(502, `cannot reach upstream ${base.origin}: ${why}`);
+  };
 
   return async function* upstream(req: Record<string, unknown>, ctx: Context) {
     if (typeof req !== "object" || req === null) {
@@ -70,13 +77,12 @@ export function openaiUpstream(
     try {
       res = await doFetch(url, { method: "POST", headers, body: JSON.stringify(body), signal });
     } catch (err) {
-      if (timeout.aborted) {
-        throw new DynamoError(
-          `upstream ${url.origin} did not answer within ${connectTimeoutMs} ms`,
-        );
-      }
-      throw new DynamoError(`cannot reach upstream ${url.origin}: ${(err as Error).message}`);
+      ctx.signal.throwIfAborted();
+      throw failed(
+        timeout.aborted ? `no answer within ${connectTimeoutMs} ms` : (err as Error).message,
+      );
     }
+    reached();
     if (!res.ok) {
       const text = await res.text().catch(() => "");
       let message = text;
@@ -118,4 +124,52 @@ export function openaiUpstream(
       await reader.cancel().catch(() => {});
     }
   };
+}
+
+/** The upstream's base URL (without /v1), checked. */
+function upstreamBase(baseUrl: string): URL {
+  let base: URL;
+  try {
+    base = new URL(baseUrl.replace(/\/+$/, "").replace(/\/v1$/, "") + "/");
+  } catch {
+    throw new InvalidArgumentError(`upstream URL must be like http://HOST:PORT, got "${baseUrl}"`);
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new InvalidArgumentError(`upstream URL must be http(s), got "${baseUrl}"`);
+  }
+  return base;
+}
+
+/**
+ * Checks that an upstream answers at all (`GET /v1/models`, any HTTP status counts).
+ *
+ * @param options the upstream's URL, key, and fetch
+ * @param timeoutMs how long to wait (default 2000)
+ * @returns undefined when it answered, else why not
+ * @example
+ * ```ts ignore
+ * const problem = await checkUpstream({ baseUrl: "http://127.0.0.1:8001" });
+ * ```
+ */
+export async function checkUpstream(
+  options: Pick<OpenAIUpstreamOptions, "baseUrl" | "apiKey" | "fetch">,
+  timeoutMs = 2000,
+): Promise<string | undefined> {
+  const base = upstreamBase(options.baseUrl);
+  const headers: Record<string, string> = {};
+  if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
+  try {
+    const res = await (options.fetch ?? fetch)(new URL("v1/models", base), {
+      headers,
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    await res.body?.cancel();
+    return undefined;
+  } catch (err) {
+    return `upstream ${base.origin} cannot be reached: ${
+      err instanceof Error && err.name === "TimeoutError"
+        ? `no answer within ${timeoutMs} ms`
+        : (err as Error).message
+    }`;
+  }
 }

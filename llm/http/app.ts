@@ -31,6 +31,11 @@ export interface FrontendOptions {
    * default, which no other process can reach, says so there too).
    */
   backends?: BackendsInfo;
+  /**
+   * Extra health check for `/health` (e.g. that an upstream server answers): resolves to why
+   * the service is unhealthy, or undefined when it is healthy.
+   */
+  checkHealth?: () => Promise<string | undefined>;
 }
 
 /** The frontend: a fetch handler and its metrics. */
@@ -86,6 +91,12 @@ export function createFrontend(options: FrontendOptions): Frontend {
       case "/health":
         if (!models.synced) {
           return jsonResponse({ status: "unhealthy", message: "discovery not synced yet" }, 503);
+        }
+        {
+          const problem = await options.checkHealth?.();
+          if (problem !== undefined) {
+            return jsonResponse({ status: "unhealthy", message: problem }, 503);
+          }
         }
         return jsonResponse({
           status: "healthy",

@@ -263,9 +263,9 @@ Deno.test("a model whose workers all left a moment ago answers 503 with Retry-Af
   try {
     await models.start();
     const w = await worker(cluster, "m1");
-    await eventually(async () => models.get("m1") !== undefined, "m1 is served");
+    await eventually(() => Promise.resolve(models.get("m1") !== undefined), "m1 is served");
     await w.shutdown(); // as when a lease expires during an etcd outage
-    await eventually(async () => models.get("m1") === undefined, "m1 is gone");
+    await eventually(() => Promise.resolve(models.get("m1") === undefined), "m1 is gone");
     const gap = await ask();
     assert.equal(gap.status, 503, await gap.clone().text());
     assert.equal(gap.headers.get("retry-after"), "1");
@@ -274,7 +274,7 @@ Deno.test("a model whose workers all left a moment ago answers 503 with Retry-Af
     const again = await worker(cluster, "m1");
     await eventually(async () => (await ask()).status === 200, "m1 is served again");
     await again.shutdown();
-    await eventually(async () => models.get("m1") === undefined, "m1 is gone again");
+    await eventually(() => Promise.resolve(models.get("m1") === undefined), "m1 is gone again");
     await new Promise((r) => setTimeout(r, 400));
     const gone = await ask();
     assert.equal(gone.status, 404, "after the grace period the model is unknown");

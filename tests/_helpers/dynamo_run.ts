@@ -22,7 +22,8 @@ export interface DynamoRun {
 }
 
 /**
- * Starts `dynamo run in=http out=echo --http-port 0 ...args` and waits until it listens.
+ * Starts `dynamo run in=http out=echo --http-port 0 ...args` (another `out=` in `args` replaces
+ * the echo engine) and waits until it listens.
  *
  * @param args more flags (`--delay-ms 50`, `--max-inflight 4`)
  * @param env more environment (DYN_LOG defaults to warn)
@@ -33,7 +34,17 @@ export async function startDynamoRun(
   env: Record<string, string> = {},
 ): Promise<DynamoRun> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", CLI, "run", "in=http", "out=echo", "--http-port", "0", ...args],
+    args: [
+      "run",
+      "-A",
+      CLI,
+      "run",
+      "in=http",
+      ...(args.some((a) => a.startsWith("out=")) ? [] : ["out=echo"]),
+      "--http-port",
+      "0",
+      ...args,
+    ],
     env: { DYN_LOG: "warn", ...env },
     stdin: "null",
     stdout: "piped",

@@ -39,18 +39,17 @@ import {
 } from "./transfers.ts";
 import type {
   AllocateOptions,
-  BlockLayout,
   CudaKernelStatus,
   CudaKernelStatusOptions,
   MemType,
   TransferAgentOptions,
   VramStatus,
   WaitXferOptions,
-  XferDescInput,
   XferDescList,
   XferOp,
   XferState,
 } from "./types.ts";
+import type { BlockLayout, XferDescInput } from "./handles.ts";
 
 // Agents still open when the process exits normally (or calls Deno.exit) are closed then,
 // so that their shared-memory segments do not outlive the process.

@@ -3,7 +3,8 @@
 import { argError, checkSize } from "./_args.ts";
 import { DescriptorRangeError } from "./errors.ts";
 import type { MemoryRegion } from "./handles.ts";
-import type { BlockLayout, MemType, XferDesc, XferDescInput, XferDescList } from "./types.ts";
+import type { BlockLayout, XferDescInput } from "./handles.ts";
+import type { MemType, XferDesc, XferDescList } from "./types.ts";
 
 /**
  * Describes blocks of local regions as a serializable list, checking every range.

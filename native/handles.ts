@@ -3,13 +3,14 @@
  * transfers) and the state behind them, kept out of reach of callers.
  */
 
-import type { TransferAgent } from "./agent.ts";
 import type { Native } from "./ffi.ts";
-import type { RegionWire } from "./metadata.ts";
-import type { MemType, XferOp } from "./types.ts";
+import type { MemType, RegionWire, XferOp } from "./types.ts";
+
+/** The agent that owns a handle, compared by identity (the TransferAgent itself). */
+export type AgentOwner = object;
 
 export interface RegionState {
-  agent: TransferAgent;
+  agent: AgentOwner;
   id: number;
   registered: boolean;
   released: boolean;
@@ -18,7 +19,7 @@ export interface RegionState {
 }
 
 export interface DlistState {
-  agent: TransferAgent;
+  agent: AgentOwner;
   id: number;
   released: boolean;
   remote?: RemoteAgent;
@@ -28,7 +29,7 @@ export interface DlistState {
 }
 
 export interface XferInternal {
-  agent: TransferAgent;
+  agent: AgentOwner;
   id: number;
   released: boolean;
   bytes: number;
@@ -125,7 +126,7 @@ export class XferHandle {
 /** What an agent lends the modules that work on its state (its fields stay private). */
 export interface AgentContext {
   /** The agent, as handle states record their owner. */
-  readonly agent: TransferAgent;
+  readonly agent: AgentOwner;
   /** The agent's name. */
   readonly name: string;
   /** The native library. */
@@ -144,4 +145,26 @@ export interface AgentContext {
   readonly remotes: Map<string, RemoteAgent>;
   /** Throws unless the agent is open. */
   alive(): void;
+}
+
+/** One descriptor as given to {@linkcode TransferAgent.getXferDescs}. */
+export interface XferDescInput {
+  /** A region of the local agent. */
+  region: MemoryRegion;
+  /** Byte offset in the region. */
+  offset: number;
+  /** Bytes described. */
+  length: number;
+}
+
+/** A region cut into equal blocks, as given to {@linkcode TransferAgent.getXferDescs}. */
+export interface BlockLayout {
+  /** The region to cut, of the local agent. */
+  region: MemoryRegion;
+  /** Bytes per block. */
+  blockBytes: number;
+  /** Blocks in the list; default: as many as fit after `offset`. */
+  numBlocks?: number;
+  /** Byte offset of block 0; default 0. */
+  offset?: number;
 }

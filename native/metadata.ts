@@ -4,18 +4,11 @@ import { argError } from "./_args.ts";
 import { TransferArgumentError } from "./errors.ts";
 import { dec, enc } from "./ffi.ts";
 import { type MemoryRegion, regionStates } from "./handles.ts";
-import type { MemType } from "./types.ts";
+import type { RegionWire } from "./types.ts";
+
+export type { RegionWire };
 
 // Wire form of the agent metadata (snake_case: it crosses process boundaries).
-export interface RegionWire {
-  key: string;
-  mem_type: MemType;
-  bytes: number;
-  device: number;
-  native_id: number;
-  shm?: string;
-  ipc_handle?: string;
-}
 
 export interface AgentMetadataWire {
   version: 1;

@@ -24,5 +24,11 @@
 export * from "./errors.ts";
 export * from "./types.ts";
 export { loadNativeLibrary, nativeLibraryPath } from "./ffi.ts";
-export { DlistHandle, MemoryRegion, XferHandle } from "./handles.ts";
+export {
+  type BlockLayout,
+  DlistHandle,
+  MemoryRegion,
+  type XferDescInput,
+  XferHandle,
+} from "./handles.ts";
 export { TransferAgent } from "./agent.ts";

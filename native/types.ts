@@ -1,7 +1,5 @@
 /** Public value types of the transfer engine: memory types, descriptors, options, statuses. */
 
-import type { MemoryRegion } from "./handles.ts";
-
 /** Where a region lives: host memory (shared with other processes) or GPU memory. */
 export type MemType = "DRAM" | "VRAM";
 /** WRITE copies local blocks into the remote agent's; READ copies them back. */
@@ -28,28 +26,6 @@ export interface XferDescList {
   mem_type: MemType;
   /** The descriptors, in list order (transfers pick them by index). */
   descs: XferDesc[];
-}
-
-/** One descriptor as given to {@linkcode TransferAgent.getXferDescs}. */
-export interface XferDescInput {
-  /** A region of the local agent. */
-  region: MemoryRegion;
-  /** Byte offset in the region. */
-  offset: number;
-  /** Bytes described. */
-  length: number;
-}
-
-/** A region cut into equal blocks, as given to {@linkcode TransferAgent.getXferDescs}. */
-export interface BlockLayout {
-  /** The region to cut, of the local agent. */
-  region: MemoryRegion;
-  /** Bytes per block. */
-  blockBytes: number;
-  /** Blocks in the list; default: as many as fit after `offset`. */
-  numBlocks?: number;
-  /** Byte offset of block 0; default 0. */
-  offset?: number;
 }
 
 /** Options of {@linkcode TransferAgent}. */
@@ -117,4 +93,15 @@ export interface CudaKernelStatus {
   copyBatches: number;
   /** Why the latest of those ran as copies (host memory on one side, a single copy, ...). */
   lastCopyReason?: string;
+}
+
+/** One region in the wire form of the agent metadata. */
+export interface RegionWire {
+  key: string;
+  mem_type: MemType;
+  bytes: number;
+  device: number;
+  native_id: number;
+  shm?: string;
+  ipc_handle?: string;
 }

@@ -1,7 +1,8 @@
 // deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Runs the shell commands of README.md and the example READMEs from the repository root, in
 // order, the way a user would, and prints a table: command -> ok / skipped (reason) / FAILED.
-// Exits 1 on any failure. `./deno task smoke:docs [FILE.md...]`; tests/doc_smoke_test.ts runs it.
+// Exits 1 on any failure. `./deno task smoke:docs [FILE.md...]` (paths from the repository root, or
+// absolute); tests/doc_smoke_test.ts runs it.
 //
 // Every ```sh block is run as written, command by command (lines joined at a trailing `\`,
 // full-line comments dropped), through bash, and must exit 0. An HTML comment right before a
@@ -223,7 +224,9 @@ async function pathExists(path: string): Promise<boolean> {
 export async function runDocs(files: string[]): Promise<Row[]> {
   const rows: Row[] = [];
   const steps = await Promise.all(
-    files.map(async (f) => parseDoc(f, await Deno.readTextFile(`${ROOT}/${f}`))),
+    files.map(async (f) =>
+      parseDoc(f, await Deno.readTextFile(f.startsWith("/") ? f : `${ROOT}/${f}`))
+    ),
   );
 
   let port = "8000";
@@ -409,10 +412,11 @@ function printTable(rows: Row[]): void {
     const cmd = r.command.length > width ? `${r.command.slice(0, width - 3)}...` : r.command;
     console.log(`| ${r.where} | \`${cmd.replaceAll("|", "\\|")}\` | ${r.result} |`);
   }
-  const failed = rows.filter((r) => r.failed).length;
-  const skipped = rows.filter((r) => r.result.startsWith("skipped")).length;
+  const count = (prefix: string) => rows.filter((r) => r.result.startsWith(prefix)).length;
+  const notRun = count("not run");
   console.log(
-    `\ndoc smoke: ${rows.length - failed - skipped} ok, ${skipped} skipped, ${failed} failed`,
+    `\ndoc smoke: ${count("ok")} ok, ${count("skipped")} skipped, ${count("FAILED")} failed` +
+      (notRun > 0 ? `, ${notRun} not run after a failure` : ""),
   );
 }
 

@@ -9,9 +9,10 @@
 // block (invisible on the rendered page) says otherwise:
 //
 //   <!-- smoke: background until="listening on" exports="DYN_HUB DYN_HUB_TOKEN" -->
-//       start each command in the background, wait for a line matching the regex (stdout or
-//       stderr), then take NAME=VALUE for each exported name from its output into the
-//       environment of the commands after it (as `export` in a terminal would).
+//       start each command in the background, wait for output matching the regex (stdout or
+//       stderr; `until` may be given more than once: all must match), then take NAME=VALUE for
+//       each exported name from its output into the environment of the commands after it (as
+//       `export` in a terminal would).
 //   <!-- smoke: skip reason="needs a GPU" -->            do not run it, and say why
 //   <!-- smoke: env="ETCD_ENDPOINTS={etcd} NATS_SERVER={nats}" -->
 //       set variables for this block and the rest of its section; {etcd} and {nats} are the URLs
@@ -43,7 +44,8 @@ const BACKGROUND_TIMEOUT_MS = 60_000;
 /** One annotation's directives. */
 interface Directives {
   skip?: string;
-  background?: string;
+  /** Regexes a background command's output must all match before it counts as ready. */
+  background?: string[];
   exports?: string[];
   env?: string;
   expect?: string;
@@ -62,6 +64,8 @@ interface Row {
   command: string;
   result: string;
   failed: boolean;
+  /** Seconds it ran (a background command: until it was ready). */
+  seconds?: number;
 }
 
 class DocSyntaxError extends Error {
@@ -83,10 +87,10 @@ export function parseDirectives(text: string, where: string): Directives {
         out.skip = value ?? "";
         break;
       case "background":
-        out.background = "";
+        out.background ??= [];
         break;
       case "until":
-        out.background = value ?? "";
+        out.background = [...(out.background ?? []), value ?? ""];
         break;
       case "exports":
         out.exports = (value ?? "").split(/\s+/).filter(Boolean);
@@ -108,7 +112,9 @@ export function parseDirectives(text: string, where: string): Directives {
     }
   }
   if (out.skip === "") throw new DocSyntaxError(`${where}: "skip" needs reason="..."`);
-  if (out.background === "") throw new DocSyntaxError(`${where}: "background" needs until="..."`);
+  if (out.background?.length === 0 || out.background?.includes("")) {
+    throw new DocSyntaxError(`${where}: "background" needs until="..."`);
+  }
   return out;
 }
 
@@ -263,7 +269,10 @@ export async function runDocs(files: string[]): Promise<Row[]> {
       } else if (!status.success && !bg.row.failed) {
         fail(bg.row, `exit code ${status.code} after SIGINT`, bg.output());
       }
-      await bg.done;
+      // A child the command left behind could keep its pipes open: do not wait for it forever.
+      let pipes: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([bg.done, new Promise((r) => (pipes = setTimeout(r, 5_000)))]);
+      clearTimeout(pipes);
     }
     background = [];
     sectionEnv = {};
@@ -320,6 +329,8 @@ export async function runDocs(files: string[]): Promise<Row[]> {
       const env = { ...baseEnv, ...sectionEnv };
       const cleanupBefore = d.cleanup ? await pathExists(`${ROOT}/${d.cleanup}`) : true;
       console.log(`$ ${shown}`);
+      const started = Date.now();
+      const took = () => (row.seconds = (Date.now() - started) / 1000);
 
       if (d.background !== undefined) {
         const child = new Deno.Command("bash", {
@@ -334,18 +345,21 @@ export async function runDocs(files: string[]): Promise<Row[]> {
         const { output, done } = collect(child);
         const bg: Background = { row, child, output, done };
         background.push(bg);
-        const until = new RegExp(d.background, "m");
+        const until = d.background.map((r) => new RegExp(r, "m"));
+        const ready = () => until.every((r) => r.test(output()));
+        const shownUntil = d.background.map((r) => `/${r}/`).join(" and ");
         const waitS = d.timeoutS ?? BACKGROUND_TIMEOUT_MS / 1000;
         const deadline = Date.now() + waitS * 1000;
         let exited: Deno.CommandStatus | undefined;
         child.status.then((s) => (exited = s));
-        while (!until.test(output()) && !exited && Date.now() < deadline) {
+        while (!ready() && !exited && Date.now() < deadline) {
           await new Promise((r) => setTimeout(r, 50));
         }
-        if (!until.test(output())) {
+        took();
+        if (!ready()) {
           const why = exited
-            ? `exited (code ${exited.code}) before printing /${d.background}/`
-            : `no line matching /${d.background}/ within ${waitS} s`;
+            ? `exited (code ${exited.code}) before printing ${shownUntil}`
+            : `no output matching ${shownUntil} within ${waitS} s`;
           fail(row, why, output());
           continue;
         }
@@ -379,6 +393,7 @@ export async function runDocs(files: string[]): Promise<Row[]> {
       const status = await child.status;
       clearTimeout(timer);
       await done;
+      took();
       if (timedOut) {
         fail(row, `still running after ${timeoutS} s`, output());
       } else if (!status.success) {
@@ -400,10 +415,11 @@ export async function runDocs(files: string[]): Promise<Row[]> {
 
 function printTable(rows: Row[]): void {
   const width = 72;
-  console.log("\n| where | command | result |\n| --- | --- | --- |");
+  console.log("\n| where | command | s | result |\n| --- | --- | --: | --- |");
   for (const r of rows) {
     const cmd = r.command.length > width ? `${r.command.slice(0, width - 3)}...` : r.command;
-    console.log(`| ${r.where} | \`${cmd.replaceAll("|", "\\|")}\` | ${r.result} |`);
+    const s = r.seconds === undefined ? "" : r.seconds.toFixed(1);
+    console.log(`| ${r.where} | \`${cmd.replaceAll("|", "\\|")}\` | ${s} | ${r.result} |`);
   }
   const count = (prefix: string) => rows.filter((r) => r.result.startsWith(prefix)).length;
   console.log(

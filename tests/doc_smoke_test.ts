@@ -50,7 +50,7 @@ Deno.test("parseDoc splits sh blocks into commands, with the annotation before t
   ]);
   const first = steps[1];
   assert.ok(first?.kind === "command");
-  assert.deepEqual(first.directives, { background: "listening on", exports: ["DYN_HUB"] });
+  assert.deepEqual(first.directives, { background: ["listening on"], exports: ["DYN_HUB"] });
   const last = steps[4];
   assert.ok(last?.kind === "command");
   assert.equal(last.directives.skip, "needs a GPU");
@@ -60,6 +60,9 @@ Deno.test("parseDirectives refuses a skip without a reason and unknown directive
   assert.throws(() => parseDirectives("skip", "x.md:1"), /needs reason=/);
   assert.throws(() => parseDirectives("background", "x.md:1"), /needs until=/);
   assert.throws(() => parseDirectives('ignore reason="x"', "x.md:1"), /unknown smoke directive/);
+  assert.deepEqual(parseDirectives('background until="a" until="b"', "x.md:1"), {
+    background: ["a", "b"],
+  });
   assert.deepEqual(parseDirectives('env="A=1 B={etcd}" expect="ok" timeout=5', "x.md:1"), {
     env: "A=1 B={etcd}",
     expect: "ok",
@@ -96,11 +99,14 @@ Deno.test("a documented command that fails, or prints the wrong thing, fails the
     );
     const { code, output } = await smoke(md);
     assert.equal(code, 1, output);
-    assert.match(output, /broken\.md:3 \| `echo fine` \| ok \|/);
-    assert.match(output, /broken\.md:4 \| `\.\/dynamo no-such-command` \| FAILED: exit code 2 \|/);
+    assert.match(output, /broken\.md:3 \| `echo fine` \| [\d.]+ \| ok \|/);
+    assert.match(
+      output,
+      /broken\.md:4 \| `\.\/dynamo no-such-command` \| [\d.]+ \| FAILED: exit code 2 \|/,
+    );
     assert.match(output, /broken\.md:9 .* FAILED: output does not match \/Usage: dynamo\/ \|/);
     assert.match(output, /broken\.md:14 .* FAILED: exited \(code 0\) before printing/);
-    assert.match(output, /broken\.md:17 \| `echo after it` \| ok \|/);
+    assert.match(output, /broken\.md:17 \| `echo after it` \| [\d.]+ \| ok \|/);
     assert.match(output, /doc smoke: 2 ok, 0 skipped, 3 failed/);
   } finally {
     await Deno.remove(dir, { recursive: true });

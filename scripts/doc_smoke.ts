@@ -318,7 +318,7 @@ export async function runDocs(files: string[]): Promise<Row[]> {
       let command = step.command;
       if (port !== "8000") {
         command = command.replace(/(:|--http-port )8000\b/g, `$1${port}`);
-        row.result = `ok (port 8000 as ${port})`;
+        if (command !== step.command) row.result = `ok (port 8000 as ${port})`;
       }
       if (d.env) {
         for (const pair of (await expand(d.env)).split(/\s+/).filter(Boolean)) {

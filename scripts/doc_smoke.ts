@@ -321,7 +321,14 @@ export async function runDocs(files: string[]): Promise<Row[]> {
         if (command !== step.command) row.result = `ok (port 8000 as ${port})`;
       }
       if (d.env) {
-        for (const pair of (await expand(d.env)).split(/\s+/).filter(Boolean)) {
+        let pairs: string[];
+        try {
+          pairs = (await expand(d.env)).split(/\s+/).filter(Boolean);
+        } catch (err: unknown) {
+          fail(row, `cannot start the servers it needs: ${String(err)}`, "");
+          continue;
+        }
+        for (const pair of pairs) {
           const eq = pair.indexOf("=");
           sectionEnv[pair.slice(0, eq)] = pair.slice(eq + 1);
         }

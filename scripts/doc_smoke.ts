@@ -39,6 +39,8 @@ const DEFAULT_FILES = [
   "native/README.md",
 ];
 const STOP_TIMEOUT_MS = 20_000;
+/** DOC_SMOKE_VERBOSE=1: print the last lines of every command's output, not only on failure. */
+const VERBOSE = Deno.env.get("DOC_SMOKE_VERBOSE") === "1";
 const BACKGROUND_TIMEOUT_MS = 60_000;
 
 /** One annotation's directives. */
@@ -408,6 +410,7 @@ export async function runDocs(files: string[]): Promise<Row[]> {
       } else if (d.expect && !new RegExp(d.expect, "m").test(output())) {
         fail(row, `output does not match /${d.expect}/`, output());
       }
+      if (VERBOSE && !row.failed) console.log(tail(output(), 8));
       if (d.cleanup && !cleanupBefore) {
         await Deno.remove(`${ROOT}/${d.cleanup}`, { recursive: true }).catch(() => {});
       }

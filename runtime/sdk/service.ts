@@ -84,26 +84,6 @@ export interface ServiceMeta {
 // deno-lint-ignore ban-types
 export type ServiceClass = Function;
 
-// The public API (DESIGN §3) calls `Worker.link(Backend)` and `Worker.dynamoAddress()` on
-// decorated classes; a global augmentation is the only way to type that.
-declare global {
-  // Class decorators cannot change a class's type, so the statics that @service adds are
-  // declared on every function; calling them on a class that is not a service throws.
-  interface Function {
-    /**
-     * `[namespace, component]` of a `@service` class, after configuration overrides.
-     * @throws {ServiceDefinitionError} the class is not a service
-     */
-    dynamoAddress(): [string, string];
-    /**
-     * Keeps only the dependencies on linked services in the graph (seed 004's `.link()`).
-     * @returns `next`, so links chain: `A.link(B).link(C)`
-     * @throws {ServiceDefinitionError} either class is not a service
-     */
-    link<T extends ServiceClass>(next: T): T;
-  }
-}
-
 const SERVICE_META = new WeakMap<ServiceClass, ServiceMeta>();
 const PENDING = Symbol("dynamo.sdk.members");
 
@@ -218,6 +198,9 @@ function decorateService(options: ServiceOptions): ServiceDecorator {
       onShutdown: members.onShutdown,
       links: undefined,
     });
+    // `Worker.dynamoAddress()` and `Worker.link(Backend)` (DESIGN §3). A decorator cannot
+    // change the class's type: service_statics.d.ts types them for this repository; the
+    // published package documents the functions dynamoAddress() and link() instead.
     Object.defineProperties(value, {
       dynamoAddress: {
         value: () => dynamoAddress(value),

@@ -45,4 +45,5 @@ export {
   NatsRequestPlane,
   type RequestPlane,
 } from "./transport/mod.ts";
+export type { NatsConnection } from "./nats_connection.ts";
 export { MemoryObjectStore, NatsObjectStore, type ObjectStore } from "./objects/mod.ts";

@@ -9,9 +9,9 @@ import {
   type JetStreamClient,
   type JetStreamManager,
   nanos,
-  type NatsConnection,
   RetentionPolicy,
 } from "nats";
+import type { NatsConnection } from "../../runtime/nats_connection.ts";
 import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
 import type { RequestPlane } from "../../runtime/transport/mod.ts";
 import { NatsRequestPlane } from "../../runtime/transport/nats.ts";

@@ -1,6 +1,6 @@
 // The event plane on NATS core, sharing the runtime's connection with the request plane.
 
-import type { NatsConnection } from "nats";
+import type { NatsConnection } from "../nats_connection.ts";
 import { DynamoError, InvalidArgumentError } from "../errors.ts";
 import type { EventPlane, EventSubscribeOptions, EventSubscription } from "./types.ts";
 import { validateSubject } from "./subject.ts";

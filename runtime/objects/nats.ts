@@ -1,6 +1,7 @@
 // Blobs in a NATS JetStream object-store bucket (the server needs JetStream: `-js`).
 
-import type { NatsConnection, ObjectStore as JsObjectStore } from "nats";
+import type { ObjectStore as JsObjectStore } from "nats";
+import type { NatsConnection } from "../nats_connection.ts";
 import { DynamoError } from "../errors.ts";
 import type { ObjectStore } from "./types.ts";
 

@@ -2,7 +2,6 @@
 // @asyncOnShutdown on its methods, depends() fields that become clients of other services,
 // link() edits of the graph, and dynamoContext for code running inside a service.
 
-import type { ZodType } from "zod";
 import type { Client } from "../client.ts";
 import type { Component } from "../component.ts";
 import type { Context } from "../context.ts";
@@ -10,7 +9,7 @@ import type { DistributedRuntime } from "../distributed_runtime.ts";
 import { DynamoError } from "../errors.ts";
 import { validateName } from "../names.ts";
 import { isPlainObject, mergeConfig, ServiceConfig } from "./config.ts";
-import { ServiceDefinitionError } from "./errors.ts";
+import { ServiceDefinitionError, type ValidationIssue } from "./errors.ts";
 
 /** Resources a service asks for (Kubernetes requests/limits; `gpu` also matters locally). */
 export interface ServiceResources {
@@ -54,19 +53,33 @@ export interface EffectiveServiceSettings {
   resources: ServiceResources;
 }
 
+/** What {@linkcode RequestSchema.safeParse} returns: the parsed request or its problems. */
+export type RequestParseResult =
+  | { readonly success: true; readonly data: unknown }
+  | { readonly success: false; readonly error: { readonly issues: readonly ValidationIssue[] } };
+
+/**
+ * A request schema as `@endpoint` uses it: a zod schema (`z.object({...})`) is one. Declared
+ * here so the public API names no zod type.
+ */
+export interface RequestSchema {
+  /** Checks (and may transform) a request without throwing. */
+  safeParse(data: unknown): RequestParseResult;
+}
+
 /** Options of {@linkcode endpoint}. */
 export interface EndpointOptions {
   /** Endpoint name (default: the method's name). */
   name?: string;
   /** Validates (and may transform) each request before the method sees it. */
-  request?: ZodType;
+  request?: RequestSchema;
 }
 
 /** @internal What the decorators record about one endpoint. */
 export interface EndpointMeta {
   name: string;
   method: string | symbol;
-  request: ZodType | undefined;
+  request: RequestSchema | undefined;
 }
 
 /** @internal What the decorators record about a service class. */

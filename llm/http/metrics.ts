@@ -3,6 +3,12 @@
 
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { counterSeries, gaugeSeries, histogramSeries } from "./fast_series.ts";
+import type {
+  CounterMetric,
+  GaugeMetric,
+  HistogramMetric,
+  MetricsRegistry,
+} from "./metric_types.ts";
 
 const LATENCY_BUCKETS = [
   0.001,
@@ -48,29 +54,30 @@ export interface ModelMetrics {
 
 /** The frontend's metrics. */
 export class FrontendMetrics {
-  readonly registry: Registry = new Registry();
-  readonly requests: Counter<string>;
-  readonly inflight: Gauge<string>;
-  readonly duration: Histogram<string>;
-  readonly ttft: Histogram<string>;
-  readonly itl: Histogram<string>;
-  readonly inputTokens: Histogram<string>;
-  readonly outputTokens: Histogram<string>;
-  readonly migrations: Counter<string>;
-  readonly disconnected: Counter<string>;
+  readonly #registry = new Registry();
+  readonly registry: MetricsRegistry = this.#registry;
+  readonly requests: CounterMetric;
+  readonly inflight: GaugeMetric;
+  readonly duration: HistogramMetric;
+  readonly ttft: HistogramMetric;
+  readonly itl: HistogramMetric;
+  readonly inputTokens: HistogramMetric;
+  readonly outputTokens: HistogramMetric;
+  readonly migrations: CounterMetric;
+  readonly disconnected: CounterMetric;
   /** Worker items refused at the frontend's door (bad token ids, finish reasons, shapes). */
-  readonly invalidOutputs: Counter<string>;
+  readonly invalidOutputs: CounterMetric;
   /** Requests refused before the frontend saw them (reason: overloaded, unauthorized, ...). */
-  readonly rejected: Counter<string>;
+  readonly rejected: CounterMetric;
   /** Generation requests admitted by the guard and not finished (read at scrape time). */
-  readonly admitted: Gauge<string>;
+  readonly admitted: GaugeMetric;
   /** Generation requests waiting for a slot (read at scrape time). */
-  readonly queued: Gauge<string>;
+  readonly queued: GaugeMetric;
   #admission?: () => { admitted: number; queued: number };
 
   /** @param constLabels labels added to every series (e.g. dynamo_namespace) */
   constructor(constLabels: Record<string, string> = {}) {
-    const registers = [this.registry];
+    const registers = [this.#registry];
     this.registry.setDefaultLabels(constLabels);
     const p = "dynamo_frontend_";
     this.requests = new Counter({

@@ -24,6 +24,7 @@ export interface GenerateOptions {
 
 /** Options of {@linkcode Client.waitForInstances}. */
 export interface WaitForInstancesOptions {
+  /** Stops waiting when aborted. */
   signal?: AbortSignal;
   /** Deadline in ms (default: none besides `signal`). */
   timeoutMs?: number;

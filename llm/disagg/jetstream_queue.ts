@@ -45,6 +45,7 @@ export class NatsUnavailableError extends DynamoError {
 
 /** The NATS server runs without JetStream, which the prefill queue needs. */
 export class JetStreamUnavailableError extends DynamoError {
+  /** Creates the error for the server's refusal (`cause`). */
   constructor(cause: unknown) {
     super(
       "the JetStream prefill queue needs a nats-server with JetStream enabled " +

@@ -21,8 +21,11 @@ export { aggregateChunks } from "../pipeline/encode.ts";
 
 /** Options of {@linkcode createFrontend}. */
 export interface FrontendOptions {
+  /** The registered models the frontend serves. */
   models: ModelManager;
+  /** Where the frontend counts requests (default: a new registry of its own). */
   metrics?: FrontendMetrics;
+  /** Where the frontend logs (default: silent). */
   logger?: Logger;
   /** Largest request body in bytes (default 32 MiB). */
   maxBodyBytes?: number;
@@ -35,7 +38,9 @@ export interface FrontendOptions {
 
 /** The frontend: a fetch handler and its metrics. */
 export interface Frontend {
+  /** Answers one HTTP request (OpenAI routes, `/health`, `/live`, `/metrics`). */
   fetch(request: Request): Promise<Response>;
+  /** The frontend's Prometheus metrics. */
   readonly metrics: FrontendMetrics;
 }
 

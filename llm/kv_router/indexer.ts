@@ -107,6 +107,7 @@ export class KvIndexer {
   #nonce = 0;
 
   /**
+   * Creates an indexer that follows the KV events of `component`'s workers.
    * @param component the workers' component
    * @param blockSize tokens per KV block (the workers' `kv_cache_block_size`)
    * @param options resync and start-up tuning

@@ -24,9 +24,11 @@ export { ServedModel } from "./served_model.ts";
 
 /** Options of {@linkcode ModelManager}. */
 export interface ModelManagerOptions {
+  /** How a request picks an instance: "round-robin" (default), "random" or "kv". */
   routerMode?: RouterMode;
   /** Settings of the KV router (router mode "kv"). */
   kvRouter?: KvRouterSettings;
+  /** Where the manager logs (default: silent). */
   logger?: Logger;
   /** How long a request waits for a registered model's endpoint to be served (ms, default 5000). */
   instanceWaitMs?: number;
@@ -34,7 +36,9 @@ export interface ModelManagerOptions {
 
 /** Watches `v1/models/` and serves the frontend's model lookups. */
 export class ModelManager {
+  /** How a request picks an instance of its model. */
   readonly routerMode: RouterMode;
+  /** How long a request waits for a registered model's endpoint to be served (ms). */
   readonly instanceWaitMs: number;
   /** Where the models' cards and preprocessing pipelines are loaded from. */
   readonly loader: ModelLoader;
@@ -49,6 +53,11 @@ export class ModelManager {
   readonly #kvRouters: KvRouters;
   readonly #routePolicy: RoutePolicy;
 
+  /**
+   * Creates a manager of the models registered on `runtime`; {@linkcode ModelManager.start}
+   * begins watching them.
+   * @throws {InvalidArgumentError} an unknown router mode
+   */
   constructor(runtime: DistributedRuntime, options: ModelManagerOptions = {}) {
     const mode = options.routerMode ?? "round-robin";
     if (mode !== "round-robin" && mode !== "random" && mode !== "kv") {

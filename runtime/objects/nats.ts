@@ -20,7 +20,10 @@ export class NatsObjectStore implements ObjectStore {
   readonly #bucket: string;
   #store: Promise<JsObjectStore> | undefined;
 
-  /** @param bucket bucket name (default "dynamo_objects"), created on first use */
+  /**
+   * Creates a store on `nc`'s JetStream.
+   * @param bucket bucket name (default "dynamo_objects"), created on first use
+   */
   constructor(nc: NatsConnection, bucket = "dynamo_objects") {
     this.#nc = nc;
     this.#bucket = bucket;

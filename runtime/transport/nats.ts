@@ -182,6 +182,7 @@ const RETRY_MS = 50;
 /** Requests over NATS core, response streams over TCP call-home. */
 export class NatsRequestPlane implements RequestPlane {
   readonly kind = "nats";
+  /** The connection requests travel on (owned by the plane: closing the plane drains it). */
   readonly nc: NatsConnection;
   readonly #tcpOptions: TcpResponseServerOptions;
   #server: TcpResponseServer | undefined;

@@ -49,8 +49,18 @@ export interface Frontend {
  *
  * @example
  * ```ts
+ * import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+ * import { ModelManager } from "../model/registry.ts";
+ *
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const models = new ModelManager(runtime);
+ * await models.start();
  * const frontend = createFrontend({ models });
- * Deno.serve({ port: 8000 }, frontend.fetch);
+ * // A server: Deno.serve({ port: 8000 }, frontend.fetch). Or call it without a socket:
+ * const res = await frontend.fetch(new Request("http://localhost/v1/models"));
+ * console.log(await res.json()); // { object: "list", data: [] }
+ * await models.close();
+ * await runtime.shutdown();
  * ```
  */
 export function createFrontend(options: FrontendOptions): Frontend {

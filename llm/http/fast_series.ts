@@ -73,6 +73,9 @@ function seriesOf(
  * @throws {TypeError} from `observe`, a value that is not a finite number (as prom-client)
  * @example
  * ```ts
+ * import { FrontendMetrics } from "./metrics.ts";
+ *
+ * const metrics = new FrontendMetrics();
  * const ttft = histogramSeries(metrics.ttft, { model: "m" });
  * ttft.observe(0.012);
  * ```

@@ -80,8 +80,16 @@ let indexerSeq = 0;
  *
  * @example
  * ```ts
+ * import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+ *
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
  * const indexer = new KvIndexer(runtime.namespace("ns").component("backend"), 16);
+ * const tokenIds = Array.from({ length: 64 }, (_, i) => i);
  * const { scores } = await indexer.findMatchesForRequest(tokenIds, 0);
+ * // worker id -> blocks of tokenIds it holds, from its KV events (KvEventPublisher)
+ * console.log(scores.size); // 0: no worker published any yet
+ * await indexer.close();
+ * await runtime.shutdown();
  * ```
  */
 export class KvIndexer {

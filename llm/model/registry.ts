@@ -34,7 +34,21 @@ export interface ModelManagerOptions {
   instanceWaitMs?: number;
 }
 
-/** Watches `v1/models/` and serves the frontend's model lookups. */
+/**
+ * Watches `v1/models/` and serves the frontend's model lookups.
+ *
+ * @example
+ * ```ts
+ * import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+ *
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const models = new ModelManager(runtime, { routerMode: "round-robin" });
+ * await models.start(); // after the first listing of registered models
+ * for (const model of models.list()) console.log(model.name);
+ * await models.close();
+ * await runtime.shutdown();
+ * ```
+ */
 export class ModelManager {
   /** How a request picks an instance of its model. */
   readonly routerMode: RouterMode;

@@ -248,8 +248,15 @@ function checkMethod(decorator: string, context: ClassMethodDecoratorContext): v
  *
  * @example
  * ```ts
- * @endpoint({ name: "my_chat_completions_endpoint", request: z.object({ text: z.string() }) })
- * async *generate(req: { text: string }) { yield req.text; }
+ * import { z } from "zod";
+ *
+ * @service({ dynamo: { namespace: "demo" } })
+ * class Chat {
+ *   @endpoint({ name: "my_chat_completions_endpoint", request: z.object({ text: z.string() }) })
+ *   async *generate(req: { text: string }) {
+ *     yield req.text;
+ *   }
+ * }
  * ```
  */
 export function endpoint(options?: EndpointOptions): EndpointDecorator;
@@ -447,6 +454,14 @@ export const probe: { active: DependencyHandle[] | undefined } = { active: undef
  * @example
  * ```ts
  * @service({ dynamo: { namespace: "demo" } })
+ * class Backend {
+ *   @endpoint()
+ *   async *generate(req: { text: string }) {
+ *     yield* req.text.split(" ");
+ *   }
+ * }
+ *
+ * @service({ dynamo: { namespace: "demo" } })
  * class Middle {
  *   backend = depends(Backend);
  *   @endpoint()
@@ -519,9 +534,24 @@ function contextValue<K extends keyof DynamoContextValue>(key: K): DynamoContext
  *
  * @example
  * ```ts
- * const [ns, name] = Backend.dynamoAddress();
- * const client = await dynamoContext.runtime.namespace(ns).component(name)
- *   .endpoint("generate").client();
+ * @service({ dynamo: { namespace: "demo" } })
+ * class Backend {
+ *   @endpoint()
+ *   async *generate(req: { text: string }) {
+ *     yield req.text;
+ *   }
+ * }
+ *
+ * @service({ dynamo: { namespace: "demo" } })
+ * class Frontend {
+ *   @asyncOnStart
+ *   async init() {
+ *     const [ns, name] = dynamoAddress(Backend); // the seeds' Backend.dynamoAddress()
+ *     const client = await dynamoContext.runtime.namespace(ns).component(name)
+ *       .endpoint("generate").client();
+ *     await client.waitForInstances({ timeoutMs: 30_000 });
+ *   }
+ * }
  * ```
  */
 export const dynamoContext: Readonly<DynamoContextValue> = Object.freeze({

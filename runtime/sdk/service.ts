@@ -325,7 +325,8 @@ export function effectiveSettings(
 
 /**
  * `[namespace, component]` of a service (seed 004's `dynamo_address()`), with the
- * namespace after `ServiceArgs` overrides.
+ * namespace after `ServiceArgs` overrides. `@service` also gives the class a static
+ * `Worker.dynamoAddress()` (typed by runtime/sdk/service_statics.d.ts in this repository).
  * @throws {ServiceDefinitionError} the class is not a service
  */
 export function dynamoAddress(
@@ -338,7 +339,8 @@ export function dynamoAddress(
 
 /**
  * Keeps only the dependencies of `cls` on linked services (each call adds one) when the
- * graph is resolved; returns `next` so calls chain.
+ * graph is resolved; returns `next` so calls chain. `@service` also gives the class a static
+ * `Worker.link(Backend)` (typed by runtime/sdk/service_statics.d.ts in this repository).
  * @throws {ServiceDefinitionError} either class is not a service
  */
 export function link<T extends ServiceClass>(cls: ServiceClass, next: T): T {

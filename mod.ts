@@ -28,6 +28,7 @@ export {
   LocalEventBus,
   LocalEventPlane,
   NatsEventPlane,
+  QueueSubscription,
   subjectMatches,
 } from "./runtime/events/mod.ts";
 // Native KV transfer (NIXL-like) through Deno FFI; the library loads on first use

@@ -61,15 +61,38 @@ export {
   type PreprocessResult,
 } from "./preprocess/preprocessor.ts";
 // The OpenAI request types the preprocessor takes.
+export { CHAT_ROLES } from "./openai/types.ts";
 export type {
   ChatCompletionRequest,
   ChatMessage,
+  ChatRole,
   ChatTool,
+  CommonRequestFields,
+  CompletionPrompt,
   CompletionRequest,
+  ContentPart,
+  OtherContentPart,
+  ResponseFormat,
+  StreamOptions,
+  TextContentPart,
+  ToolCall,
+  ToolChoice,
 } from "./openai/types.ts";
-export { OutputProcessor } from "./pipeline/postprocessor.ts";
-export { RequestError } from "./openai/errors.ts";
-export { isMigratable, MigrationExhaustedError, openMigrating } from "./pipeline/migration.ts";
+export {
+  type OutputDelta,
+  OutputProcessor,
+  type OutputProcessorOptions,
+} from "./pipeline/postprocessor.ts";
+export { type OpenAIErrorBody, RequestError, type RequestErrorOptions } from "./openai/errors.ts";
+export {
+  isMigratable,
+  MigrationExhaustedError,
+  type MigrationOptions,
+  openMigrating,
+  type SendTokens,
+} from "./pipeline/migration.ts";
+export { type ModelLoader, type ModelPipeline } from "./model/loader.ts";
+export type { EndpointGroup, EndpointId } from "./model/endpoints.ts";
 export {
   type KvRouterSettings,
   ModelManager,
@@ -97,7 +120,14 @@ export {
   type WorkerCandidate,
 } from "./kv_router/scheduler.ts";
 export { createFrontend, type Frontend, type FrontendOptions } from "./http/app.ts";
-export { FrontendMetrics } from "./http/metrics.ts";
+export { FrontendMetrics, type ModelMetrics, type RequestLabels } from "./http/metrics.ts";
+export type {
+  CounterMetric,
+  GaugeMetric,
+  HistogramMetric,
+  MetricLabels,
+  MetricsRegistry,
+} from "./http/metric_types.ts";
 export { echoEngine, type EchoEngineOptions } from "./engines/echo.ts";
 export {
   checkUpstream,

@@ -24,6 +24,7 @@ export interface GenerateOptions {
 
 /** Options of {@linkcode Client.waitForInstances}. */
 export interface WaitForInstancesOptions {
+  /** Stops waiting when aborted. */
   signal?: AbortSignal;
   /** Deadline in ms (default: none besides `signal`). */
   timeoutMs?: number;
@@ -65,9 +66,18 @@ const DOWN_MS = 2000;
  *
  * @example
  * ```ts
- * const client = await runtime.namespace("ns").component("backend").endpoint("generate").client();
+ * import { DistributedRuntime } from "./distributed_runtime.ts";
+ *
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const endpoint = runtime.namespace("ns").component("backend").endpoint("generate");
+ * const serving = endpoint.serveEndpoint(async function* (req: { text: string }) {
+ *   yield* req.text.split(" ");
+ * });
+ * const client = await endpoint.client();
  * await client.waitForInstances({ timeoutMs: 5000 });
  * for await (const item of await client.generate({ text: "hello world" })) console.log(item);
+ * await runtime.shutdown();
+ * await serving;
  * ```
  */
 export class Client {

@@ -137,7 +137,7 @@ export class Component {
    * @throws {InvalidArgumentError} a malformed name (tokens split on ".", no wildcards)
    *
    * @example
-   * ```ts
+   * ```ts ignore
    * await component.publishEvent("kv_events", new TextEncoder().encode("{}"));
    * ```
    */
@@ -154,7 +154,7 @@ export class Component {
    * subscription ends on `unsubscribe()`, `options.signal`, or runtime shutdown.
    *
    * @example
-   * ```ts
+   * ```ts ignore
    * for await (const { payload } of component.subscribeEvents("kv_events")) { ... }
    * ```
    */
@@ -221,9 +221,17 @@ export class Endpoint {
    *
    * @example
    * ```ts
-   * await endpoint.serveEndpoint(async function* (req: { text: string }) {
+   * import { DistributedRuntime } from "./distributed_runtime.ts";
+   *
+   * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+   * const endpoint = runtime.namespace("ns").component("backend").endpoint("generate");
+   * const serving = endpoint.serveEndpoint(async function* (req: { text: string }) {
    *   for (const word of req.text.split(" ")) yield word;
    * });
+   * await (await endpoint.client()).waitForInstances({ timeoutMs: 5000 }); // registered
+   * // ... clients call it until the runtime shuts down (dynamoWorker does on SIGTERM).
+   * await runtime.shutdown();
+   * await serving; // resolved: the endpoint stopped
    * ```
    */
   async serveEndpoint(handler: Handler<never>, options: ServeEndpointOptions = {}): Promise<void> {

@@ -26,9 +26,13 @@ import { HubEventPlane } from "./hub/events.ts";
 
 /** In-process state shared by runtimes of the embedded default (one per "cluster"). */
 export class EmbeddedCluster {
+  /** The keys and leases every runtime of the cluster sees. */
   readonly store: MemoryStore = new MemoryStore();
+  /** Where requests between the cluster's runtimes go. */
   readonly requests: LocalRequestBus = new LocalRequestBus();
+  /** The blobs (model files) of the cluster. */
   readonly objects: MemoryObjectStore = new MemoryObjectStore();
+  /** Publish/subscribe between the cluster's runtimes. */
   readonly events: LocalEventBus = new LocalEventBus();
 
   /** @deprecated Use {@linkcode EmbeddedCluster.requests} ("hub" names only `runtime/hub/`). */
@@ -94,6 +98,7 @@ export interface DistributedRuntimeOptions {
    * (default 1000; `DYN_HEARTBEAT_MS`). Keep it well under the callers' idle deadline.
    */
   heartbeatMs?: number;
+  /** Where the runtime logs (default: silent). */
   logger?: Logger;
   /**
    * Told of every routing decision of this runtime's clients and of every instance they
@@ -120,12 +125,15 @@ export interface FromEnvOptions
  * ```
  */
 export class DistributedRuntime {
+  /** Keys, leases and watches: etcd, the hub, or in memory. */
   readonly discovery: Discovery;
+  /** Where requests go and response streams come back: NATS, the hub, or in process. */
   readonly plane: RequestPlane;
   /** Publish/subscribe (KV events, metrics): NATS core with NATS, in-process otherwise. */
   readonly events: EventPlane;
   /** Blobs (model files): JetStream object store with NATS, in memory otherwise. */
   readonly objects: ObjectStore;
+  /** Where the runtime logs. */
   readonly logger: Logger;
   /** This process's instance id: the first lease's id, in lowercase hex. */
   readonly instanceId: string;

@@ -37,6 +37,7 @@ export class StreamIncompleteError extends DynamoError {
 export class StreamStalledError extends StreamIncompleteError {
   /** The idle deadline that passed (ms). */
   readonly idleTimeoutMs: number;
+  /** Creates the error for a stream that was silent past `idleTimeoutMs`. */
   constructor(message: string, itemsReceived: number, idleTimeoutMs: number) {
     super(message, itemsReceived);
     this.idleTimeoutMs = idleTimeoutMs;
@@ -86,7 +87,10 @@ export class RemoteError extends DynamoError {
 export class UpstreamError extends DynamoError {
   /** The upstream's HTTP status (502 when it failed mid-stream). */
   readonly status: number;
-  /** @param message the upstream's own error message */
+  /**
+   * Creates the error for an upstream's error status.
+   * @param message the upstream's own error message
+   */
   constructor(status: number, message: string, options?: ErrorOptions) {
     super(message, options);
     this.status = status;

@@ -9,6 +9,7 @@ export {
   type DistributedRuntimeOptions,
   EmbeddedCluster,
   type FromEnvOptions,
+  type TlsFiles,
 } from "./distributed_runtime.ts";
 export { dynamoWorker, type DynamoWorkerOptions } from "./worker.ts";
 export { Component, Endpoint, Namespace, type ServeEndpointOptions } from "./component.ts";
@@ -36,13 +37,28 @@ export {
   type Lease,
   MemoryDiscovery,
   MemoryStore,
+  type PutOptions,
   type WatchEvent,
+  type WatchOptions,
 } from "./discovery/mod.ts";
 export {
+  type ConnectionInfo,
+  type Frame,
+  type FrameConn,
+  FrameType,
   LocalHub,
   LocalRequestBus,
   LocalRequestPlane,
   NatsRequestPlane,
+  type PendingStream,
+  type RawRequestHandler,
+  type RequestHeader,
+  type RequestMessage,
+  type RequestOptions,
+  type RequestPayload,
   type RequestPlane,
+  type Subscription,
 } from "./transport/mod.ts";
+export type { NatsConnection } from "./nats_connection.ts";
+export type { BackendsInfo } from "./backends.ts";
 export { MemoryObjectStore, NatsObjectStore, type ObjectStore } from "./objects/mod.ts";

@@ -9,9 +9,9 @@ import {
   type JetStreamClient,
   type JetStreamManager,
   nanos,
-  type NatsConnection,
   RetentionPolicy,
 } from "nats";
+import type { NatsConnection } from "../../runtime/nats_connection.ts";
 import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
 import type { RequestPlane } from "../../runtime/transport/mod.ts";
 import { NatsRequestPlane } from "../../runtime/transport/nats.ts";
@@ -45,6 +45,7 @@ export class NatsUnavailableError extends DynamoError {
 
 /** The NATS server runs without JetStream, which the prefill queue needs. */
 export class JetStreamUnavailableError extends DynamoError {
+  /** Creates the error for the server's refusal (`cause`). */
   constructor(cause: unknown) {
     super(
       "the JetStream prefill queue needs a nats-server with JetStream enabled " +

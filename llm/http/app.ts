@@ -21,8 +21,11 @@ export { aggregateChunks } from "../pipeline/encode.ts";
 
 /** Options of {@linkcode createFrontend}. */
 export interface FrontendOptions {
+  /** The registered models the frontend serves. */
   models: ModelManager;
+  /** Where the frontend counts requests (default: a new registry of its own). */
   metrics?: FrontendMetrics;
+  /** Where the frontend logs (default: silent). */
   logger?: Logger;
   /** Largest request body in bytes (default 32 MiB). */
   maxBodyBytes?: number;
@@ -40,7 +43,9 @@ export interface FrontendOptions {
 
 /** The frontend: a fetch handler and its metrics. */
 export interface Frontend {
+  /** Answers one HTTP request (OpenAI routes, `/health`, `/live`, `/metrics`). */
   fetch(request: Request): Promise<Response>;
+  /** The frontend's Prometheus metrics. */
   readonly metrics: FrontendMetrics;
 }
 
@@ -49,8 +54,18 @@ export interface Frontend {
  *
  * @example
  * ```ts
+ * import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+ * import { ModelManager } from "../model/registry.ts";
+ *
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const models = new ModelManager(runtime);
+ * await models.start();
  * const frontend = createFrontend({ models });
- * Deno.serve({ port: 8000 }, frontend.fetch);
+ * // A server: Deno.serve({ port: 8000 }, frontend.fetch). Or call it without a socket:
+ * const res = await frontend.fetch(new Request("http://localhost/v1/models"));
+ * console.log(await res.json()); // { object: "list", data: [] }
+ * await models.close();
+ * await runtime.shutdown();
  * ```
  */
 export function createFrontend(options: FrontendOptions): Frontend {

@@ -8,7 +8,8 @@
 // in deno.lock; fast_series_test.ts checks their output against prom-client's own
 // children, so an upgrade that changes the table fails there.
 
-import type { Counter, Gauge, Histogram, LabelValues } from "prom-client";
+import type { LabelValues } from "prom-client";
+import type { CounterMetric, GaugeMetric, HistogramMetric } from "./metric_types.ts";
 
 interface SeriesEntry {
   labels: LabelValues<string>;
@@ -72,12 +73,15 @@ function seriesOf(
  * @throws {TypeError} from `observe`, a value that is not a finite number (as prom-client)
  * @example
  * ```ts
+ * import { FrontendMetrics } from "./metrics.ts";
+ *
+ * const metrics = new FrontendMetrics();
  * const ttft = histogramSeries(metrics.ttft, { model: "m" });
  * ttft.observe(0.012);
  * ```
  */
 export function histogramSeries(
-  histogram: Histogram<string>,
+  histogram: HistogramMetric,
   labels: LabelValues<string>,
 ): { observe(value: number): void } {
   const bounds = (histogram as unknown as Internals).upperBounds ?? [];
@@ -108,7 +112,7 @@ export function histogramSeries(
  * @returns the series' `inc` (by 1)
  */
 export function counterSeries(
-  counter: Counter<string>,
+  counter: CounterMetric,
   labels: LabelValues<string>,
 ): { inc(): void } {
   const entry = seriesOf(counter, labels, () => counter.inc(labels, 0));
@@ -127,7 +131,7 @@ export function counterSeries(
  * @returns the series' `inc` and `dec` (by 1)
  */
 export function gaugeSeries(
-  gauge: Gauge<string>,
+  gauge: GaugeMetric,
   labels: LabelValues<string>,
 ): { inc(): void; dec(): void } {
   const entry = seriesOf(gauge, labels, () => gauge.inc(labels, 0));

@@ -3,6 +3,12 @@
 
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { counterSeries, gaugeSeries, histogramSeries } from "./fast_series.ts";
+import type {
+  CounterMetric,
+  GaugeMetric,
+  HistogramMetric,
+  MetricsRegistry,
+} from "./metric_types.ts";
 
 const LATENCY_BUCKETS = [
   0.001,
@@ -26,6 +32,7 @@ const TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144];
 
 /** Labels every request metric carries. */
 export interface RequestLabels {
+  /** The model's name as the request gave it. */
   model: string;
   /** "chat_completions" or "completions". */
   endpoint: string;
@@ -35,42 +42,65 @@ export interface RequestLabels {
 
 /** One model's series. */
 export interface ModelMetrics {
+  /** Requests of the model being handled now. */
   inflight: { inc(): void; dec(): void };
+  /** Time from request to last byte (s). */
   duration: { observe(value: number): void };
+  /** Time to the first generated token (s). */
   ttft: { observe(value: number): void };
+  /** Time between generated tokens (s). */
   itl: { observe(value: number): void };
+  /** Prompt length in tokens. */
   inputTokens: { observe(value: number): void };
+  /** Generated tokens per request. */
   outputTokens: { observe(value: number): void };
+  /** Requests moved to another instance after a worker failed. */
   migrations: { inc(): void };
+  /** Clients that went away before their answer was complete. */
   disconnected: { inc(): void };
+  /** Worker items refused at the frontend's door. */
   invalidOutputs: { inc(): void };
 }
 
 /** The frontend's metrics. */
 export class FrontendMetrics {
-  readonly registry: Registry = new Registry();
-  readonly requests: Counter<string>;
-  readonly inflight: Gauge<string>;
-  readonly duration: Histogram<string>;
-  readonly ttft: Histogram<string>;
-  readonly itl: Histogram<string>;
-  readonly inputTokens: Histogram<string>;
-  readonly outputTokens: Histogram<string>;
-  readonly migrations: Counter<string>;
-  readonly disconnected: Counter<string>;
+  readonly #registry = new Registry();
+  /** The registry every series lives on; `/metrics` renders it. */
+  readonly registry: MetricsRegistry = this.#registry;
+  /** Requests handled, by model, endpoint, request type and final status. */
+  readonly requests: CounterMetric;
+  /** Requests being handled now, by model. */
+  readonly inflight: GaugeMetric;
+  /** Time from request to last byte (s), by model. */
+  readonly duration: HistogramMetric;
+  /** Time from request to first generated token (s), by model. */
+  readonly ttft: HistogramMetric;
+  /** Time between generated tokens (s), by model. */
+  readonly itl: HistogramMetric;
+  /** Prompt length in tokens, by model. */
+  readonly inputTokens: HistogramMetric;
+  /** Generated tokens per request, by model. */
+  readonly outputTokens: HistogramMetric;
+  /** Requests moved to another instance after a worker failed, by model. */
+  readonly migrations: CounterMetric;
+  /** Clients that went away before their answer was complete, by model. */
+  readonly disconnected: CounterMetric;
   /** Worker items refused at the frontend's door (bad token ids, finish reasons, shapes). */
-  readonly invalidOutputs: Counter<string>;
+  readonly invalidOutputs: CounterMetric;
   /** Requests refused before the frontend saw them (reason: overloaded, unauthorized, ...). */
-  readonly rejected: Counter<string>;
+  readonly rejected: CounterMetric;
   /** Generation requests admitted by the guard and not finished (read at scrape time). */
-  readonly admitted: Gauge<string>;
+  readonly admitted: GaugeMetric;
   /** Generation requests waiting for a slot (read at scrape time). */
-  readonly queued: Gauge<string>;
+  readonly queued: GaugeMetric;
   #admission?: () => { admitted: number; queued: number };
 
-  /** @param constLabels labels added to every series (e.g. dynamo_namespace) */
+  /**
+   * Creates the frontend's series on a registry of their own.
+   * @param constLabels labels added to every series (e.g. dynamo_namespace)
+   */
   constructor(constLabels: Record<string, string> = {}) {
-    const registers = [this.registry];
+    const registers = [this.#registry];
     this.registry.setDefaultLabels(constLabels);
     const p = "dynamo_frontend_";
     this.requests = new Counter({

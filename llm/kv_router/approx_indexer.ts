@@ -36,6 +36,7 @@ export interface ApproxKvIndexerOptions {
  * ```
  */
 export class ApproxKvIndexer {
+  /** The blocks each worker is assumed to hold (from routing decisions, not KV events). */
   readonly tree: RadixTree = new RadixTree();
   readonly #blockSize: number;
   readonly #ttl: number;
@@ -49,6 +50,7 @@ export class ApproxKvIndexer {
   readonly #watch: InstanceWatch | undefined;
 
   /**
+   * Creates an indexer that learns from routing decisions and forgets after a TTL.
    * @param blockSize tokens per KV block
    * @param options TTL, clock, and the component whose workers to follow
    * @throws {InvalidArgumentError} a bad block size or TTL

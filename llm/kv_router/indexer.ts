@@ -80,8 +80,16 @@ let indexerSeq = 0;
  *
  * @example
  * ```ts
+ * import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+ *
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
  * const indexer = new KvIndexer(runtime.namespace("ns").component("backend"), 16);
+ * const tokenIds = Array.from({ length: 64 }, (_, i) => i);
  * const { scores } = await indexer.findMatchesForRequest(tokenIds, 0);
+ * // worker id -> blocks of tokenIds it holds, from its KV events (KvEventPublisher)
+ * console.log(scores.size); // 0: no worker published any yet
+ * await indexer.close();
+ * await runtime.shutdown();
  * ```
  */
 export class KvIndexer {
@@ -107,6 +115,7 @@ export class KvIndexer {
   #nonce = 0;
 
   /**
+   * Creates an indexer that follows the KV events of `component`'s workers.
    * @param component the workers' component
    * @param blockSize tokens per KV block (the workers' `kv_cache_block_size`)
    * @param options resync and start-up tuning

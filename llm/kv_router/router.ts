@@ -112,20 +112,35 @@ export interface TokensRequest {
  *
  * @example
  * ```ts
- * const router = new KvRouter(endpoint, { blockSize: 16 });
- * const { instanceId, overlapBlocks } = await router.findBestMatch(tokenIds);
- * const stream = await router.generate({ token_ids: tokenIds, ... });
+ * import type { Endpoint } from "../../runtime/component.ts";
+ *
+ * async function route(endpoint: Endpoint, tokenIds: number[]): Promise<void> {
+ *   const router = new KvRouter(endpoint, { blockSize: 16 });
+ *   const { instanceId, overlapBlocks } = await router.findBestMatch(tokenIds);
+ *   console.log(`${instanceId} has ${overlapBlocks} of the prompt's blocks`);
+ *   // Or pick and send in one step:
+ *   for await (const out of await router.generate({ token_ids: tokenIds })) console.log(out);
+ *   await router.close();
+ * }
  * ```
  *
  * @example Routing decisions for requests the caller sends itself
  * ```ts
- * const { instanceId } = await router.findBestMatch(tokenIds, { requestId: ctx.id });
- * try {
- *   for await (const out of await client.direct(request, instanceId, { context: ctx })) {
- *     router.addOutputTokens(ctx.id, out.token_ids.length); // the first also ends prefill
+ * import type { Client } from "../../runtime/client.ts";
+ * import type { Context } from "../../runtime/context.ts";
+ *
+ * async function send(router: KvRouter, client: Client, request: TokensRequest, ctx: Context) {
+ *   const { instanceId } = await router.findBestMatch(request.token_ids, { requestId: ctx.id });
+ *   try {
+ *     const stream = await client.direct<{ token_ids: number[] }>(request, instanceId, {
+ *       context: ctx,
+ *     });
+ *     for await (const out of stream) {
+ *       router.addOutputTokens(ctx.id, out.token_ids.length); // the first also ends prefill
+ *     }
+ *   } finally {
+ *     router.free(ctx.id);
  *   }
- * } finally {
- *   router.free(ctx.id);
  * }
  * // A caller that does not count tokens calls router.markPrefillCompleted(ctx.id) instead,
  * // at the first output.

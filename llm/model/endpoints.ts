@@ -5,8 +5,11 @@ import type { Client } from "../../runtime/client.ts";
 
 /** One endpoint on the network (the vocabulary of DESIGN.md: namespace, component, endpoint). */
 export interface EndpointId {
+  /** Namespace name. */
   readonly namespace: string;
+  /** Component name. */
   readonly component: string;
+  /** Endpoint name. */
   readonly name: string;
 }
 
@@ -25,9 +28,11 @@ export function endpointPath(id: EndpointId): string {
 
 /** A model's instances on one endpoint (an endpoint may serve several models). */
 export interface EndpointGroup {
+  /** The endpoint. */
   readonly id: EndpointId;
   /** {@linkcode endpointPath} of `id`. */
   readonly path: string;
+  /** The client that reaches the endpoint's instances. */
   readonly client: Promise<Client>;
   /** Ids of the instances that registered this model on this endpoint. */
   readonly instances: Set<string>;

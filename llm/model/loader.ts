@@ -10,8 +10,11 @@ import { Tokenizer } from "../preprocess/tokenizer.ts";
 
 /** Loaded once per card: what preprocessing needs. */
 export interface ModelPipeline {
+  /** The model's deployment card. */
   card: ModelDeploymentCard;
+  /** The model's tokenizer. */
   tokenizer: Tokenizer;
+  /** Turns OpenAI requests into token requests for the model. */
   preprocessor: Preprocessor;
 }
 
@@ -19,6 +22,7 @@ export interface ModelPipeline {
 export class ModelLoader {
   readonly #runtime: DistributedRuntime;
 
+  /** Creates a loader that reads cards from `runtime`'s discovery and object store. */
   constructor(runtime: DistributedRuntime) {
     this.#runtime = runtime;
   }

@@ -24,9 +24,11 @@ export { ServedModel } from "./served_model.ts";
 
 /** Options of {@linkcode ModelManager}. */
 export interface ModelManagerOptions {
+  /** How a request picks an instance: "round-robin" (default), "random" or "kv". */
   routerMode?: RouterMode;
   /** Settings of the KV router (router mode "kv"). */
   kvRouter?: KvRouterSettings;
+  /** Where the manager logs (default: silent). */
   logger?: Logger;
   /** How long a request waits for a registered model's endpoint to be served (ms, default 5000). */
   instanceWaitMs?: number;
@@ -38,9 +40,25 @@ export interface ModelManagerOptions {
   goneGraceMs?: number;
 }
 
-/** Watches `v1/models/` and serves the frontend's model lookups. */
+/**
+ * Watches `v1/models/` and serves the frontend's model lookups.
+ *
+ * @example
+ * ```ts
+ * import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
+ *
+ * const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+ * const models = new ModelManager(runtime, { routerMode: "round-robin" });
+ * await models.start(); // after the first listing of registered models
+ * for (const model of models.list()) console.log(model.name);
+ * await models.close();
+ * await runtime.shutdown();
+ * ```
+ */
 export class ModelManager {
+  /** How a request picks an instance of its model. */
   readonly routerMode: RouterMode;
+  /** How long a request waits for a registered model's endpoint to be served (ms). */
   readonly instanceWaitMs: number;
   /** Where the models' cards and preprocessing pipelines are loaded from. */
   readonly loader: ModelLoader;
@@ -58,6 +76,11 @@ export class ModelManager {
   readonly #kvRouters: KvRouters;
   readonly #routePolicy: RoutePolicy;
 
+  /**
+   * Creates a manager of the models registered on `runtime`; {@linkcode ModelManager.start}
+   * begins watching them.
+   * @throws {InvalidArgumentError} an unknown router mode
+   */
   constructor(runtime: DistributedRuntime, options: ModelManagerOptions = {}) {
     const mode = options.routerMode ?? "round-robin";
     if (mode !== "round-robin" && mode !== "random" && mode !== "kv") {

@@ -33,9 +33,13 @@ class PerKey<T> {
 
 /** One model name served by one or more endpoints. */
 export class ServedModel {
+  /** The model's name, as requests give it. */
   readonly name: string;
+  /** When the model first appeared (Unix seconds), for `/v1/models`. */
   readonly created: number = Math.floor(Date.now() / 1000);
+  /** What the model's handlers take: tokens or text. */
   modelInput: ModelInput;
+  /** What the model serves: chat, completions, embeddings (flags). */
   modelType: ModelType;
   /** Card key of any live instance (cards of one model are expected to agree). */
   cardKey: string;

@@ -2,6 +2,7 @@
 
 /** The body of an OpenAI error response. */
 export interface OpenAIErrorBody {
+  /** What went wrong: the message, OpenAI error type, field at fault and code. */
   error: {
     message: string;
     type: string;
@@ -33,6 +34,7 @@ export interface RequestErrorOptions extends ErrorOptions {
  * ```
  */
 export class RequestError extends Error {
+  /** The error's class name. */
   override name = "RequestError";
   /** HTTP status: 400, 404, 413, 503, ... */
   readonly status: number;
@@ -44,6 +46,7 @@ export class RequestError extends Error {
   readonly code: string | null;
 
   /**
+   * Creates the error for an HTTP status and a message for the client.
    * @param status HTTP status.
    * @param message What was wrong, for the client.
    * @param options type, param, code and cause.
@@ -81,7 +84,10 @@ export class RequestError extends Error {
     });
   }
 
-  /** @returns The OpenAI error object: `{error: {message, type, param, code}}`. */
+  /**
+   * The error as the JSON body of an OpenAI error response.
+   * @returns The OpenAI error object: `{error: {message, type, param, code}}`.
+   */
   toJSON(): OpenAIErrorBody {
     return {
       error: { message: this.message, type: this.type, param: this.param, code: this.code },

@@ -2,13 +2,17 @@
 
 /** A text part of a message's content. */
 export interface TextContentPart {
+  /** Always "text". */
   type: "text";
+  /** The text. */
   text: string;
 }
 
 /** Any other part (images, audio, ...): accepted by validation, refused by text-only models. */
 export interface OtherContentPart {
+  /** The part's kind ("image_url", "input_audio", ...). */
   type: string;
+  /** The kind's own fields. */
   [key: string]: unknown;
 }
 
@@ -22,18 +26,25 @@ export type ChatRole = typeof CHAT_ROLES[number];
 
 /** A tool call an assistant made earlier in the conversation. */
 export interface ToolCall {
+  /** Id the tool's answer refers to (`tool_call_id`). */
   id: string;
+  /** Always "function". */
   type: "function";
+  /** The function called and its arguments (JSON text). */
   function: { name: string; arguments: string };
 }
 
 /** One chat message. */
 export interface ChatMessage {
+  /** Who speaks: system, developer, user, assistant, tool or function. */
   role: ChatRole;
   /** Text, parts, or null/absent for an assistant message that only calls tools. */
   content?: string | ContentPart[] | null;
+  /** Name of the participant (or function) that speaks. */
   name?: string;
+  /** Tools the assistant called in this turn. */
   tool_calls?: ToolCall[];
+  /** The tool call this `tool` message answers. */
   tool_call_id?: string;
   /** Reasoning text of an earlier assistant turn (templates such as Qwen3's read it). */
   reasoning_content?: string;
@@ -41,7 +52,9 @@ export interface ChatMessage {
 
 /** A tool the model may call. */
 export interface ChatTool {
+  /** Always "function". */
   type: "function";
+  /** The function's name, description and JSON-schema parameters. */
   function: {
     name: string;
     description?: string;
@@ -79,22 +92,37 @@ export interface StreamOptions {
 
 /** Fields shared by chat and completion requests (nulls from the client are dropped). */
 export interface CommonRequestFields {
+  /** Name of the model to serve the request. */
   model: string;
+  /** Stream the answer as server-sent events. */
   stream?: boolean;
+  /** Options of a streamed answer. */
   stream_options?: StreamOptions;
+  /** Most tokens to generate. */
   max_tokens?: number;
+  /** Sampling temperature (0: greedy). */
   temperature?: number;
+  /** Nucleus sampling: the smallest token set with this much probability. */
   top_p?: number;
   /** -1 or 0: disabled. */
   top_k?: number;
+  /** Smallest probability, relative to the likeliest token's, that a token may have. */
   min_p?: number;
+  /** Choices to generate. */
   n?: number;
+  /** Strings that end the generation (not shown). */
   stop?: string | string[];
+  /** Seed for sampling. */
   seed?: number;
+  /** Penalty on tokens already present (OpenAI's range -2..2). */
   presence_penalty?: number;
+  /** Penalty by how often tokens appeared (OpenAI's range -2..2). */
   frequency_penalty?: number;
+  /** Multiplicative penalty on repeated tokens (vLLM extension; 1: none). */
   repetition_penalty?: number;
+  /** Bias added to the logits of token ids (keys are ids as strings). */
   logit_bias?: Record<string, number>;
+  /** The end user, for monitoring and abuse detection. */
   user?: string;
   /** vLLM extension: keep generating past eos. */
   ignore_eos?: boolean;
@@ -106,13 +134,21 @@ export interface CommonRequestFields {
 
 /** `POST /v1/chat/completions` body, after {@linkcode validateChatRequest}. */
 export interface ChatCompletionRequest extends CommonRequestFields {
+  /** The conversation so far. */
   messages: ChatMessage[];
+  /** Most tokens to generate (OpenAI's newer name for `max_tokens`). */
   max_completion_tokens?: number;
+  /** Return the log probabilities of the generated tokens. */
   logprobs?: boolean;
+  /** Most likely alternatives per token with their log probabilities (0..20). */
   top_logprobs?: number;
+  /** Tools the model may call. */
   tools?: ChatTool[];
+  /** Whether and which tool the model must call. */
   tool_choice?: ToolChoice;
+  /** Allow several tool calls in one turn. */
   parallel_tool_calls?: boolean;
+  /** Constrains the output: plain text, any JSON object, or a JSON schema. */
   response_format?: ResponseFormat;
   /** Extra variables for the chat template (vLLM's name), e.g. `{enable_thinking: false}`. */
   chat_template_kwargs?: Record<string, unknown>;
@@ -125,9 +161,13 @@ export type CompletionPrompt = string | string[] | number[] | number[][];
 
 /** `POST /v1/completions` body, after {@linkcode validateCompletionRequest}. */
 export interface CompletionRequest extends CommonRequestFields {
+  /** The prompt: text, texts, token ids, or lists of token ids. */
   prompt: CompletionPrompt;
+  /** Text after the completion (for insertion). */
   suffix?: string;
+  /** Repeat the prompt before the completion. */
   echo?: boolean;
+  /** Candidates generated server-side; the best `n` are returned. */
   best_of?: number;
   /** Number of top log probabilities per token (0..5). */
   logprobs?: number;

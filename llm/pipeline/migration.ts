@@ -38,12 +38,15 @@ export interface MigrationOptions {
    * the request (the door for untrusted worker output: see ./engine_output.ts).
    */
   check?: (item: unknown, instanceId: string) => LLMEngineOutput;
+  /** Where migrations are logged (default: silent). */
   logger?: Logger;
 }
 
 /** The error when a request still fails after `limit` migrations. */
 export class MigrationExhaustedError extends DynamoError {
+  /** Migrations made before giving up (the limit). */
   readonly attempts: number;
+  /** Creates the error for a request that failed after `limit` migrations. */
   constructor(limit: number, cause: unknown) {
     super(
       limit === 0

@@ -162,6 +162,7 @@ export class OutputProcessor {
   #done = false;
 
   /**
+   * Creates the processor of one choice's output: detokenizing and stop conditions.
    * @param options Tokenizer and stop conditions.
    * @throws {RangeError} When a stop string is empty or maxTokens is not positive.
    */

@@ -127,12 +127,16 @@ export class MemoryStore {
  */
 export class MemoryDiscovery implements Discovery {
   readonly kind = "memory";
+  /** The state this view shares with the other views of the store. */
   readonly store: MemoryStore;
   #leases = new Set<string>();
   #watches = new Set<AsyncQueue<WatchEvent>>();
   #closed = false;
 
-  /** @param store shared state (default: a new, private store) */
+  /**
+   * Creates a view of `store`.
+   * @param store shared state (default: a new, private store)
+   */
   constructor(store: MemoryStore = new MemoryStore()) {
     this.store = store;
   }

@@ -2,7 +2,9 @@
 
 /** One stored key. */
 export interface KeyValue {
+  /** The key. */
   key: string;
+  /** Its value. */
   value: string;
 }
 
@@ -20,6 +22,7 @@ export type WatchEvent =
 export interface Lease {
   /** Lowercase hex lease id. */
   readonly id: string;
+  /** The TTL it was granted with (seconds). */
   readonly ttlSeconds: number;
   /** Aborts when the lease was lost (expired or unknown to the server) without a revoke. */
   readonly lost: AbortSignal;
@@ -45,8 +48,11 @@ export interface Discovery {
   readonly kind: string;
   /** Grants a lease with this TTL and keeps it alive until revoked or lost. */
   grantLease(ttlSeconds: number): Promise<Lease>;
+  /** Stores `value` under `key`, attached to `options.lease` when given. */
   put(key: string, value: string, options?: PutOptions): Promise<void>;
+  /** The value under `key`, or undefined when there is none. */
   get(key: string): Promise<string | undefined>;
+  /** Deletes `key` (nothing happens when it does not exist). */
   delete(key: string): Promise<void>;
   /** Every key under `prefix`, sorted by key. */
   list(prefix: string): Promise<KeyValue[]>;

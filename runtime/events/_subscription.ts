@@ -15,6 +15,7 @@ export class QueueSubscription implements EventSubscription {
   #iterated = false;
 
   /**
+   * Creates a subscription a backend feeds through {@linkcode QueueSubscription.deliver}.
    * @param detach stops the backend's delivery (called once)
    * @param ready resolves once the backend routes events here
    * @param signal ends the subscription when aborted
@@ -52,6 +53,7 @@ export class QueueSubscription implements EventSubscription {
     return this.#done;
   }
 
+  /** The events, in order, for a single consumer; breaking out unsubscribes. */
   async *[Symbol.asyncIterator](): AsyncIterator<EventMessage> {
     if (this.#iterated) {
       if (this.closed) return;

@@ -59,7 +59,10 @@ export class LocalEventPlane implements EventPlane {
   readonly #subs = new Set<QueueSubscription>();
   #closed = false;
 
-  /** @param bus the bus shared with the other runtimes of the cluster */
+  /**
+   * Creates a runtime's event plane on the cluster's shared bus.
+   * @param bus the bus shared with the other runtimes of the cluster
+   */
   constructor(bus: LocalEventBus) {
     this.#bus = bus;
   }

@@ -17,3 +17,4 @@ export type {
 export { componentEventSubject, subjectMatches, validateSubject } from "./subject.ts";
 export { LocalEventBus, LocalEventPlane } from "./memory.ts";
 export { NatsEventPlane } from "./nats.ts";
+export { QueueSubscription } from "./_subscription.ts";

@@ -1,6 +1,6 @@
 // The event plane on NATS core, sharing the runtime's connection with the request plane.
 
-import type { NatsConnection } from "nats";
+import type { NatsConnection } from "../nats_connection.ts";
 import { DynamoError, InvalidArgumentError } from "../errors.ts";
 import type { EventPlane, EventSubscribeOptions, EventSubscription } from "./types.ts";
 import { validateSubject } from "./subject.ts";
@@ -18,11 +18,15 @@ import { QueueSubscription } from "./_subscription.ts";
  */
 export class NatsEventPlane implements EventPlane {
   readonly kind = "nats";
+  /** The connection events are published and received on (the runtime owns it). */
   readonly nc: NatsConnection;
   readonly #subs = new Set<QueueSubscription>();
   #closed = false;
 
-  /** @param nc the runtime's NATS connection */
+  /**
+   * Creates an event plane on a NATS connection.
+   * @param nc the runtime's NATS connection
+   */
   constructor(nc: NatsConnection) {
     this.nc = nc;
   }

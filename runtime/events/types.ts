@@ -2,6 +2,7 @@
 
 /** One event as a subscriber receives it. */
 export interface EventMessage {
+  /** The subject the event was published on. */
   subject: string;
   /** The published bytes; shared between subscribers, so treat them as read-only. */
   payload: Uint8Array;
@@ -18,6 +19,7 @@ export interface EventSubscribeOptions {
  * consumer breaks out of its loop, when `signal` aborts, and when the plane closes.
  */
 export interface EventSubscription extends AsyncIterable<EventMessage> {
+  /** Ends the subscription; the consumer's loop ends. */
   unsubscribe(): Promise<void>;
   /**
    * Resolves once the backend routes matching events here: events published after it

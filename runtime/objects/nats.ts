@@ -1,6 +1,7 @@
 // Blobs in a NATS JetStream object-store bucket (the server needs JetStream: `-js`).
 
-import type { NatsConnection, ObjectStore as JsObjectStore } from "nats";
+import type { ObjectStore as JsObjectStore } from "nats";
+import type { NatsConnection } from "../nats_connection.ts";
 import { DynamoError } from "../errors.ts";
 import type { ObjectStore } from "./types.ts";
 
@@ -19,7 +20,10 @@ export class NatsObjectStore implements ObjectStore {
   readonly #bucket: string;
   #store: Promise<JsObjectStore> | undefined;
 
-  /** @param bucket bucket name (default "dynamo_objects"), created on first use */
+  /**
+   * Creates a store on `nc`'s JetStream.
+   * @param bucket bucket name (default "dynamo_objects"), created on first use
+   */
   constructor(nc: NatsConnection, bucket = "dynamo_objects") {
     this.#nc = nc;
     this.#bucket = bucket;

@@ -2,6 +2,7 @@
 
 /** Named, immutable blobs. */
 export interface ObjectStore {
+  /** Which backend this is ("memory", "nats" or "hub"). */
   readonly kind: string;
   /** Stores `data` under `name` (overwrites). */
   put(name: string, data: Uint8Array): Promise<void>;

@@ -22,6 +22,8 @@ export {
   type EndpointDecorator,
   type EndpointOptions,
   link,
+  type RequestParseResult,
+  type RequestSchema,
   service,
   type ServiceClass,
   type ServiceDecorator,

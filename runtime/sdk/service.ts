@@ -2,7 +2,6 @@
 // @asyncOnShutdown on its methods, depends() fields that become clients of other services,
 // link() edits of the graph, and dynamoContext for code running inside a service.
 
-import type { ZodType } from "zod";
 import type { Client } from "../client.ts";
 import type { Component } from "../component.ts";
 import type { Context } from "../context.ts";
@@ -10,7 +9,7 @@ import type { DistributedRuntime } from "../distributed_runtime.ts";
 import { DynamoError } from "../errors.ts";
 import { validateName } from "../names.ts";
 import { isPlainObject, mergeConfig, ServiceConfig } from "./config.ts";
-import { ServiceDefinitionError } from "./errors.ts";
+import { ServiceDefinitionError, type ValidationIssue } from "./errors.ts";
 
 /** Resources a service asks for (Kubernetes requests/limits; `gpu` also matters locally). */
 export interface ServiceResources {
@@ -54,19 +53,33 @@ export interface EffectiveServiceSettings {
   resources: ServiceResources;
 }
 
+/** What {@linkcode RequestSchema.safeParse} returns: the parsed request or its problems. */
+export type RequestParseResult =
+  | { readonly success: true; readonly data: unknown }
+  | { readonly success: false; readonly error: { readonly issues: readonly ValidationIssue[] } };
+
+/**
+ * A request schema as `@endpoint` uses it: a zod schema (`z.object({...})`) is one. Declared
+ * here so the public API names no zod type.
+ */
+export interface RequestSchema {
+  /** Checks (and may transform) a request without throwing. */
+  safeParse(data: unknown): RequestParseResult;
+}
+
 /** Options of {@linkcode endpoint}. */
 export interface EndpointOptions {
   /** Endpoint name (default: the method's name). */
   name?: string;
   /** Validates (and may transform) each request before the method sees it. */
-  request?: ZodType;
+  request?: RequestSchema;
 }
 
 /** @internal What the decorators record about one endpoint. */
 export interface EndpointMeta {
   name: string;
   method: string | symbol;
-  request: ZodType | undefined;
+  request: RequestSchema | undefined;
 }
 
 /** @internal What the decorators record about a service class. */
@@ -83,26 +96,6 @@ export interface ServiceMeta {
 /** A class decorated with {@linkcode service}. */
 // deno-lint-ignore ban-types
 export type ServiceClass = Function;
-
-// The public API (DESIGN §3) calls `Worker.link(Backend)` and `Worker.dynamoAddress()` on
-// decorated classes; a global augmentation is the only way to type that.
-declare global {
-  // Class decorators cannot change a class's type, so the statics that @service adds are
-  // declared on every function; calling them on a class that is not a service throws.
-  interface Function {
-    /**
-     * `[namespace, component]` of a `@service` class, after configuration overrides.
-     * @throws {ServiceDefinitionError} the class is not a service
-     */
-    dynamoAddress(): [string, string];
-    /**
-     * Keeps only the dependencies on linked services in the graph (seed 004's `.link()`).
-     * @returns `next`, so links chain: `A.link(B).link(C)`
-     * @throws {ServiceDefinitionError} either class is not a service
-     */
-    link<T extends ServiceClass>(next: T): T;
-  }
-}
 
 const SERVICE_META = new WeakMap<ServiceClass, ServiceMeta>();
 const PENDING = Symbol("dynamo.sdk.members");
@@ -218,6 +211,9 @@ function decorateService(options: ServiceOptions): ServiceDecorator {
       onShutdown: members.onShutdown,
       links: undefined,
     });
+    // `Worker.dynamoAddress()` and `Worker.link(Backend)` (DESIGN §3). A decorator cannot
+    // change the class's type: service_statics.d.ts types them for this repository; the
+    // published package documents the functions dynamoAddress() and link() instead.
     Object.defineProperties(value, {
       dynamoAddress: {
         value: () => dynamoAddress(value),
@@ -252,8 +248,15 @@ function checkMethod(decorator: string, context: ClassMethodDecoratorContext): v
  *
  * @example
  * ```ts
- * @endpoint({ name: "my_chat_completions_endpoint", request: z.object({ text: z.string() }) })
- * async *generate(req: { text: string }) { yield req.text; }
+ * import { z } from "zod";
+ *
+ * @service({ dynamo: { namespace: "demo" } })
+ * class Chat {
+ *   @endpoint({ name: "my_chat_completions_endpoint", request: z.object({ text: z.string() }) })
+ *   async *generate(req: { text: string }) {
+ *     yield req.text;
+ *   }
+ * }
  * ```
  */
 export function endpoint(options?: EndpointOptions): EndpointDecorator;
@@ -322,7 +325,8 @@ export function effectiveSettings(
 
 /**
  * `[namespace, component]` of a service (seed 004's `dynamo_address()`), with the
- * namespace after `ServiceArgs` overrides.
+ * namespace after `ServiceArgs` overrides. `@service` also gives the class a static
+ * `Worker.dynamoAddress()` (typed by runtime/sdk/service_statics.d.ts in this repository).
  * @throws {ServiceDefinitionError} the class is not a service
  */
 export function dynamoAddress(
@@ -335,7 +339,8 @@ export function dynamoAddress(
 
 /**
  * Keeps only the dependencies of `cls` on linked services (each call adds one) when the
- * graph is resolved; returns `next` so calls chain.
+ * graph is resolved; returns `next` so calls chain. `@service` also gives the class a static
+ * `Worker.link(Backend)` (typed by runtime/sdk/service_statics.d.ts in this repository).
  * @throws {ServiceDefinitionError} either class is not a service
  */
 export function link<T extends ServiceClass>(cls: ServiceClass, next: T): T {
@@ -451,6 +456,14 @@ export const probe: { active: DependencyHandle[] | undefined } = { active: undef
  * @example
  * ```ts
  * @service({ dynamo: { namespace: "demo" } })
+ * class Backend {
+ *   @endpoint()
+ *   async *generate(req: { text: string }) {
+ *     yield* req.text.split(" ");
+ *   }
+ * }
+ *
+ * @service({ dynamo: { namespace: "demo" } })
  * class Middle {
  *   backend = depends(Backend);
  *   @endpoint()
@@ -523,9 +536,24 @@ function contextValue<K extends keyof DynamoContextValue>(key: K): DynamoContext
  *
  * @example
  * ```ts
- * const [ns, name] = Backend.dynamoAddress();
- * const client = await dynamoContext.runtime.namespace(ns).component(name)
- *   .endpoint("generate").client();
+ * @service({ dynamo: { namespace: "demo" } })
+ * class Backend {
+ *   @endpoint()
+ *   async *generate(req: { text: string }) {
+ *     yield req.text;
+ *   }
+ * }
+ *
+ * @service({ dynamo: { namespace: "demo" } })
+ * class Frontend {
+ *   @asyncOnStart
+ *   async init() {
+ *     const [ns, name] = dynamoAddress(Backend); // the seeds' Backend.dynamoAddress()
+ *     const client = await dynamoContext.runtime.namespace(ns).component(name)
+ *       .endpoint("generate").client();
+ *     await client.waitForInstances({ timeoutMs: 30_000 });
+ *   }
+ * }
  * ```
  */
 export const dynamoContext: Readonly<DynamoContextValue> = Object.freeze({

@@ -86,7 +86,9 @@ function pipe(): [LocalFrameConn, LocalFrameConn] {
  * and reserved response streams.
  */
 export class LocalRequestBus {
+  /** Handlers of each served subject. */
   readonly subjects: Map<string, Set<RawRequestHandler>> = new Map();
+  /** Reserved response streams by stream id, each waiting for the worker's connection. */
   readonly pending: Map<string, (conn: FrameConn) => void> = new Map();
 }
 
@@ -108,7 +110,10 @@ export class LocalRequestPlane implements RequestPlane {
   #subs = new Set<Subscription>();
   #closed = false;
 
-  /** @param bus shared state (default: a new, private bus) */
+  /**
+   * Creates a runtime's request plane on the cluster's shared bus.
+   * @param bus shared state (default: a new, private bus)
+   */
   constructor(bus: LocalRequestBus = new LocalRequestBus()) {
     this.bus = bus;
   }

@@ -1,7 +1,8 @@
 // The request plane on NATS core: one subject per instance, the worker acknowledges each
 // request at once, and streams its answer over TCP to the caller's listener.
 
-import { type ConnectionOptions, ErrorCode, type NatsConnection, NatsError } from "nats";
+import { type ConnectionOptions, ErrorCode, NatsError } from "nats";
+import type { NatsConnection } from "../nats_connection.ts";
 import * as tls from "node:tls";
 import type { Duplex } from "node:stream";
 import { NatsConnectionImpl, setTransportFactory } from "nats/lib/src/nats-base-client.js";
@@ -181,6 +182,7 @@ const RETRY_MS = 50;
 /** Requests over NATS core, response streams over TCP call-home. */
 export class NatsRequestPlane implements RequestPlane {
   readonly kind = "nats";
+  /** The connection requests travel on (owned by the plane: closing the plane drains it). */
   readonly nc: NatsConnection;
   readonly #tcpOptions: TcpResponseServerOptions;
   #server: TcpResponseServer | undefined;

@@ -21,7 +21,9 @@ export const FrameType = {
 
 /** One frame. */
 export interface Frame {
+  /** Which frame this is ({@linkcode FrameType}). */
   type: number;
+  /** The frame's bytes (JSON for Data, Prologue and Error frames). */
   payload: Uint8Array;
   /**
    * A Data frame's item itself, on connections that carry values (`carriesValues`):
@@ -46,6 +48,7 @@ export interface FrameConn {
   end(): Promise<void>;
   /** Closes at once, dropping unsent frames. */
   close(): void;
+  /** True once the connection is closed (by either side). */
   readonly closed: boolean;
   /** True when Data frames may carry `value` instead of JSON bytes (same process). */
   readonly carriesValues?: boolean;
@@ -58,6 +61,7 @@ export type ConnectionInfo =
 
 /** A reserved, not yet connected, response stream on the caller. */
 export interface PendingStream {
+  /** What the worker needs to connect back: travels in the request header. */
   readonly connectionInfo: ConnectionInfo;
   /** Resolves with the worker's connection (after its handshake). */
   readonly connection: Promise<FrameConn>;
@@ -67,15 +71,21 @@ export interface PendingStream {
 
 /** Control header of a request; wire names follow the reference system. */
 export interface RequestHeader {
+  /** The request id (the caller's context id). */
   id: string;
+  /** Always "single_in": one request in. */
   request_type: "single_in";
+  /** Always "many_out": a stream of responses out. */
   response_type: "many_out";
+  /** Where the worker sends the response stream. */
   connection_info: ConnectionInfo;
 }
 
 /** A request as values: what in-process planes hand over without encoding. */
 export interface RequestMessage {
+  /** The request's control header. */
   header: RequestHeader;
+  /** The request body. */
   body: unknown;
 }
 
@@ -95,11 +105,13 @@ export interface Subscription {
 export interface RequestOptions {
   /** Deadline for the acknowledgement in ms (default 5000). */
   timeoutMs?: number;
+  /** Cancels waiting for the acknowledgement. */
   signal?: AbortSignal;
 }
 
 /** Requests in, acknowledgements back, and the response streams' connections. */
 export interface RequestPlane {
+  /** Which backend this is. */
   readonly kind: "nats" | "local" | "hub";
   /** True when requests may be sent as values ({@linkcode RequestMessage}), in process. */
   readonly carriesValues?: boolean;
@@ -115,5 +127,6 @@ export interface RequestPlane {
   expectStream(streamId: string): PendingStream;
   /** Worker side: connects to the caller for a response stream (handshake done). */
   dial(info: ConnectionInfo): Promise<FrameConn>;
+  /** Stops serving and closes the plane's connections. */
   close(): Promise<void>;
 }

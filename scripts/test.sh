@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: installs etcd + NATS if missing, then runs the gates
-# (deno fmt --check, deno lint, deno task check, deno task check:docs) and the test suite, and ends with
+# (deno fmt --check, deno lint, deno task check, deno task check:docs, deno doc --lint mod.ts)
+# and the test suite, and ends with
 # "N passed, N failed[, N skipped]". Exits non-zero if anything failed.
 set -uo pipefail
 
@@ -58,6 +59,7 @@ gate "deno lint" "$DENO" lint
 gate "deno task check" "$DENO" task check
 # The TypeScript blocks of README.md, the example READMEs and native/README.md compile as shown.
 gate "deno task check:docs" "$DENO" task check:docs
+gate "deno doc --lint mod.ts" "$DENO" doc --lint mod.ts
 # The native transfer library (Rust, std only, offline): its tests load it.
 if command -v cargo >/dev/null 2>&1; then
   gate "deno task build:native" "$DENO" task build:native

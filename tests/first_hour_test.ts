@@ -1,10 +1,12 @@
 // What a new user meets in the first hour: a frontend started without backend settings says
 // that it runs on a private, in-process default (and /health reports it) instead of silently
 // never meeting its workers; an upstream server that cannot be reached makes /health unhealthy
-// and requests 502, with the cause logged once.
+// and requests 502, with the cause logged once; a JetStream queue on a server without JetStream
+// is a one-line error.
 
 import assert from "node:assert/strict";
 import { startDynamoRun } from "./_helpers/dynamo_run.ts";
+import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
 import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
 
 Deno.test("a frontend without backend settings warns that it runs on the in-process default", async () => {
@@ -58,4 +60,34 @@ Deno.test("dynamo run out=openai: with the upstream down: /health is 503, reques
   } finally {
     await run.stop();
   }
+});
+
+Deno.test({
+  name:
+    "a disaggregation worker told --queue jetstream on a nats-server without JetStream says so in one line",
+  ignore: !haveServers(),
+  async fn() {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats({ jetstream: false })]);
+    try {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", "examples/disagg/decode_worker.ts", "--queue", "jetstream"],
+        cwd: new URL("..", import.meta.url).pathname,
+        env: { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, DYN_LOG: "error", NO_COLOR: "1" },
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const stderr = new TextDecoder().decode(out.stderr).trim();
+      assert.equal(out.code, 1, stderr);
+      const lines = stderr.split("\n").filter((l) => l.trim() !== "");
+      assert.equal(lines.length, 1, `one line, got:\n${stderr}`);
+      assert.match(
+        lines[0]!,
+        /^error: the JetStream prefill queue needs a nats-server with JetStream/,
+      );
+      assert.match(lines[0]!, /nats-server -js/);
+    } finally {
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
 });

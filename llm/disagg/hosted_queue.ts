@@ -85,6 +85,9 @@ export function prefillQueueHandler(
   };
 }
 
+/** Decode agents remembered (for resolveDecode), at most. */
+const MAX_AGENTS = 10_000;
+
 async function first<T>(stream: AsyncIterable<T>): Promise<T | undefined> {
   for await (const x of stream) return x;
   return undefined;
@@ -127,16 +130,30 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
         { signal: options.signal },
       ),
     );
+    // The reply is from another process: only its envelope is read here (an item whose id
+    // or delivery count is malformed cannot be acked, so it is skipped; its host redelivers
+    // it to no avail until it expires). The request itself goes to the prefill worker's door.
     if (!reply || !("item" in reply) || reply.item === null || !("instance_id" in reply)) {
       return undefined;
     }
-    const { id, deliveries, data } = reply.item;
+    const { id, deliveries, data } = reply.item as Record<string, unknown>;
     const instance = reply.instance_id;
-    this.#agents.set(data.engine_agent, instance);
+    if (
+      typeof id !== "string" || id.length > 1024 || !Number.isSafeInteger(deliveries) ||
+      typeof instance !== "string" || !this.#client.instanceIds().includes(instance)
+    ) {
+      return undefined;
+    }
+    const agent = (data as { engine_agent?: unknown } | null)?.engine_agent;
+    if (typeof agent === "string" && agent.length <= 1024) {
+      this.#agents.delete(agent); // most recent last: the oldest is dropped past the limit
+      this.#agents.set(agent, instance);
+      if (this.#agents.size > MAX_AGENTS) this.#agents.delete(this.#agents.keys().next().value!);
+    }
     return {
       id,
-      deliveries,
-      data,
+      deliveries: deliveries as number,
+      data: data as RemotePrefillRequest,
       ack: async () => {
         const r = await first(
           await this.#client.direct<HostedQueueReply>({ op: "ack", id, deliveries }, instance),

@@ -306,14 +306,25 @@ class Reader {
   }
 }
 
-function workerBytes(workerId: string): Uint8Array {
-  const b = utf8.encode(workerId);
-  if (b.length > 0xffff) throw new InvalidArgumentError("worker id is over 65535 bytes");
+/** UTF-8 of a worker id or nonce, refused where the decoder would refuse it. */
+function boundedBytes(what: string, s: string, max: number): Uint8Array {
+  const b = utf8.encode(s);
+  if (b.length === 0 || b.length > max) {
+    throw new InvalidArgumentError(`${what} must be 1 to ${max} bytes, got ${b.length}`);
+  }
   return b;
 }
 
+const workerBytes = (id: string) => boundedBytes("worker id", id, MAX_WORKER_ID_BYTES);
+
+function checkCount(what: string, n: number): void {
+  if (n > MAX_BLOCKS_PER_MESSAGE) {
+    throw new InvalidArgumentError(`${what} is ${n}, more than ${MAX_BLOCKS_PER_MESSAGE}`);
+  }
+}
+
 /**
- * Encodes a KV event for the event plane.
+ * Encodes a KV event for the event plane (within the bounds the decoder checks).
  * @throws {InvalidArgumentError} a malformed event
  */
 export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
@@ -332,6 +343,7 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
     w.f64(event_id);
   } else if ("stored" in data) {
     const { parent_hash, blocks } = data.stored;
+    checkCount("stored block count", blocks.length);
     w = new Writer(head + 1 + 8 + 4 + 16 * blocks.length);
     w.u8(TAG_EVENT);
     w.u8(1);
@@ -346,6 +358,7 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
     }
   } else if ("removed" in data) {
     const hashes = data.removed.block_hashes;
+    checkCount("removed block count", hashes.length);
     w = new Writer(head + 4 + 8 * hashes.length);
     w.u8(TAG_EVENT);
     w.u8(2);
@@ -395,7 +408,18 @@ export function decodeRouterEvent(bytes: Uint8Array): RouterEvent {
 /** Encodes one chunk of a state dump. */
 export function encodeKvStateChunk(c: KvStateChunk): Uint8Array {
   const id = workerBytes(c.worker_id);
-  const nonce = workerBytes(c.nonce);
+  const nonce = boundedBytes("nonce", c.nonce, MAX_NONCE_BYTES);
+  checkCount("entry count", c.entries.length);
+  if (!Number.isSafeInteger(c.last_event_id) || c.last_event_id < 0) {
+    throw new InvalidArgumentError(
+      `last_event_id must be a whole number >= 0, got ${c.last_event_id}`,
+    );
+  }
+  if (!Number.isInteger(c.index) || c.index < 0 || c.index > MAX_CHUNK_INDEX) {
+    throw new InvalidArgumentError(
+      `chunk index must be in [0, ${MAX_CHUNK_INDEX}], got ${c.index}`,
+    );
+  }
   const w = new Writer(2 + 2 + id.length + 2 + nonce.length + 8 + 4 + 4 + 25 * c.entries.length);
   w.u8(TAG_STATE);
   w.u8(c.last ? 1 : 0);

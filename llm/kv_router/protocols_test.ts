@@ -169,22 +169,47 @@ Deno.test("KV messages with an empty or non-UTF-8 worker id are refused", () => 
   assert.match(refused(() => decodeRouterEvent(empty))!.reason, /worker id/);
   const bad = new Uint8Array([1, 3, 1, 0, 0xff, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f]);
   assert.match(refused(() => decodeRouterEvent(bad))!.reason, /UTF-8/);
+  // And the encoder will not produce what the decoder refuses.
+  for (const worker_id of ["", "w".repeat(1025)]) {
+    assert.throws(
+      () => encodeRouterEvent({ worker_id, event: { event_id: 1, data: "cleared" } }),
+      InvalidArgumentError,
+    );
+  }
 });
 
 Deno.test("state chunks with a NaN last event id or an index over the limit are refused", () => {
-  const chunk = (lastEventId: number, index: number) =>
-    encodeKvStateChunk({
+  // Layout: tag, flags, u16 + "w", u16 + "n", f64 last event id (at 8), u32 index (at 16).
+  const chunk = (lastEventId: number, index: number) => {
+    const b = encodeKvStateChunk({
       worker_id: "w",
       nonce: "n",
-      last_event_id: lastEventId,
-      index,
+      last_event_id: 5,
+      index: 2,
       last: true,
       entries: [],
     });
+    const v = new DataView(b.buffer);
+    v.setFloat64(8, lastEventId, true);
+    v.setUint32(16, index, true);
+    return b;
+  };
   assert.match(refused(() => decodeKvStateChunk(chunk(NaN, 0)))!.reason, /last_event_id/);
   assert.match(refused(() => decodeKvStateChunk(chunk(-3, 0)))!.reason, /last_event_id/);
   assert.match(refused(() => decodeKvStateChunk(chunk(1, MAX_CHUNK_INDEX + 1)))!.reason, /index/);
   assert.equal(decodeKvStateChunk(chunk(5, 2)).last_event_id, 5);
+  assert.throws(
+    () =>
+      encodeKvStateChunk({
+        worker_id: "w",
+        nonce: "n",
+        last_event_id: NaN,
+        index: 0,
+        last: true,
+        entries: [],
+      }),
+    InvalidArgumentError,
+  );
 });
 
 Deno.test("resync requests are checked: a reply under kv_state., a bounded nonce", () => {

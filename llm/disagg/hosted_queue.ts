@@ -88,6 +88,9 @@ export function prefillQueueHandler(
 /** Decode agents remembered (for resolveDecode), at most. */
 const MAX_AGENTS = 10_000;
 
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
 async function first<T>(stream: AsyncIterable<T>): Promise<T | undefined> {
   for await (const x of stream) return x;
   return undefined;
@@ -133,7 +136,10 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
     // The reply is from another process: only its envelope is read here (an item whose id
     // or delivery count is malformed cannot be acked, so it is skipped; its host redelivers
     // it to no avail until it expires). The request itself goes to the prefill worker's door.
-    if (!reply || !("item" in reply) || reply.item === null || !("instance_id" in reply)) {
+    if (
+      typeof reply !== "object" || reply === null || !("item" in reply) ||
+      typeof reply.item !== "object" || reply.item === null || !("instance_id" in reply)
+    ) {
       return undefined;
     }
     const { id, deliveries, data } = reply.item as Record<string, unknown>;
@@ -156,9 +162,9 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
       data: data as RemotePrefillRequest,
       ack: async () => {
         const r = await first(
-          await this.#client.direct<HostedQueueReply>({ op: "ack", id, deliveries }, instance),
+          await this.#client.direct<unknown>({ op: "ack", id, deliveries }, instance),
         );
-        return !!r && "acked" in r && r.acked;
+        return isObject(r) && r.acked === true;
       },
     };
   }
@@ -166,8 +172,10 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
   async size(): Promise<number> {
     let total = 0;
     for (const id of this.#client.instanceIds()) {
-      const r = await first(await this.#client.direct<HostedQueueReply>({ op: "size" }, id));
-      if (r && "size" in r) total += r.size;
+      const r = await first(await this.#client.direct<unknown>({ op: "size" }, id));
+      if (isObject(r) && Number.isSafeInteger(r.size) && (r.size as number) >= 0) {
+        total += r.size as number;
+      }
     }
     return total;
   }
@@ -182,9 +190,12 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
     if (!instance) {
       throw new InvalidArgumentError(`no decode instance known for agent ${agentName}`);
     }
-    const r = await first(await this.#client.direct<HostedQueueReply>({ op: "memory" }, instance));
-    if (!r || !("memory" in r)) throw new InvalidArgumentError(`no memory info from ${instance}`);
-    return r.memory;
+    const r = await first(await this.#client.direct<unknown>({ op: "memory" }, instance));
+    // Checked by the prefill worker (checkDecodeMemoryInfo) before use.
+    if (!isObject(r) || !isObject(r.memory)) {
+      throw new InvalidArgumentError(`no memory info from ${instance}`);
+    }
+    return r.memory as unknown as DecodeMemoryInfo;
   }
 
   close(): Promise<void> {

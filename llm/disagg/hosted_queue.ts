@@ -48,7 +48,10 @@ export function prefillQueueHandler(
     switch (req?.op) {
       case "dequeue": {
         const item = await queue.dequeue({
-          timeoutMs: Math.min(Math.max(0, req.timeout_ms ?? 0), 30_000),
+          // From another process: anything but a finite number is no wait at all.
+          timeoutMs: Number.isFinite(req.timeout_ms)
+            ? Math.min(Math.max(0, req.timeout_ms), 30_000)
+            : 0,
           signal: ctx.signal,
         });
         if (!item) {

@@ -58,6 +58,10 @@ Deno.test("prefillQueueHandler serves dequeue, ack, size and the memory info", a
     }]);
     assert.deepEqual(await call(h, { op: "dequeue", timeout_ms: 0 }), [{ item: null }]);
     assert.deepEqual(await call(h, { op: "memory" }), [{ memory: MEMORY }]);
+    // A NaN or infinite wait from a peer is no wait at all.
+    for (const timeout_ms of [NaN, Infinity, "9" as unknown as number]) {
+      assert.deepEqual(await call(h, { op: "dequeue", timeout_ms }), [{ item: null }]);
+    }
     await assert.rejects(
       call(h, { op: "nope" } as unknown as HostedQueueRequest),
       InvalidArgumentError,

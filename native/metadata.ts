@@ -19,7 +19,34 @@ export interface AgentMetadataWire {
   regions: RegionWire[];
 }
 
+/** Longest metadata blob `addRemoteAgent` reads (bytes or characters). */
+export const MAX_METADATA_BYTES = 16 << 20;
+/** Most regions one agent's metadata may list. */
+export const MAX_METADATA_REGIONS = 65_536;
+/** Longest name, key or shared-memory segment name in metadata (characters). */
+const MAX_NAME = 256;
+
+const isName = (v: unknown): v is string =>
+  typeof v === "string" && v !== "" && v.length <= MAX_NAME;
+const isId = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+
+/**
+ * The door for a peer's metadata: it comes from another process, so every field is checked
+ * (types, bounded strings and counts, whole numbers, unique region keys) before anything
+ * maps memory or opens a queue from it. The native side checks the rest (segment names of
+ * this library only, sizes against the real segment).
+ *
+ * @param metadata the peer's `getAgentMetadata()` bytes or text
+ * @returns the metadata, typed
+ * @throws {TransferArgumentError} it is not valid metadata (the message says why)
+ */
 export function parseMetadata(metadata: Uint8Array | string): AgentMetadataWire {
+  if (typeof metadata !== "string" && !(metadata instanceof Uint8Array)) {
+    argError("agent metadata must be bytes or a string");
+  }
+  if (metadata.length > MAX_METADATA_BYTES) {
+    argError(`agent metadata is ${metadata.length} long, over ${MAX_METADATA_BYTES}`);
+  }
   let m: unknown;
   try {
     m = JSON.parse(typeof metadata === "string" ? metadata : dec.decode(metadata));
@@ -27,23 +54,31 @@ export function parseMetadata(metadata: Uint8Array | string): AgentMetadataWire 
     throw new TransferArgumentError("agent metadata is not valid JSON", { cause: e });
   }
   const bad = (why: string): never => argError(`agent metadata is malformed: ${why}`);
-  if (typeof m !== "object" || m === null) bad("not an object");
+  if (typeof m !== "object" || m === null || Array.isArray(m)) bad("not an object");
   const o = m as Record<string, unknown>;
-  if (o.version !== 1) bad(`unsupported version ${String(o.version)}`);
-  if (typeof o.name !== "string" || o.name === "") bad("no agent name");
-  if (typeof o.process !== "string" || typeof o.pid !== "number") bad("no process identity");
+  if (o.version !== 1) bad(`unsupported version ${String(o.version).slice(0, 40)}`);
+  if (!isName(o.name)) bad(`the agent name must be 1 to ${MAX_NAME} characters`);
+  if (!isName(o.process) || !isId(o.pid)) bad("no process identity");
   const q = o.notif_queue as Record<string, unknown> | undefined;
-  if (typeof q?.shm !== "string" || typeof q.native_id !== "number") bad("no notification queue");
+  if (typeof q !== "object" || q === null || !isName(q.shm) || !isId(q.native_id)) {
+    bad("no notification queue");
+  }
   if (!Array.isArray(o.regions)) bad("no region list");
-  for (const r of o.regions as unknown[]) {
+  const regions = o.regions as unknown[];
+  if (regions.length > MAX_METADATA_REGIONS) {
+    bad(`${regions.length} regions, over ${MAX_METADATA_REGIONS}`);
+  }
+  const keys = new Set<string>();
+  for (const [i, r] of regions.entries()) {
     const x = r as Record<string, unknown>;
-    const ok = typeof x === "object" && x !== null && typeof x.key === "string" &&
-      (x.mem_type === "DRAM" || x.mem_type === "VRAM") && Number.isSafeInteger(x.bytes) &&
-      Number.isSafeInteger(x.device) && Number.isSafeInteger(x.native_id) &&
+    const ok = typeof x === "object" && x !== null && isName(x.key) && !keys.has(x.key) &&
+      (x.mem_type === "DRAM" || x.mem_type === "VRAM") && isId(x.bytes) &&
+      (x.bytes as number) > 0 && isId(x.device) && isId(x.native_id) &&
       (x.mem_type === "DRAM"
-        ? typeof x.shm === "string"
+        ? isName(x.shm)
         : typeof x.ipc_handle === "string" && /^[0-9a-f]{128}$/.test(x.ipc_handle));
-    if (!ok) bad(`bad region entry ${JSON.stringify(r)}`);
+    if (!ok) bad(`bad region entry ${i}: ${String(JSON.stringify(r)).slice(0, 200)}`);
+    keys.add(x.key as string);
   }
   return m as AgentMetadataWire;
 }

@@ -19,6 +19,7 @@ import {
   VramUnavailableError,
   type XferOp,
 } from "./mod.ts";
+import { native } from "./ffi.ts";
 
 // Fails the whole file with "run `deno task build:native`" when the library is missing.
 loadNativeLibrary();
@@ -460,4 +461,33 @@ Deno.test({
       (e: unknown) => e instanceof VramUnavailableError && /VRAM unavailable/.test(e.message),
     );
   },
+});
+
+Deno.test("malformed notification records pushed straight onto a queue are read without a crash", () => {
+  const decode = new TransferAgent("decode-raw");
+  const sender = new TransferAgent("prefill-raw");
+  try {
+    const meta = JSON.parse(new TextDecoder().decode(decode.getAgentMetadata()));
+    const ring: number = meta.notif_queue.native_id;
+    const n = native();
+    for (
+      const rec of [
+        [], // no name length at all
+        [0xff], // half a name length
+        [0xff, 0xff, 0x61], // a name length past the record
+        [2, 0, 0xff, 0xfe, 0x68, 0x69], // a name that is not UTF-8
+      ]
+    ) {
+      const bytes = new Uint8Array(rec);
+      assert.equal(n.dyn_ring_push(ring, bytes, BigInt(bytes.length)), 0);
+    }
+    sender.addRemoteAgent(decode.getAgentMetadata());
+    sender.sendNotif("decode-raw", "after");
+    const got = decode.getNewNotifs();
+    assert.deepEqual(got.get("prefill-raw"), ["after"]);
+    assert.equal([...got.values()].flat().length, 5);
+  } finally {
+    sender.close();
+    decode.close();
+  }
 });

@@ -48,7 +48,10 @@ export function prefillQueueHandler(
     switch (req?.op) {
       case "dequeue": {
         const item = await queue.dequeue({
-          timeoutMs: Math.min(Math.max(0, req.timeout_ms ?? 0), 30_000),
+          // From another process: anything but a finite number is no wait at all.
+          timeoutMs: Number.isFinite(req.timeout_ms)
+            ? Math.min(Math.max(0, req.timeout_ms), 30_000)
+            : 0,
           signal: ctx.signal,
         });
         if (!item) {
@@ -84,6 +87,12 @@ export function prefillQueueHandler(
     }
   };
 }
+
+/** Decode agents remembered (for resolveDecode), at most. */
+const MAX_AGENTS = 10_000;
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
 
 async function first<T>(stream: AsyncIterable<T>): Promise<T | undefined> {
   for await (const x of stream) return x;
@@ -127,21 +136,38 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
         { signal: options.signal },
       ),
     );
-    if (!reply || !("item" in reply) || reply.item === null || !("instance_id" in reply)) {
+    // The reply is from another process: only its envelope is read here (an item whose id
+    // or delivery count is malformed cannot be acked, so it is skipped; its host redelivers
+    // it to no avail until it expires). The request itself goes to the prefill worker's door.
+    if (
+      typeof reply !== "object" || reply === null || !("item" in reply) ||
+      typeof reply.item !== "object" || reply.item === null || !("instance_id" in reply)
+    ) {
       return undefined;
     }
-    const { id, deliveries, data } = reply.item;
+    const { id, deliveries, data } = reply.item as Record<string, unknown>;
     const instance = reply.instance_id;
-    this.#agents.set(data.engine_agent, instance);
+    if (
+      typeof id !== "string" || id.length > 1024 || !Number.isSafeInteger(deliveries) ||
+      typeof instance !== "string" || !this.#client.instanceIds().includes(instance)
+    ) {
+      return undefined;
+    }
+    const agent = (data as { engine_agent?: unknown } | null)?.engine_agent;
+    if (typeof agent === "string" && agent.length <= 1024) {
+      this.#agents.delete(agent); // most recent last: the oldest is dropped past the limit
+      this.#agents.set(agent, instance);
+      if (this.#agents.size > MAX_AGENTS) this.#agents.delete(this.#agents.keys().next().value!);
+    }
     return {
       id,
-      deliveries,
-      data,
+      deliveries: deliveries as number,
+      data: data as RemotePrefillRequest,
       ack: async () => {
         const r = await first(
-          await this.#client.direct<HostedQueueReply>({ op: "ack", id, deliveries }, instance),
+          await this.#client.direct<unknown>({ op: "ack", id, deliveries }, instance),
         );
-        return !!r && "acked" in r && r.acked;
+        return isObject(r) && r.acked === true;
       },
     };
   }
@@ -149,8 +175,10 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
   async size(): Promise<number> {
     let total = 0;
     for (const id of this.#client.instanceIds()) {
-      const r = await first(await this.#client.direct<HostedQueueReply>({ op: "size" }, id));
-      if (r && "size" in r) total += r.size;
+      const r = await first(await this.#client.direct<unknown>({ op: "size" }, id));
+      if (isObject(r) && Number.isSafeInteger(r.size) && (r.size as number) >= 0) {
+        total += r.size as number;
+      }
     }
     return total;
   }
@@ -165,9 +193,12 @@ export class RemotePrefillQueue implements PrefillQueue<RemotePrefillRequest> {
     if (!instance) {
       throw new InvalidArgumentError(`no decode instance known for agent ${agentName}`);
     }
-    const r = await first(await this.#client.direct<HostedQueueReply>({ op: "memory" }, instance));
-    if (!r || !("memory" in r)) throw new InvalidArgumentError(`no memory info from ${instance}`);
-    return r.memory;
+    const r = await first(await this.#client.direct<unknown>({ op: "memory" }, instance));
+    // Checked by the prefill worker (checkDecodeMemoryInfo) before use.
+    if (!isObject(r) || !isObject(r.memory)) {
+      throw new InvalidArgumentError(`no memory info from ${instance}`);
+    }
+    return r.memory as unknown as DecodeMemoryInfo;
   }
 
   close(): Promise<void> {

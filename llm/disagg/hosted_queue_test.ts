@@ -5,7 +5,9 @@ import {
   type HostedQueueReply,
   type HostedQueueRequest,
   prefillQueueHandler,
+  RemotePrefillQueue,
 } from "./hosted_queue.ts";
+import type { Client } from "../../runtime/client.ts";
 import type { DecodeMemoryInfo, RemotePrefillRequest } from "./protocol.ts";
 import { EmbeddedPrefillQueue } from "./queue.ts";
 
@@ -56,6 +58,10 @@ Deno.test("prefillQueueHandler serves dequeue, ack, size and the memory info", a
     }]);
     assert.deepEqual(await call(h, { op: "dequeue", timeout_ms: 0 }), [{ item: null }]);
     assert.deepEqual(await call(h, { op: "memory" }), [{ memory: MEMORY }]);
+    // A NaN or infinite wait from a peer is no wait at all.
+    for (const timeout_ms of [NaN, Infinity, "9" as unknown as number]) {
+      assert.deepEqual(await call(h, { op: "dequeue", timeout_ms }), [{ item: null }]);
+    }
     await assert.rejects(
       call(h, { op: "nope" } as unknown as HostedQueueRequest),
       InvalidArgumentError,
@@ -63,4 +69,34 @@ Deno.test("prefillQueueHandler serves dequeue, ack, size and the memory info", a
   } finally {
     await q.close();
   }
+});
+
+Deno.test("RemotePrefillQueue reads only a well-formed reply from a live instance; the item goes on unread", async () => {
+  let reply: unknown;
+  const client = {
+    instanceIds: () => ["inst-1"],
+    generate: () =>
+      Promise.resolve((async function* () {
+        yield reply;
+      })()),
+  } as unknown as Client;
+  const q = new RemotePrefillQueue(client);
+  for (
+    const bad of [
+      null,
+      "x",
+      { item: null },
+      { item: { id: 5, deliveries: 1, data: req("a") }, instance_id: "inst-1" },
+      { item: { id: "5", deliveries: NaN, data: req("a") }, instance_id: "inst-1" },
+      { item: { id: "5", deliveries: 1, data: req("a") }, instance_id: "someone-else" },
+    ]
+  ) {
+    reply = bad;
+    assert.equal(await q.dequeue({ timeoutMs: 0 }), undefined, JSON.stringify(bad));
+  }
+  // A malformed request inside a good envelope is handed on for the prefill worker's door.
+  reply = { item: { id: "7", deliveries: 1, data: null }, instance_id: "inst-1" };
+  const item = await q.dequeue({ timeoutMs: 0 });
+  assert.equal(item?.id, "7");
+  assert.equal(item?.data, null);
 });

@@ -172,7 +172,9 @@ export class JetStreamPrefillQueue<T> implements PrefillQueue<T> {
     if (!m) return undefined;
     return {
       id: String(m.seq),
-      data: JSON.parse(dec.decode(m.data)) as T,
+      // Not trusted: a payload that is not JSON comes out as undefined, for the consumer's
+      // door to refuse and ack (throwing here would redeliver it forever).
+      data: parseJson(m.data) as T,
       deliveries: m.info.redeliveryCount,
       ack: () => m.ackAck(),
     };
@@ -186,5 +188,13 @@ export class JetStreamPrefillQueue<T> implements PrefillQueue<T> {
   /** Leaves the stream and consumer on the server (other workers share them). */
   close(): Promise<void> {
     return Promise.resolve();
+  }
+}
+
+function parseJson(bytes: Uint8Array): unknown {
+  try {
+    return JSON.parse(dec.decode(bytes));
+  } catch {
+    return undefined;
   }
 }

@@ -111,3 +111,28 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "JetStreamPrefillQueue hands a non-JSON payload on as undefined, for the consumer to drop",
+  ignore: !haveServers(),
+  async fn() {
+    const nats = await startNats();
+    const nc = await connect({ servers: nats.url });
+    try {
+      const q = await JetStreamPrefillQueue.open<{ n: number }>(nc, {
+        ackWaitMs: 1000,
+        subject: "garbage.requests",
+      });
+      await nc.jetstream().publish("garbage.requests", new TextEncoder().encode("{not json"));
+      await q.enqueue({ n: 1 });
+      const bad = (await q.dequeue({ timeoutMs: 1000 }))!;
+      assert.equal(bad.data, undefined);
+      assert.equal(await bad.ack(), true); // acked, so never redelivered
+      assert.deepEqual((await q.dequeue({ timeoutMs: 1000 }))?.data, { n: 1 });
+      await q.close();
+    } finally {
+      await nc.close();
+      await nats.stop();
+    }
+  },
+});

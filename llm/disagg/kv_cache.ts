@@ -11,6 +11,11 @@ import { KvBlockPool } from "./block_pool.ts";
 import { fillKvBlock, splitBlocks, verifyKvBlock } from "./kv_bytes.ts";
 import { type DecodeMemoryInfo, parsePrefillNotif } from "./protocol.ts";
 
+/** Notifications nobody waits for (late ones) kept at most; the oldest go first. */
+export const MAX_LATE_NOTIFS = 4096;
+/** Longest request id a notification may name (longer ones are ignored). */
+const MAX_NOTIF_ID = 1024;
+
 /** A block's bytes differ from what its tokens determine. */
 export class KvVerificationError extends DynamoError {
   /** The block's position in the prompt. */
@@ -291,14 +296,24 @@ export class DecodeKvCache {
     this.agent.releaseMemory(this.#region);
   }
 
+  // Notifications come from other processes (any agent that has our metadata can send):
+  // bodies that are not prefill notifications are ignored, and those nobody waits for are
+  // kept only up to MAX_LATE_NOTIFS (oldest dropped), so a flood of forged ids cannot grow
+  // memory or touch a request someone else waits for in any way but finishing it early.
   #poll(): void {
     for (const bodies of this.agent.getNewNotifs().values()) {
       for (const body of bodies) {
         const n = parsePrefillNotif(body);
-        if (n === undefined) continue;
+        if (n === undefined || n.requestId === "" || n.requestId.length > MAX_NOTIF_ID) continue;
         const w = this.#waiters.get(n.requestId);
         if (w) w(n.done);
-        else this.#arrived.set(n.requestId, n.done);
+        else {
+          this.#arrived.delete(n.requestId);
+          this.#arrived.set(n.requestId, n.done);
+          if (this.#arrived.size > MAX_LATE_NOTIFS) {
+            this.#arrived.delete(this.#arrived.keys().next().value!);
+          }
+        }
       }
     }
   }

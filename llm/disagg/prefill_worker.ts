@@ -12,6 +12,11 @@ import {
   prefillSkippedNotif,
   type RemotePrefillRequest,
 } from "./protocol.ts";
+import {
+  checkDecodeMemoryInfo,
+  checkPrefillRequest,
+  InvalidPrefillRequestError,
+} from "./prefill_request.ts";
 import type { PrefillQueue } from "./queue.ts";
 
 /** Options of {@linkcode PrefillWorker}. */
@@ -78,6 +83,7 @@ export class PrefillWorker {
   readonly #local: DlistHandle;
   readonly #peers = new Map<string, Promise<Peer>>();
   readonly #now: () => number;
+  readonly #maxBlocks: number;
 
   /**
    * Creates a prefill worker with staging memory on `agent`.
@@ -89,7 +95,7 @@ export class PrefillWorker {
     this.agent = agent;
     this.#opts = options;
     this.#now = options.now ?? Date.now;
-    const maxBlocks = options.maxBlocks ?? 1024;
+    const maxBlocks = this.#maxBlocks = options.maxBlocks ?? 1024;
     this.#staging = agent.allocate("DRAM", maxBlocks * options.blockBytes);
     agent.registerMemory(this.#staging);
     this.#local = agent.prepXferDlist(
@@ -102,11 +108,21 @@ export class PrefillWorker {
    * Prefills one request: fills its blocks from `first_block` on, writes them to the
    * decode worker, notifies.
    *
+   * @param request the request as it came off the queue (checked here)
    * @returns what was done
-   * @throws {InvalidArgumentError} `first_block` and `block_ids` do not fit the prompt
+   * @throws {InvalidPrefillRequestError} the request is malformed, does not fit this
+   *   worker's staging memory, or names blocks outside the decode worker's list
    * @throws {TransferError} the transfer failed
    */
-  async handle(req: RemotePrefillRequest): Promise<PrefillResult> {
+  handle(request: unknown): Promise<PrefillResult> {
+    try {
+      return this.#handle(checkPrefillRequest(request, { maxBlocks: this.#maxBlocks }));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  async #handle(req: RemotePrefillRequest): Promise<PrefillResult> {
     if (req.expires_at <= this.#now()) {
       // The decode worker prefilled it itself; tell it (best effort) so it can reuse the
       // blocks. Never fails: an expired request must leave the queue.
@@ -125,14 +141,18 @@ export class PrefillWorker {
     const blocks = splitBlocks(req.token_ids, req.block_size);
     // The decode worker holds the blocks before `first` in its prefix cache already.
     const first = req.first_block ?? 0;
-    const count = blocks.length - first;
-    if (!Number.isInteger(first) || first < 0 || count < 0 || req.block_ids.length < count) {
-      throw new InvalidArgumentError(
-        `request ${req.request_id}: first_block ${first} and ${req.block_ids.length} ` +
-          `block ids do not fit a prompt of ${blocks.length} blocks`,
-      );
-    }
+    const count = blocks.length - first; // the door saw to 0 <= count <= maxBlocks
     const peer = await this.#peer(req.engine_agent);
+    const descs = peer.info.descs.descs.length;
+    for (let j = 0; j < count; j++) {
+      if (req.block_ids[j]! >= descs) {
+        throw new InvalidPrefillRequestError(
+          `block_ids[${j}] is ${req.block_ids[j]}, outside decode ${req.engine_agent}'s ` +
+            `${descs} blocks`,
+          req.request_id,
+        );
+      }
+    }
     const delay = this.#opts.prefillDelayMs ?? 0;
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     if (count === 0) {
@@ -162,8 +182,9 @@ export class PrefillWorker {
   }
 
   /**
-   * Serves `queue` until `signal` aborts: dequeue, handle, ack. A failed request is not
-   * acked (the queue redelivers it).
+   * Serves `queue` until `signal` aborts: dequeue, handle, ack. An invalid request is
+   * acked and dropped with a log line (it would fail again); a failed one is not acked
+   * (the queue redelivers it).
    *
    * @param queue the prefill queue
    * @param options `signal` ends the loop; `onStart` sees each request taken,
@@ -188,17 +209,42 @@ export class PrefillWorker {
         continue;
       }
       if (!item) continue;
-      options.onStart?.(item.data.request_id);
+      let req: RemotePrefillRequest;
       try {
-        const r = await this.handle(item.data);
+        req = checkPrefillRequest(item.data, { maxBlocks: this.#maxBlocks });
+      } catch (e) {
+        await this.#drop(item, e);
+        continue;
+      }
+      options.onStart?.(req.request_id);
+      try {
+        const r = await this.#handle(req);
         await item.ack();
         options.onResult?.(r);
       } catch (e) {
+        if (e instanceof InvalidPrefillRequestError) {
+          await this.#drop(item, e);
+          continue;
+        }
         this.#opts.logger?.error("remote prefill failed", {
-          request_id: item.data.request_id,
+          request_id: req.request_id,
           error: e instanceof Error ? e.message : String(e),
         });
       }
+    }
+  }
+
+  /** Acks an invalid item so that it is not redelivered: it would fail the same way. */
+  async #drop(item: { ack(): Promise<boolean> }, e: unknown): Promise<void> {
+    this.#opts.logger?.warn("dropping an invalid remote prefill request", {
+      error: e instanceof Error ? e.message : String(e),
+    });
+    try {
+      await item.ack();
+    } catch (err) {
+      this.#opts.logger?.warn("cannot ack an invalid remote prefill request", {
+        error: err instanceof Error ? err.message : String(err),
+      });
     }
   }
 
@@ -212,7 +258,7 @@ export class PrefillWorker {
     let p = this.#peers.get(name);
     if (!p) {
       p = (async () => {
-        const info = await this.#opts.resolveDecode(name);
+        const info = checkDecodeMemoryInfo(await this.#opts.resolveDecode(name), name);
         if (info.block_bytes !== this.#opts.blockBytes) {
           throw new InvalidArgumentError(
             `decode ${name} has ${info.block_bytes}-byte blocks, this worker ${this.#opts.blockBytes}`,

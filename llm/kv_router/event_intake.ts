@@ -35,6 +35,12 @@ interface WorkerSync {
 
 /** Workers remembered as gone (their stray events ignored), at most. */
 const MAX_GONE = 10_000;
+/** Workers tracked at once, at most (events naming one more are dropped until one leaves). */
+export const MAX_WORKERS = 10_000;
+/** State dumps being received at once, at most (a chunk starting one more is dropped). */
+export const MAX_OPEN_DUMPS = 1024;
+/** Blocks all open state dumps together may hold, at most (the dump going over is dropped). */
+export const MAX_DUMP_ENTRIES = 1 << 22;
 
 /**
  * Per-worker event-id bookkeeping in front of a {@linkcode RadixTree}: events in order,
@@ -53,6 +59,8 @@ export class KvEventIntake {
   readonly #dumps = new Map<string, { next: number; entries: KvStateEntry[] }>();
   /** Workers that left discovery; their stray events and dumps are ignored. */
   readonly #gone = new Set<string>();
+  /** Entries held by all open dumps together. */
+  #dumpEntries = 0;
   #nonce = 0;
 
   constructor(tree: RadixTree, options: KvEventIntakeOptions) {
@@ -81,6 +89,10 @@ export class KvEventIntake {
     const id = ev.event.event_id;
     const st = this.#sync.get(w);
     if (!st) {
+      if (this.#sync.size >= MAX_WORKERS) {
+        this.#log.debug("too many workers tracked; dropping an event of a new one", { worker: w });
+        return;
+      }
       if (id === 1) {
         this.#sync.set(w, { last: 1, resync: undefined });
         this.#apply(ev);
@@ -117,15 +129,35 @@ export class KvEventIntake {
     if (this.#gone.has(c.worker_id)) return;
     const key = `${c.worker_id}\0${c.nonce}`;
     let d = this.#dumps.get(key);
-    if (c.index === 0) this.#dumps.set(key, d = { next: 0, entries: [] });
+    if (c.index === 0) {
+      if (d) this.#dropDump(key);
+      else if (this.#dumps.size >= MAX_OPEN_DUMPS) {
+        // Too many dumps open at once (nonces are the sender's to choose): the oldest goes.
+        const oldest = this.#dumps.keys().next().value!;
+        this.#log.warn("too many state dumps open at once; dropping the oldest", {
+          open: this.#dumps.size,
+        });
+        this.#dropDump(oldest);
+      }
+      this.#dumps.set(key, d = { next: 0, entries: [] });
+    }
     if (!d || d.next !== c.index) {
-      this.#dumps.delete(key); // a chunk went missing: wait for another dump
+      this.#dropDump(key); // a chunk went missing: wait for another dump
       return;
     }
+    if (this.#dumpEntries + c.entries.length > MAX_DUMP_ENTRIES) {
+      this.#dropDump(key);
+      this.#log.warn("state dumps over the block limit; dropped one", {
+        worker: c.worker_id,
+        limit: MAX_DUMP_ENTRIES,
+      });
+      return;
+    }
+    this.#dumpEntries += c.entries.length;
     for (const e of c.entries) d.entries.push(e);
     d.next++;
     if (!c.last) return;
-    this.#dumps.delete(key);
+    this.#dropDump(key);
     this.#applyDump(c.worker_id, c.last_event_id, d.entries);
   }
 
@@ -136,7 +168,7 @@ export class KvEventIntake {
     if (st?.resync?.timer !== undefined) clearTimeout(st.resync.timer);
     this.#sync.delete(workerId);
     for (const key of this.#dumps.keys()) {
-      if (key.startsWith(`${workerId}\0`)) this.#dumps.delete(key);
+      if (key.startsWith(`${workerId}\0`)) this.#dropDump(key);
     }
   }
 
@@ -158,6 +190,13 @@ export class KvEventIntake {
     for (const st of this.#sync.values()) {
       if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
     }
+  }
+
+  #dropDump(key: string): void {
+    const d = this.#dumps.get(key);
+    if (!d) return;
+    this.#dumpEntries -= d.entries.length;
+    this.#dumps.delete(key);
   }
 
   #apply(ev: RouterEvent): void {
@@ -206,6 +245,7 @@ export class KvEventIntake {
   #applyDump(w: string, lastEventId: number, entries: KvStateEntry[]): void {
     let st = this.#sync.get(w);
     if (st && !st.resync && st.last >= lastEventId) return; // nothing newer in it
+    if (!st && this.#sync.size >= MAX_WORKERS) return;
     if (!st) this.#sync.set(w, st = { last: 0, resync: undefined });
     const buffered = st.resync?.buffer ?? [];
     if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);

@@ -35,7 +35,9 @@ import {
   KV_EVENTS,
   KV_RESYNC,
   KV_STATE,
+  KvMessageError,
   type KvResyncRequest,
+  type KvStateChunk,
   type OverlapScores,
   type RouterEvent,
 } from "./protocols.ts";
@@ -56,7 +58,12 @@ export interface KvIndexerOptions {
    * discovery synced, workers asked for their state), in ms (default 5000).
    */
   readyTimeoutMs?: number;
+  /** Told of each KV event or state chunk refused at the door (a metrics hook). */
+  onInvalidMessage?: (err: KvMessageError) => void;
 }
+
+/** Workers whose first invalid message was logged, remembered at most (then forgotten). */
+const MAX_WARNED = 10_000;
 
 /** One event-plane subscription of the indexer, and how its start went. */
 interface Feed {
@@ -113,6 +120,10 @@ export class KvIndexer {
   readonly #readyTimeoutMs: number;
   readonly #tasks: Promise<void>[] = [];
   #nonce = 0;
+  readonly #onInvalid: ((err: KvMessageError) => void) | undefined;
+  /** Workers whose invalid messages were already logged at warn level. */
+  readonly #warned = new Set<string>();
+  #invalid = 0;
 
   /**
    * Creates an indexer that follows the KV events of `component`'s workers.
@@ -128,6 +139,7 @@ export class KvIndexer {
     this.#rt = component.runtimeInternals;
     this.tree = new RadixTree({ frequencyWindowMs: options.frequencyWindowMs });
     this.#readyTimeoutMs = options.readyTimeoutMs ?? 5000;
+    this.#onInvalid = options.onInvalidMessage;
     if (!(this.#readyTimeoutMs > 0)) {
       throw new InvalidArgumentError(`readyTimeoutMs must be > 0, got ${this.#readyTimeoutMs}`);
     }
@@ -145,7 +157,7 @@ export class KvIndexer {
     });
     this.#feeds = [
       this.#feed(KV_EVENTS, (bytes) => this.#onEvent(bytes)),
-      this.#feed(this.#replyName, (bytes) => this.#intake.applyChunk(decodeKvStateChunk(bytes))),
+      this.#feed(this.#replyName, (bytes) => this.#onChunk(bytes)),
     ];
     this.#watch = new InstanceWatch(this.#rt, component, this.#signal, {
       left: (w) => this.#intake.workerLeft(w),
@@ -177,6 +189,11 @@ export class KvIndexer {
   /** Workers whose state dump is awaited (their events are buffered meanwhile). */
   get pendingResyncs(): string[] {
     return this.#intake.pendingResyncs;
+  }
+
+  /** KV events and state chunks refused at the door so far. */
+  get invalidMessages(): number {
+    return this.#invalid;
   }
 
   /**
@@ -352,15 +369,45 @@ export class KvIndexer {
     return parts.join(", ") || "nothing (it has just started)";
   }
 
+  // The door: every event and chunk is decoded and checked (bounds, ids, counts) before the
+  // intake sees it. A bad one is dropped, counted, and logged once per worker at warn level.
   #onEvent(bytes: Uint8Array): void {
     let ev: RouterEvent;
     try {
       ev = decodeRouterEvent(bytes);
     } catch (err) {
-      this.#log.warn("ignoring a malformed KV event", { error: String(err) });
+      this.#refuse(err);
       return;
     }
     this.applyEvent(ev);
+  }
+
+  #onChunk(bytes: Uint8Array): void {
+    let chunk: KvStateChunk;
+    try {
+      chunk = decodeKvStateChunk(bytes);
+    } catch (err) {
+      this.#refuse(err);
+      return;
+    }
+    this.#intake.applyChunk(chunk);
+  }
+
+  #refuse(err: unknown): void {
+    const e = err instanceof KvMessageError ? err : new KvMessageError(errorText(err));
+    this.#invalid++;
+    this.#onInvalid?.(e);
+    const who = e.workerId ?? "";
+    if (this.#warned.has(who)) {
+      this.#log.debug("ignoring an invalid KV message", { error: e.message });
+      return;
+    }
+    if (this.#warned.size >= MAX_WARNED) this.#warned.clear();
+    this.#warned.add(who);
+    this.#log.warn("ignoring an invalid KV message (further ones from this worker at debug)", {
+      worker: e.workerId,
+      reason: e.reason,
+    });
   }
 
   async #consume(f: Feed): Promise<void> {

@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { DynamoError, TimeoutError } from "../../runtime/errors.ts";
+import { createLogger } from "../../runtime/logger.ts";
 import { computeBlockHashesSync } from "./hashing.ts";
 import { KvIndexer } from "./indexer.ts";
 import {
@@ -205,6 +206,47 @@ Deno.test("KvIndexer drops a worker that never answers its resync requests", asy
     assert.deepEqual(ix.pendingResyncs, ["ghost"]);
     assert.equal(ix.tree.blockCount("ghost"), 0);
     await ix.close();
+  } finally {
+    await rt.shutdown();
+  }
+});
+
+Deno.test("KvIndexer refuses invalid KV messages at the door and keeps following the others", async () => {
+  const warnings: string[] = [];
+  const rt = await DistributedRuntime.connect({
+    logger: createLogger({ level: "warn", json: true, write: (line) => warnings.push(line) }),
+  });
+  try {
+    const comp = rt.namespace("ns").component("c");
+    const pub = new KvEventPublisher(comp, { workerId: "w", kvBlockSize: 4 });
+    const refused: string[] = [];
+    const ix = new KvIndexer(comp, 4, { onInvalidMessage: (e) => refused.push(e.reason) });
+    await Promise.all([pub.ready, ix.ready]);
+    await pub.publish(stored("w", 0, toks(8)).event.data); // id 1
+    await waitFor(() => ix.tree.blockCount("w") === 2, "the worker's 2 blocks");
+    // A forged event naming the same worker with a NaN id, and one whose count lies.
+    const nan = encodeRouterEvent(stored("w", 9, toks(4)));
+    new DataView(nan.buffer).setFloat64(5, NaN, true); // after tag, kind, u16 length, "w"
+    await comp.publishEvent(KV_EVENTS, nan);
+    const lying = encodeRouterEvent(stored("x", 1, toks(4)));
+    new DataView(lying.buffer).setUint32(5 + 8 + 9, 2 ** 31, true); // the block count
+    await comp.publishEvent(KV_EVENTS, lying);
+    await comp.publishEvent(KV_EVENTS, new Uint8Array([1, 2, 3]));
+    await comp.publishEvent(KV_EVENTS, nan); // the same worker again: counted, not warned
+    await waitFor(() => ix.invalidMessages === 4, "4 refused messages");
+    assert.equal(refused.length, 4);
+    assert.match(refused[0]!, /event_id/);
+    // Logged once per worker ("w", "x", and one unreadable before any worker id).
+    const logged = warnings.map((l) => JSON.parse(l)).filter((l) => /invalid KV/.test(l.msg));
+    assert.deepEqual(logged.map((l) => l.worker), ["w", "x", undefined]);
+    assert.match(logged[0].reason, /event_id/);
+    // The worker's state is untouched and its next event still applies in order.
+    assert.equal(ix.tree.blockCount("w"), 2);
+    assert.equal(ix.tree.blockCount("x"), 0);
+    await pub.publish(stored("w", 0, toks(12)).event.data); // id 2
+    await waitFor(() => ix.tree.blockCount("w") === 3, "the worker's 3rd block");
+    assert.deepEqual(ix.pendingResyncs, []);
+    await Promise.all([ix.close(), pub.close()]);
   } finally {
     await rt.shutdown();
   }

@@ -11,6 +11,7 @@
  * @module
  */
 
+import { z } from "zod";
 import type { Client } from "../../runtime/client.ts";
 import { withDeadline } from "../../runtime/_deadline.ts";
 import type { Component } from "../../runtime/component.ts";
@@ -118,7 +119,7 @@ export class KvMetricsPublisher {
     } finally {
       await client.close();
     }
-    if (this.#latest) this.#push(this.#latest);
+    if (this.#latest) this.#push(this.#latest = { ...this.#latest, worker_id: rt.instanceId });
   }
 
   /**
@@ -169,12 +170,46 @@ export interface KvMetricsAggregatorOptions {
   readyTimeoutMs?: number;
 }
 
-function parseMetrics(value: unknown): EndpointKvMetrics | undefined {
-  if (typeof value !== "object" || value === null) return undefined;
-  const m = value as Record<string, unknown>;
-  if (typeof m.worker_id !== "string") return undefined;
-  for (const [, snake] of FIELDS) if (typeof m[snake] !== "number") return undefined;
-  return m as unknown as EndpointKvMetrics;
+/** Longest worker id a metrics message may carry. */
+const MAX_WORKER_ID = 1024;
+/** Workers whose pushed metrics are kept between two getMetrics calls, at most. */
+const MAX_WORKERS = 10_000;
+
+const count = z.int().nonnegative();
+const fraction = z.number().min(0).max(1);
+
+/**
+ * Load metrics as they come off the network: counts are whole numbers >= 0, fractions are
+ * in [0, 1], nothing is NaN or infinite (JSON's `1e999` parses to Infinity), so nothing a
+ * worker sends can make a routing cost NaN. Unknown fields are dropped.
+ */
+export const endpointKvMetricsSchema = z.object({
+  worker_id: z.string().max(MAX_WORKER_ID),
+  request_active_slots: count,
+  request_total_slots: count,
+  kv_active_blocks: count,
+  kv_total_blocks: count,
+  num_requests_waiting: count,
+  gpu_cache_usage_perc: fraction,
+  gpu_prefix_cache_hit_rate: fraction,
+});
+
+/**
+ * Checks one load-metrics message from a worker (a push or a scrape answer).
+ *
+ * @param value the parsed JSON
+ * @returns the metrics, typed and holding only the known fields, or the reason they are invalid
+ */
+export function parseLoadMetrics(
+  value: unknown,
+): { ok: true; metrics: EndpointKvMetrics } | { ok: false; reason: string } {
+  const r = endpointKvMetricsSchema.safeParse(value);
+  if (r.success) return { ok: true, metrics: r.data };
+  const issue = r.error.issues[0];
+  return {
+    ok: false,
+    reason: issue ? `${issue.path.join(".") || "(root)"}: ${issue.message}` : "invalid",
+  };
 }
 
 /**
@@ -205,6 +240,8 @@ export class KvMetricsAggregator {
   readonly #readyTimeoutMs: number;
   readonly #log: Logger;
   #closed = false;
+  #invalid = 0;
+  readonly #warned = new Set<string>();
 
   /**
    * Creates an aggregator of the load metrics a component's workers publish.
@@ -321,13 +358,53 @@ export class KvMetricsAggregator {
     return this.#component.path;
   }
 
+  /** Load metrics refused at the door so far (pushes and scrape answers). */
+  get invalidMessages(): number {
+    return this.#invalid;
+  }
+
+  // The door: a push or scrape answer that is not valid JSON metrics within bounds is
+  // dropped (counted; the first one of each worker logged at warn), and the worker's last
+  // valid metrics stay.
+  #check(value: unknown, from: string | undefined): EndpointKvMetrics | undefined {
+    const r = parseLoadMetrics(value);
+    if (r.ok) return r.metrics;
+    this.#refuse(from, r.reason);
+    return undefined;
+  }
+
+  #refuse(from: string | undefined, reason: string): void {
+    this.#invalid++;
+    const who = from ?? "";
+    if (this.#warned.has(who)) {
+      this.#log.debug("ignoring invalid load metrics", { worker: from, reason });
+      return;
+    }
+    if (this.#warned.size >= 10_000) this.#warned.clear();
+    this.#warned.add(who);
+    this.#log.warn("ignoring invalid load metrics (further ones from this worker at debug)", {
+      worker: from,
+      reason,
+    });
+  }
+
   async #consume(sub: EventSubscription): Promise<void> {
     for await (const msg of sub) {
+      let value: unknown;
       try {
-        const m = parseMetrics(JSON.parse(new TextDecoder().decode(msg.payload)));
-        if (m) this.#latest.set(m.worker_id, m);
+        value = JSON.parse(new TextDecoder().decode(msg.payload));
       } catch {
-        this.#log.debug("ignoring malformed load metrics");
+        this.#refuse(undefined, "not JSON");
+        continue;
+      }
+      const claimed = (value as { worker_id?: unknown } | null)?.worker_id;
+      const m = this.#check(value, typeof claimed === "string" ? claimed.slice(0, 80) : undefined);
+      // getMetrics prunes workers that left; between calls, forged ids cannot pile up past this.
+      if (
+        m && m.worker_id !== "" &&
+        (this.#latest.has(m.worker_id) || this.#latest.size < MAX_WORKERS)
+      ) {
+        this.#latest.set(m.worker_id, m);
       }
     }
   }
@@ -337,8 +414,9 @@ export class KvMetricsAggregator {
     const timer = setTimeout(() => ac.abort(), this.#scrapeTimeoutMs);
     try {
       for await (const item of await client.direct({}, id, { signal: ac.signal })) {
-        const m = parseMetrics(item);
-        if (m && !this.#latest.has(id)) this.#latest.set(id, m);
+        const m = this.#check(item, id);
+        // The answer is the instance's own: it is filed (and reported) under that id.
+        if (m && !this.#latest.has(id)) this.#latest.set(id, { ...m, worker_id: id });
         break;
       }
     } catch (err) {

@@ -5,7 +5,13 @@ import assert from "node:assert/strict";
 import { within } from "../../tests/_helpers/backends.ts";
 import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { DynamoError, TimeoutError } from "../../runtime/errors.ts";
-import { type KvMetrics, KvMetricsAggregator, KvMetricsPublisher } from "./metrics.ts";
+import fc from "fast-check";
+import {
+  type KvMetrics,
+  KvMetricsAggregator,
+  KvMetricsPublisher,
+  parseLoadMetrics,
+} from "./metrics.ts";
 import { LOAD_METRICS } from "./protocols.ts";
 import { fakeReadiness } from "./_test_support.ts";
 
@@ -75,6 +81,99 @@ Deno.test("KvMetricsAggregator subscribes again when its subscription failed to 
       if (Date.now() > deadline) throw new Error("timed out waiting for the pushed metrics");
       await new Promise((r) => setTimeout(r, 5));
     }
+    publisher.close();
+    await aggregator.close();
+  } finally {
+    await rt.shutdown();
+  }
+});
+
+const wire = (kvActiveBlocks: number, workerId: string) => ({
+  worker_id: workerId,
+  request_active_slots: 1,
+  request_total_slots: 8,
+  kv_active_blocks: kvActiveBlocks,
+  kv_total_blocks: 100,
+  num_requests_waiting: 0,
+  gpu_cache_usage_perc: 0.5,
+  gpu_prefix_cache_hit_rate: 0,
+});
+
+Deno.test("load metrics within bounds pass the door unchanged; anything else is refused", () => {
+  const count = fc.nat();
+  const fraction = fc.double({ min: 0, max: 1, noNaN: true });
+  fc.assert(
+    fc.property(
+      fc.record({
+        worker_id: fc.string({ maxLength: 40 }),
+        request_active_slots: count,
+        request_total_slots: count,
+        kv_active_blocks: count,
+        kv_total_blocks: count,
+        num_requests_waiting: count,
+        gpu_cache_usage_perc: fraction,
+        gpu_prefix_cache_hit_rate: fraction,
+      }, { noNullPrototype: true }),
+      (m) => assert.deepEqual(parseLoadMetrics(m), { ok: true, metrics: m }),
+    ),
+    { numRuns: 300 },
+  );
+  // Random JSON values and single-field corruptions never throw and never pass a bad number.
+  const bad = fc.oneof(
+    fc.constantFrom(NaN, Infinity, -Infinity, -1, 0.5, 2 ** 60, "3", null, true),
+    fc.anything(),
+  );
+  fc.assert(
+    fc.property(fc.anything(), fc.constantFrom(...Object.keys(wire(0, "w"))), bad, (v, k, x) => {
+      for (const value of [v, { ...wire(3, "w"), [k]: x }]) {
+        const r = parseLoadMetrics(value);
+        if (!r.ok) continue;
+        for (const [f, n] of Object.entries(r.metrics)) {
+          if (f === "worker_id") continue;
+          assert.ok(typeof n === "number" && Number.isFinite(n) && n >= 0, `${f}=${n}`);
+        }
+        assert.ok(r.metrics.gpu_cache_usage_perc <= 1 && r.metrics.gpu_prefix_cache_hit_rate <= 1);
+      }
+    }),
+    { numRuns: 500 },
+  );
+  for (const [k, v] of [["kv_active_blocks", Infinity], ["gpu_cache_usage_perc", 1.5]] as const) {
+    assert.equal(parseLoadMetrics({ ...wire(3, "w"), [k]: v }).ok, false, k);
+  }
+  // Unknown fields are not carried past the door.
+  const r = parseLoadMetrics({ ...wire(3, "w"), extra: "x" });
+  assert.ok(r.ok && !("extra" in r.metrics));
+});
+
+Deno.test("KvMetricsAggregator drops invalid pushes and keeps the worker's last valid metrics", async () => {
+  const rt = await DistributedRuntime.connect();
+  try {
+    const comp = rt.namespace("ns").component("c");
+    const publisher = new KvMetricsPublisher();
+    await publisher.createEndpoint(comp);
+    publisher.publish(metrics(5));
+    const aggregator = new KvMetricsAggregator(comp);
+    assert.deepEqual((await aggregator.getMetrics()).endpoints.map((e) => e.kv_active_blocks), [5]);
+    const send = (text: string) => comp.publishEvent(LOAD_METRICS, new TextEncoder().encode(text));
+    // JSON's 1e999 parses to Infinity; a NaN-free but negative count; not JSON at all.
+    await send(
+      JSON.stringify(wire(7, rt.instanceId)).replace(
+        '"kv_active_blocks":7',
+        '"kv_active_blocks":1e999',
+      ),
+    );
+    await send(JSON.stringify({ ...wire(7, rt.instanceId), num_requests_waiting: -4 }));
+    await send("{not json");
+    await within(
+      (async () => {
+        while (aggregator.invalidMessages < 3) await new Promise((r) => setTimeout(r, 5));
+      })(),
+      5000,
+      "3 refused load-metrics messages",
+    );
+    const [m] = (await aggregator.getMetrics()).endpoints;
+    assert.equal(m?.kv_active_blocks, 5);
+    assert.equal(m?.num_requests_waiting, 0);
     publisher.close();
     await aggregator.close();
   } finally {

@@ -140,10 +140,39 @@ export const KV_STATE = "kv_state";
 /** Pushed load metrics, and the name of the endpoint that serves them on request. */
 export const LOAD_METRICS = "load_metrics";
 
+/** Longest worker id a KV message may carry (UTF-8 bytes). */
+export const MAX_WORKER_ID_BYTES = 1024;
+/** Longest resync nonce a state chunk may carry (UTF-8 bytes). */
+export const MAX_NONCE_BYTES = 256;
+/** Most blocks one KV event (or one state chunk) may carry. */
+export const MAX_BLOCKS_PER_MESSAGE = 1 << 20;
+/** Highest chunk index of a state dump. */
+export const MAX_CHUNK_INDEX = 1 << 20;
+
+/**
+ * A KV event or state chunk that came off the network is not valid. Carries the worker id
+ * when the message got that far, so the reader can say whose it was.
+ */
+export class KvMessageError extends InvalidArgumentError {
+  /** The worker the message names (undefined when it was unreadable before that). */
+  readonly workerId: string | undefined;
+  /** What was wrong with it. */
+  readonly reason: string;
+  constructor(reason: string, workerId?: string) {
+    super(
+      workerId === undefined
+        ? `invalid KV message: ${reason}`
+        : `invalid KV message from worker ${JSON.stringify(workerId.slice(0, 80))}: ${reason}`,
+    );
+    this.workerId = workerId;
+    this.reason = reason;
+  }
+}
+
 const TAG_EVENT = 1;
 const TAG_STATE = 2;
 const utf8 = new TextEncoder();
-const fromUtf8 = new TextDecoder();
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /** Normalises an engine's block hash (a signed or unsigned 64-bit integer) to a u64. */
 export function toBlockHash(h: bigint | number): BlockHash {
@@ -198,13 +227,15 @@ class Reader {
   view: DataView;
   buf: Uint8Array;
   pos = 0;
+  /** The worker id, once read (for error messages). */
+  worker: string | undefined;
   constructor(buf: Uint8Array) {
     this.buf = buf;
     this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
   }
   need(n: number) {
     if (this.pos + n > this.buf.length) {
-      throw new InvalidArgumentError(`truncated KV message (${this.buf.length} bytes)`);
+      throw new KvMessageError(`truncated (${this.buf.length} bytes)`, this.worker);
     }
   }
   u8() {
@@ -235,23 +266,65 @@ class Reader {
     this.pos += 8;
     return v;
   }
-  str() {
+  str(what: string, max: number) {
     const n = this.u16();
+    if (n === 0 || n > max) {
+      throw new KvMessageError(`${what} must be 1 to ${max} bytes, got ${n}`, this.worker);
+    }
     this.need(n);
-    const s = fromUtf8.decode(this.buf.subarray(this.pos, this.pos + n));
+    let s: string;
+    try {
+      s = strictUtf8.decode(this.buf.subarray(this.pos, this.pos + n));
+    } catch {
+      throw new KvMessageError(`${what} is not UTF-8`, this.worker);
+    }
     this.pos += n;
     return s;
   }
+  /** An event id: a non-negative safe integer (never NaN, infinite or fractional). */
+  eventId(what: string) {
+    const v = this.f64();
+    if (!Number.isSafeInteger(v) || v < 0) {
+      throw new KvMessageError(`${what} must be a whole number >= 0, got ${v}`, this.worker);
+    }
+    return v;
+  }
+  /** A count, refused above `max` and above what the remaining bytes can hold. */
+  count(what: string, max: number, bytesEach: number) {
+    const n = this.u32();
+    if (n > max) throw new KvMessageError(`${what} is ${n}, more than ${max}`, this.worker);
+    this.need(bytesEach * n);
+    return n;
+  }
+  end() {
+    if (this.pos !== this.buf.length) {
+      throw new KvMessageError(
+        `${this.buf.length - this.pos} bytes after the end of the message`,
+        this.worker,
+      );
+    }
+  }
 }
 
-function workerBytes(workerId: string): Uint8Array {
-  const b = utf8.encode(workerId);
-  if (b.length > 0xffff) throw new InvalidArgumentError("worker id is over 65535 bytes");
+/** UTF-8 of a worker id or nonce, refused where the decoder would refuse it. */
+function boundedBytes(what: string, s: string, max: number): Uint8Array {
+  const b = utf8.encode(s);
+  if (b.length === 0 || b.length > max) {
+    throw new InvalidArgumentError(`${what} must be 1 to ${max} bytes, got ${b.length}`);
+  }
   return b;
 }
 
+const workerBytes = (id: string) => boundedBytes("worker id", id, MAX_WORKER_ID_BYTES);
+
+function checkCount(what: string, n: number): void {
+  if (n > MAX_BLOCKS_PER_MESSAGE) {
+    throw new InvalidArgumentError(`${what} is ${n}, more than ${MAX_BLOCKS_PER_MESSAGE}`);
+  }
+}
+
 /**
- * Encodes a KV event for the event plane.
+ * Encodes a KV event for the event plane (within the bounds the decoder checks).
  * @throws {InvalidArgumentError} a malformed event
  */
 export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
@@ -270,6 +343,7 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
     w.f64(event_id);
   } else if ("stored" in data) {
     const { parent_hash, blocks } = data.stored;
+    checkCount("stored block count", blocks.length);
     w = new Writer(head + 1 + 8 + 4 + 16 * blocks.length);
     w.u8(TAG_EVENT);
     w.u8(1);
@@ -284,6 +358,7 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
     }
   } else if ("removed" in data) {
     const hashes = data.removed.block_hashes;
+    checkCount("removed block count", hashes.length);
     w = new Writer(head + 4 + 8 * hashes.length);
     w.u8(TAG_EVENT);
     w.u8(2);
@@ -303,37 +378,48 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
  */
 export function decodeRouterEvent(bytes: Uint8Array): RouterEvent {
   const r = new Reader(bytes);
-  if (r.u8() !== TAG_EVENT) throw new InvalidArgumentError("not a KV event");
+  if (r.u8() !== TAG_EVENT) throw new KvMessageError("not a KV event");
   const kind = r.u8();
-  const worker_id = r.str();
-  const event_id = r.f64();
+  const worker_id = r.worker = r.str("worker id", MAX_WORKER_ID_BYTES);
+  const event_id = r.eventId("event_id");
   let data: KvCacheEventData;
   if (kind === 1) {
     const has = r.u8();
+    if (has > 1) throw new KvMessageError(`bad parent flag ${has}`, worker_id);
     const parent = r.u64();
-    const n = r.u32();
-    r.need(16 * n);
+    const n = r.count("stored block count", MAX_BLOCKS_PER_MESSAGE, 16);
     const blocks: KvCacheStoredBlock[] = new Array(n);
     for (let i = 0; i < n; i++) blocks[i] = { block_hash: r.u64(), tokens_hash: r.u64() };
     data = { stored: { parent_hash: has ? parent : null, blocks } };
   } else if (kind === 2) {
-    const n = r.u32();
-    r.need(8 * n);
+    const n = r.count("removed block count", MAX_BLOCKS_PER_MESSAGE, 8);
     const block_hashes: BlockHash[] = new Array(n);
     for (let i = 0; i < n; i++) block_hashes[i] = r.u64();
     data = { removed: { block_hashes } };
   } else if (kind === 3) {
     data = "cleared";
   } else {
-    throw new InvalidArgumentError(`unknown KV event kind ${kind}`);
+    throw new KvMessageError(`unknown KV event kind ${kind}`, worker_id);
   }
+  r.end();
   return { worker_id, event: { event_id, data } };
 }
 
 /** Encodes one chunk of a state dump. */
 export function encodeKvStateChunk(c: KvStateChunk): Uint8Array {
   const id = workerBytes(c.worker_id);
-  const nonce = workerBytes(c.nonce);
+  const nonce = boundedBytes("nonce", c.nonce, MAX_NONCE_BYTES);
+  checkCount("entry count", c.entries.length);
+  if (!Number.isSafeInteger(c.last_event_id) || c.last_event_id < 0) {
+    throw new InvalidArgumentError(
+      `last_event_id must be a whole number >= 0, got ${c.last_event_id}`,
+    );
+  }
+  if (!Number.isInteger(c.index) || c.index < 0 || c.index > MAX_CHUNK_INDEX) {
+    throw new InvalidArgumentError(
+      `chunk index must be in [0, ${MAX_CHUNK_INDEX}], got ${c.index}`,
+    );
+  }
   const w = new Writer(2 + 2 + id.length + 2 + nonce.length + 8 + 4 + 4 + 25 * c.entries.length);
   w.u8(TAG_STATE);
   w.u8(c.last ? 1 : 0);
@@ -357,20 +443,54 @@ export function encodeKvStateChunk(c: KvStateChunk): Uint8Array {
  */
 export function decodeKvStateChunk(bytes: Uint8Array): KvStateChunk {
   const r = new Reader(bytes);
-  if (r.u8() !== TAG_STATE) throw new InvalidArgumentError("not a KV state chunk");
-  const last = (r.u8() & 1) === 1;
-  const worker_id = r.str();
-  const nonce = r.str();
-  const last_event_id = r.f64();
+  if (r.u8() !== TAG_STATE) throw new KvMessageError("not a KV state chunk");
+  const flags = r.u8();
+  const worker_id = r.worker = r.str("worker id", MAX_WORKER_ID_BYTES);
+  if (flags > 1) throw new KvMessageError(`bad chunk flags ${flags}`, worker_id);
+  const last = flags === 1;
+  const nonce = r.str("nonce", MAX_NONCE_BYTES);
+  const last_event_id = r.eventId("last_event_id");
   const index = r.u32();
-  const n = r.u32();
-  r.need(25 * n);
+  if (index > MAX_CHUNK_INDEX) {
+    throw new KvMessageError(`chunk index ${index} is over ${MAX_CHUNK_INDEX}`, worker_id);
+  }
+  const n = r.count("entry count", MAX_BLOCKS_PER_MESSAGE, 25);
   const entries: KvStateEntry[] = new Array(n);
   for (let i = 0; i < n; i++) {
     const block_hash = r.u64();
     const has = r.u8();
+    if (has > 1) throw new KvMessageError(`entry ${i}: bad parent flag ${has}`, worker_id);
     const parent = r.u64();
     entries[i] = { block_hash, parent_hash: has ? parent : null, tokens_hash: r.u64() };
   }
+  r.end();
   return { worker_id, nonce, last_event_id, index, last, entries };
+}
+
+/**
+ * Checks a resync request that came off the network: a worker id (or `"*"`), a reply
+ * subject under `kv_state.`, and a nonce a state chunk can carry.
+ *
+ * @param value the parsed JSON
+ * @returns the request, typed
+ * @throws {KvMessageError} it is not a valid resync request
+ */
+export function parseResyncRequest(value: unknown): KvResyncRequest {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new KvMessageError("a resync request must be an object");
+  }
+  const { worker_id, reply, nonce } = value as Record<string, unknown>;
+  if (typeof worker_id !== "string" || worker_id === "" || worker_id.length > MAX_WORKER_ID_BYTES) {
+    throw new KvMessageError("a resync request needs a worker_id (1 to 1024 characters)");
+  }
+  if (
+    typeof reply !== "string" || !reply.startsWith(`${KV_STATE}.`) || reply.length > 256 ||
+    !/^[^\s*>]+$/.test(reply)
+  ) {
+    throw new KvMessageError(`a resync request needs a reply subject ${KV_STATE}.<name>`);
+  }
+  if (typeof nonce !== "string" || nonce === "" || utf8.encode(nonce).length > MAX_NONCE_BYTES) {
+    throw new KvMessageError(`a resync request needs a nonce of 1 to ${MAX_NONCE_BYTES} bytes`);
+  }
+  return { worker_id, reply, nonce };
 }

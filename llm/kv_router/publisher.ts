@@ -20,6 +20,7 @@ import {
   type KvCacheEventData,
   type KvResyncRequest,
   type KvStateEntry,
+  parseResyncRequest,
   toBlockHash,
 } from "./protocols.ts";
 
@@ -234,10 +235,9 @@ export class KvEventPublisher {
     for await (const msg of this.#resync) {
       let req: KvResyncRequest;
       try {
-        req = JSON.parse(new TextDecoder().decode(msg.payload));
-        if (typeof req.reply !== "string" || typeof req.nonce !== "string") throw new Error();
-      } catch {
-        this.#log.warn("ignoring a malformed resync request");
+        req = parseResyncRequest(JSON.parse(new TextDecoder().decode(msg.payload)));
+      } catch (err) {
+        this.#log.warn("ignoring a malformed resync request", { error: String(err) });
         continue;
       }
       if (req.worker_id !== this.workerId && req.worker_id !== "*") continue;

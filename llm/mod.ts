@@ -177,6 +177,7 @@ export {
   type KvCacheEvent,
   type KvCacheEventData,
   type KvCacheStoredBlock,
+  KvMessageError,
   type OverlapScores,
   type RouterEvent,
 } from "./kv_router/protocols.ts";

@@ -158,6 +158,10 @@ export class KvMessageError extends InvalidArgumentError {
   readonly workerId: string | undefined;
   /** What was wrong with it. */
   readonly reason: string;
+  /**
+   * @param reason what was wrong with the message
+   * @param workerId the worker it named, when it was readable that far
+   */
   constructor(reason: string, workerId?: string) {
     super(
       workerId === undefined

@@ -159,6 +159,8 @@ export class KvMessageError extends InvalidArgumentError {
   /** What was wrong with it. */
   readonly reason: string;
   /**
+   * A refused message.
+   *
    * @param reason what was wrong with the message
    * @param workerId the worker it named, when it was readable that far
    */

@@ -7,7 +7,7 @@
 
 import { connect as natsConnect } from "nats";
 import { DistributedRuntime } from "../mod.ts";
-import { serveRequest } from "../runtime/stream.ts";
+import { serveRequest } from "../runtime/serve_request.ts";
 import {
   type ConnectionInfo,
   decodeRequest,

@@ -17,7 +17,7 @@ import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
 import { componentKey, instanceKey } from "./keys.ts";
 import { type InstanceRecord, instanceSubject, validateName } from "./names.ts";
-import { type Handler, serveRequest } from "./stream.ts";
+import { type Handler, serveRequest } from "./serve_request.ts";
 import {
   decodeRequest,
   type RequestHeader,

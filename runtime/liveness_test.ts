@@ -6,7 +6,8 @@
 import assert from "node:assert/strict";
 import { Context } from "./context.ts";
 import { StreamStalledError } from "./errors.ts";
-import { openStream, serveRequest } from "./stream.ts";
+import { serveRequest } from "./serve_request.ts";
+import { openStream } from "./stream.ts";
 import {
   type ConnectionInfo,
   type Frame,

@@ -21,7 +21,8 @@ export {
   type RouteTrace,
   type RouteTraceEvent,
 } from "./route_trace.ts";
-export type { Handler, ResponseStream } from "./stream.ts";
+export type { Handler } from "./serve_request.ts";
+export type { ResponseStream } from "./stream.ts";
 export * from "./errors.ts";
 export {
   createLogger,

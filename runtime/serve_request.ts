@@ -1,0 +1,191 @@
+// The worker's end of a response stream: runs a handler for one request, streams its items
+// as frames (a heartbeat while it is silent), and maps the caller's stop/kill frames and a
+// vanished caller onto the request's context.
+
+import { Context } from "./context.ts";
+import {
+  type BeatingStream,
+  beatStream,
+  DEFAULT_HEARTBEAT_MS,
+  livenessClock,
+  livenessTicks,
+  stopBeating,
+} from "./liveness.ts";
+import type { Logger } from "./logger.ts";
+import {
+  EMPTY,
+  encoder,
+  HEARTBEAT,
+  PROLOGUE_OK_VALUE,
+  SENTINEL,
+  wireError,
+} from "./_stream_wire.ts";
+import {
+  type Frame,
+  type FrameConn,
+  FrameType,
+  jsonFrame,
+  parseFrame,
+  type RequestHeader,
+} from "./transport/mod.ts";
+
+/**
+ * A request handler: takes the request (and optionally its context) and yields items.
+ * Handlers that take no context are called the same way; the extra argument is ignored.
+ */
+export type Handler<Req = unknown, Resp = unknown> = (
+  request: Req,
+  context: Context,
+) => AsyncIterable<Resp> | Iterable<Resp> | Promise<AsyncIterable<Resp> | Iterable<Resp>>;
+
+/** Options of {@linkcode serveRequest}. */
+export interface ServeRequestOptions {
+  logger?: Logger;
+  /** Called with the request's context as soon as it exists (for shutdown tracking). */
+  onContext?: (ctx: Context) => void;
+  /**
+   * A stream that sent nothing for this long sends a heartbeat, so that its caller can tell a
+   * slow handler from a hung worker (ms, default 1000).
+   */
+  heartbeatMs?: number;
+}
+
+/**
+ * Worker side of one request: runs `handler`, streams its items over `conn`, and maps
+ * control frames and a vanished caller onto the request's context.
+ */
+export async function serveRequest(
+  conn: FrameConn,
+  header: RequestHeader,
+  body: unknown,
+  handler: Handler,
+  options: ServeRequestOptions = {},
+): Promise<void> {
+  const ctx = new Context(header.id);
+  options.onContext?.(ctx);
+  const state = { complete: false };
+  void readControls(conn, ctx, state);
+  // In process the caller is never hung apart from us: no heartbeats there.
+  const beat: BeatingStream | undefined = conn.carriesValues ? undefined : {
+    lastSent: 0,
+    beatTicks: livenessTicks(options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS),
+    beat: () => {
+      if (!conn.closed) void conn.send(HEARTBEAT);
+    },
+  };
+  if (beat) beatStream(beat);
+  try {
+    await serveItems(conn, ctx, state, handler, body, header, options, beat);
+  } finally {
+    if (beat) stopBeating(beat);
+  }
+}
+
+async function serveItems(
+  conn: FrameConn,
+  ctx: Context,
+  state: { complete: boolean },
+  handler: Handler,
+  body: unknown,
+  header: RequestHeader,
+  options: ServeRequestOptions,
+  beat: BeatingStream | undefined,
+): Promise<void> {
+  let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined;
+  let step: IteratorResult<unknown>;
+  try {
+    const produced = await handler(body, ctx);
+    iterator = isAsyncIterable(produced)
+      ? produced[Symbol.asyncIterator]()
+      : produced[Symbol.iterator]();
+    step = await iterator.next();
+  } catch (err) {
+    state.complete = true;
+    if (beat) stopBeating(beat);
+    await sendFinal(conn, jsonFrame(FrameType.Prologue, { error: wireError(err) }));
+    return;
+  }
+  try {
+    const byValue = conn.carriesValues === true;
+    const p = conn.send(byValue ? PROLOGUE_OK_VALUE : jsonFrame(FrameType.Prologue, {}));
+    if (p) await p;
+    while (!step.done) {
+      if (ctx.isKilled()) break;
+      if (conn.closed) {
+        ctx.kill(); // the caller hung up (checked here: a throw per abandoned stream is costly)
+        break;
+      }
+      const sent = conn.send(
+        byValue
+          ? { type: FrameType.Data, payload: EMPTY, value: step.value ?? null }
+          : { type: FrameType.Data, payload: encoder.encode(JSON.stringify(step.value ?? null)) },
+      );
+      if (beat) beat.lastSent = livenessClock.tick;
+      if (sent) await sent;
+      step = await iterator.next();
+    }
+    if (step.done && !ctx.isKilled()) {
+      state.complete = true;
+      if (beat) stopBeating(beat);
+      await sendFinal(conn, SENTINEL);
+    }
+  } catch (err) {
+    if (conn.closed) {
+      ctx.kill(); // the caller hung up
+    } else {
+      options.logger?.debug("handler failed mid-stream", {
+        request: header.id,
+        error: String(err),
+      });
+      state.complete = true;
+      if (beat) stopBeating(beat);
+      await sendFinal(conn, jsonFrame(FrameType.Error, wireError(err)));
+      step = { done: true, value: undefined };
+    }
+  } finally {
+    if (!step!.done) {
+      try {
+        await iterator.return?.();
+      } catch {
+        // the handler's cleanup failed; the stream is over either way
+      }
+    }
+    conn.close();
+  }
+}
+
+async function sendFinal(conn: FrameConn, frame: Frame): Promise<void> {
+  try {
+    await conn.send(frame);
+    await conn.end();
+  } catch {
+    conn.close();
+  }
+}
+
+async function readControls(
+  conn: FrameConn,
+  ctx: Context,
+  state: { complete: boolean },
+): Promise<void> {
+  try {
+    for (;;) {
+      const frame = await conn.receive();
+      if (frame === null) {
+        // The caller is gone before the end: nobody reads what we would produce.
+        if (!state.complete) ctx.kill();
+        return;
+      }
+      if (frame.type !== FrameType.Control) continue;
+      const what = parseFrame(frame);
+      if (what === "kill") ctx.kill();
+      else ctx.stopGenerating();
+    }
+  } catch {
+    if (!state.complete) ctx.kill();
+  }
+}
+
+function isAsyncIterable(x: unknown): x is AsyncIterable<unknown> {
+  return typeof x === "object" && x !== null && Symbol.asyncIterator in x;
+}

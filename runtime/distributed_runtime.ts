@@ -4,116 +4,37 @@
 import type { Client } from "./client.ts";
 import { Namespace, type RuntimeInternals } from "./component.ts";
 import type { Discovery, Lease } from "./discovery/types.ts";
-import { MemoryDiscovery, MemoryStore } from "./discovery/memory.ts";
-import { EtcdDiscovery } from "./discovery/etcd.ts";
 import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
 import type { RequestPlane } from "./transport/types.ts";
-import { LocalRequestBus, LocalRequestPlane } from "./transport/local.ts";
 import { NatsRequestPlane } from "./transport/nats.ts";
 import type { ObjectStore } from "./objects/types.ts";
-import { MemoryObjectStore } from "./objects/memory.ts";
 import { NatsObjectStore } from "./objects/nats.ts";
 import type { EventPlane } from "./events/types.ts";
-import { LocalEventBus, LocalEventPlane } from "./events/memory.ts";
+import { LocalEventPlane } from "./events/memory.ts";
 import { NatsEventPlane } from "./events/nats.ts";
-import { HubConnection } from "./hub/connection.ts";
-import { HubDiscovery } from "./hub/discovery.ts";
 import { HubObjectStore } from "./hub/objects.ts";
-import { HubRequestPlane } from "./hub/request_plane.ts";
 import { HubEventPlane } from "./hub/events.ts";
+import {
+  connectHub,
+  hubEventPlane,
+  makeDiscovery,
+  makePlane,
+  tlsFromEnv,
+} from "./_connect_backends.ts";
+import {
+  type DistributedRuntimeOptions,
+  EmbeddedCluster,
+  type FromEnvOptions,
+} from "./runtime_options.ts";
 
-/** In-process state shared by runtimes of the embedded default (one per "cluster"). */
-export class EmbeddedCluster {
-  /** The keys and leases every runtime of the cluster sees. */
-  readonly store: MemoryStore = new MemoryStore();
-  /** Where requests between the cluster's runtimes go. */
-  readonly requests: LocalRequestBus = new LocalRequestBus();
-  /** The blobs (model files) of the cluster. */
-  readonly objects: MemoryObjectStore = new MemoryObjectStore();
-  /** Publish/subscribe between the cluster's runtimes. */
-  readonly events: LocalEventBus = new LocalEventBus();
-
-  /** @deprecated Use {@linkcode EmbeddedCluster.requests} ("hub" names only `runtime/hub/`). */
-  get hub(): LocalRequestBus {
-    return this.requests;
-  }
-}
-
-/** PEM files for a TLS client: the CA to trust, and an optional client key pair. */
-export interface TlsFiles {
-  /** CA certificate(s) to trust instead of the system roots. */
-  caFile?: string;
-  /** Client certificate, for servers that verify clients (with `keyFile`). */
-  certFile?: string;
-  /** Client private key (with `certFile`). */
-  keyFile?: string;
-  /**
-   * Name to verify the server's certificate against (and send as SNI) instead of the
-   * endpoint's host: needed for etcd endpoints given as IP addresses. etcd only.
-   */
-  serverName?: string;
-}
-
-/** Options of {@linkcode DistributedRuntime.connect}. */
-export interface DistributedRuntimeOptions {
-  /** "etcd", "memory" (default), "hub" (a `dynamo hub` server), or a Discovery of your own. */
-  discovery?: "etcd" | "memory" | "hub" | Discovery;
-  /** "nats", "local" (default), "hub" (a `dynamo hub` server), or a RequestPlane of your own. */
-  requestPlane?: "nats" | "local" | "hub" | RequestPlane;
-  /** Address (`host:port`) of the hub, for the "hub" backends. */
-  hubAddress?: string;
-  /** The hub's shared token, when it has one. */
-  hubToken?: string;
-  /** etcd endpoints (default ["http://127.0.0.1:2379"]). */
-  etcdEndpoints?: string | string[];
-  /** etcd password authentication. */
-  etcdAuth?: { username: string; password: string };
-  /** etcd over TLS (`https://` endpoints): PEM files read at connect. */
-  etcdTls?: TlsFiles;
-  /** NATS server(s) (default "nats://127.0.0.1:4222"). */
-  natsServer?: string | string[];
-  /** NATS credentials. */
-  natsAuth?: { user?: string; pass?: string; token?: string };
-  /** NATS over TLS: PEM files read at connect; setting it makes TLS required. */
-  natsTls?: TlsFiles;
-  /** An EventPlane of your own (default: NATS with the "nats" plane, else in-process). */
-  events?: EventPlane;
-  /** Lease TTL in seconds (default 10). */
-  leaseTtlSeconds?: number;
-  /** Host the response-stream listener binds and advertises (default "127.0.0.1"). */
-  tcpHost?: string;
-  /** Shared in-process state for memory/local backends (default: a new one). */
-  embedded?: EmbeddedCluster;
-  /** Deadline for a worker to acknowledge and call back, in ms (default 5000). */
-  connectTimeoutMs?: number;
-  /**
-   * How long a caller waits for a response stream's next frame (an item or a heartbeat)
-   * before it gives the worker up as hung, in ms (default 10 000; `DYN_STREAM_IDLE_TIMEOUT_MS`).
-   */
-  streamIdleTimeoutMs?: number;
-  /**
-   * How often this runtime's endpoints send a heartbeat on a silent response stream, in ms
-   * (default 1000; `DYN_HEARTBEAT_MS`). Keep it well under the callers' idle deadline.
-   */
-  heartbeatMs?: number;
-  /** Where the runtime logs (default: silent). */
-  logger?: Logger;
-  /**
-   * Told of every routing decision of this runtime's clients and of every instance they
-   * drop or skip (default: none, and no cost). `DYN_ROUTE_TRACE=1` with `fromEnv`:
-   * {@linkcode jsonLinesRouteTrace} on standard error.
-   */
-  routeTrace?: RouteTrace;
-}
-
-/** Options of {@linkcode DistributedRuntime.fromEnv}. */
-export interface FromEnvOptions
-  extends Omit<DistributedRuntimeOptions, "discovery" | "requestPlane"> {
-  /** Environment to read (default `Deno.env.toObject()`). */
-  env?: Record<string, string | undefined>;
-}
+export {
+  type DistributedRuntimeOptions,
+  EmbeddedCluster,
+  type FromEnvOptions,
+  type TlsFiles,
+} from "./runtime_options.ts";
 
 /**
  * The distributed runtime of one process.
@@ -422,142 +343,4 @@ export class DistributedRuntime {
       this.logger.warn("discovery close failed", { error: String(err) })
     );
   }
-}
-
-/** `<PREFIX>_TLS_CA`, `_CERT`, `_KEY` as TlsFiles, or undefined when none is set. */
-function tlsFromEnv(env: Record<string, string | undefined>, prefix: string): TlsFiles | undefined {
-  const files: TlsFiles = {};
-  if (env[`${prefix}_TLS_CA`]) files.caFile = env[`${prefix}_TLS_CA`];
-  if (env[`${prefix}_TLS_CERT`]) files.certFile = env[`${prefix}_TLS_CERT`];
-  if (env[`${prefix}_TLS_KEY`]) files.keyFile = env[`${prefix}_TLS_KEY`];
-  if (prefix === "ETCD" && env.ETCD_TLS_SERVER_NAME) files.serverName = env.ETCD_TLS_SERVER_NAME;
-  return Object.keys(files).length > 0 ? files : undefined;
-}
-
-/** Reads the PEM files of `tls`; a missing or unreadable file names the option and path. */
-async function readTls(
-  tls: TlsFiles,
-  what: string,
-): Promise<{ ca?: Uint8Array; cert?: Uint8Array; key?: Uint8Array }> {
-  if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {
-    throw new InvalidArgumentError(
-      `${what} TLS needs both a client certificate and its key, got only the ${
-        tls.certFile === undefined ? "key" : "certificate"
-      }`,
-    );
-  }
-  const read = async (path: string | undefined, role: string) => {
-    if (path === undefined) return undefined;
-    try {
-      return await Deno.readFile(path);
-    } catch (err) {
-      throw new InvalidArgumentError(
-        `cannot read the ${what} TLS ${role} file "${path}": ${(err as Error).message}`,
-      );
-    }
-  };
-  const [ca, cert, key] = await Promise.all([
-    read(tls.caFile, "CA"),
-    read(tls.certFile, "certificate"),
-    read(tls.keyFile, "key"),
-  ]);
-  return { ca, cert, key };
-}
-
-/** Connects to the hub when a "hub" backend is asked for. */
-async function connectHub(options: DistributedRuntimeOptions): Promise<HubConnection | undefined> {
-  if (options.discovery !== "hub" && options.requestPlane !== "hub") return undefined;
-  if (!options.hubAddress) {
-    throw new InvalidArgumentError(
-      'the "hub" backends need hubAddress (host:port of `dynamo hub`; DYN_HUB in the environment)',
-    );
-  }
-  return await HubConnection.connect(options.hubAddress, {
-    token: options.hubToken,
-    timeoutMs: options.connectTimeoutMs,
-    logger: options.logger,
-  });
-}
-
-async function makeDiscovery(
-  options: DistributedRuntimeOptions,
-  embedded: EmbeddedCluster,
-  hub: HubConnection | undefined,
-): Promise<Discovery> {
-  const d = options.discovery ?? "memory";
-  if (typeof d === "object") return d;
-  if (d === "memory") return new MemoryDiscovery(embedded.store);
-  if (d === "hub" && hub) return new HubDiscovery(hub);
-  if (d === "etcd") {
-    const endpoints = options.etcdEndpoints ?? ["http://127.0.0.1:2379"];
-    const tls = options.etcdTls ? await readTls(options.etcdTls, "etcd") : undefined;
-    return new EtcdDiscovery({
-      endpoints: (Array.isArray(endpoints) ? endpoints : [endpoints]).map((
-        e,
-      ) => (/^https?:\/\//.test(e) ? e : `${tls ? "https" : "http"}://${e}`)),
-      auth: options.etcdAuth,
-      tls: tls && {
-        rootCertificate: tls.ca,
-        privateKey: tls.key,
-        certChain: tls.cert,
-        serverName: options.etcdTls?.serverName,
-      },
-      callTimeoutMs: options.connectTimeoutMs,
-    });
-  }
-  throw new InvalidArgumentError(
-    `discovery must be "etcd", "memory" or "hub", got ${JSON.stringify(d)}`,
-  );
-}
-
-async function makePlane(
-  options: DistributedRuntimeOptions,
-  embedded: EmbeddedCluster,
-  hub: HubConnection | undefined,
-): Promise<RequestPlane> {
-  const p = options.requestPlane ?? "local";
-  if (typeof p === "object") return p;
-  if (p === "local") return new LocalRequestPlane(embedded.requests);
-  if (p === "hub" && hub) {
-    return new HubRequestPlane(hub, { tcp: { hostname: options.tcpHost ?? "127.0.0.1" } });
-  }
-  if (p === "nats") {
-    const tls = options.natsTls ? await readTls(options.natsTls, "NATS") : undefined;
-    return await NatsRequestPlane.connect({
-      servers: options.natsServer ?? "nats://127.0.0.1:4222",
-      ...options.natsAuth,
-      ...(tls && { tls: pemStrings(tls) }),
-      tcp: { hostname: options.tcpHost ?? "127.0.0.1" },
-    });
-  }
-  throw new InvalidArgumentError(
-    `requestPlane must be "nats", "local" or "hub", got ${JSON.stringify(p)}`,
-  );
-}
-
-/** nats.js's TLS options take PEM text. */
-function pemStrings(t: { ca?: Uint8Array; cert?: Uint8Array; key?: Uint8Array }) {
-  const d = new TextDecoder();
-  const out: { ca?: string; cert?: string; key?: string } = {};
-  if (t.ca) out.ca = d.decode(t.ca);
-  if (t.cert) out.cert = d.decode(t.cert);
-  if (t.key) out.key = d.decode(t.key);
-  return out;
-}
-
-/** The hub's event plane as an EventPlane (its unsubscribe() returns nothing). */
-function hubEventPlane(p: HubEventPlane): EventPlane {
-  return {
-    kind: p.kind,
-    publish: (subject, payload) => p.publish(subject, payload),
-    subscribe(subject, options) {
-      const sub = p.subscribe(subject, options);
-      return {
-        ready: sub.ready,
-        unsubscribe: () => Promise.resolve(sub.unsubscribe()),
-        [Symbol.asyncIterator]: () => sub[Symbol.asyncIterator](),
-      };
-    },
-    close: () => p.close(),
-  };
 }

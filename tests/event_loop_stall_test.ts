@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { startDynamoRun } from "./_helpers/dynamo_run.ts";
+import { probeLive } from "./_helpers/live_probe.ts";
 
 Deno.test("a prompt near the whole context and its echo never stall /live", async () => {
   const run = await startDynamoRun();
@@ -27,23 +28,13 @@ Deno.test("a prompt near the whole context and its echo never stall /live", asyn
       return text;
     };
     await ask("warm up", false); // the tokenizer and template are loaded before we measure
-    let worst = 0;
-    let probing = true;
-    const probes = (async () => {
-      while (probing) {
-        const t = performance.now();
-        await (await fetch(`${base}/live`)).text();
-        worst = Math.max(worst, performance.now() - t);
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    })();
+    const probe = probeLive(base);
     // A prompt of ~38.9k tokens (the context is 40,960), answered whole ...
     const whole = JSON.parse(await ask(words(10_000), false));
     assert.ok(whole.usage.prompt_tokens > 38_000, JSON.stringify(whole.usage));
     // ... and ~19.5k tokens in, ~19.5k tokens streamed back one event at a time.
     const streamed = await ask(words(5_000), true);
-    probing = false;
-    await probes;
+    const worst = await probe.stop();
     assert.ok(streamed.endsWith("data: [DONE]\n\n"));
     assert.ok(streamed.split("\n\n").length > 19_000, "one event per token");
     console.log(`worst /live delay while the large requests ran: ${worst.toFixed(1)} ms`);

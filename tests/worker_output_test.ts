@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { builtinTestModel } from "../mod.ts";
 import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
+import { probeLive } from "./_helpers/live_probe.ts";
 import { spawnDeno } from "./_helpers/process.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 import { MALFORMED } from "./_helpers/malformed_outputs.ts";
@@ -45,23 +46,13 @@ Deno.test({
       const good = (await ask(0, false)).text;
 
       // Probe the frontend's responsiveness every 10 ms while the bad requests run.
-      let worst = 0;
-      let probing = true;
-      const probes = (async () => {
-        while (probing) {
-          const t = performance.now();
-          await (await fetch(`${base}/live`)).text();
-          worst = Math.max(worst, performance.now() - t);
-          await new Promise((r) => setTimeout(r, 10));
-        }
-      })();
+      const probe = probeLive(base, 10);
       const kinds = Object.keys(MALFORMED).map(Number);
       const results = await Promise.all([
         ...kinds.flatMap((seed) => [ask(seed, false), ask(seed, true)]),
         ...Array.from({ length: 10 }, () => ask(0, false)),
       ]);
-      probing = false;
-      await probes;
+      const worst = await probe.stop();
 
       for (const [i, seed] of kinds.entries()) {
         const unary = results[2 * i]!;

@@ -94,15 +94,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
         return await generate("completion", request);
       case "/v1/models":
         only("GET");
-        return jsonResponse({
-          object: "list",
-          data: models.list().map((m) => ({
-            id: m.name,
-            object: "model",
-            created: m.created,
-            owned_by: "dynamo",
-          })),
-        });
+        return jsonResponse({ object: "list", data: models.list().map(modelObject) });
       case "/health":
         if (!models.synced) {
           return jsonResponse({ status: "unhealthy", message: "discovery not synced yet" }, 503);
@@ -126,6 +118,14 @@ export function createFrontend(options: FrontendOptions): Frontend {
           headers: { "content-type": metrics.registry.contentType },
         });
       default:
+        if (path.startsWith("/v1/models/")) {
+          only("GET");
+          // Model ids may hold slashes ("org/name"): the rest of the path is the id.
+          const id = decodeURIComponent(path.slice("/v1/models/".length));
+          const model = models.get(id);
+          if (!model) throw RequestError.modelNotFound(id);
+          return jsonResponse(modelObject(model));
+        }
         throw new RequestError(404, `no route for ${method} ${path}`, { code: "not_found" });
     }
   }
@@ -134,14 +134,18 @@ export function createFrontend(options: FrontendOptions): Frontend {
     const req = await parseRequest(request, kind, maxBody);
     const model = resolveModel(models, req.model);
     const admission = admit(metrics, model.name, kind, req.stream === true);
+    // Internal ids stay unique (routing books load by them); a client's own id is echoed.
     const ctx = new Context(crypto.randomUUID());
+    const echoId = clientRequestId(request) ?? ctx.id;
     try {
       const pipeline = await pipelines.get(model);
       const run = await pipeline.start(kind, req, ctx, admission);
-      if (req.stream) return sseResponse(run.sse(), ctx, request, admission);
+      if (req.stream) {
+        return withRequestId(sseResponse(run.sse(), ctx, request, admission), echoId);
+      }
       const response = await run.collect();
       admission.finish("success");
-      return jsonResponse(response);
+      return jsonResponse(response, 200, { "x-request-id": echoId });
     } catch (err) {
       ctx.kill();
       admission.finish("error");
@@ -159,4 +163,26 @@ export function createFrontend(options: FrontendOptions): Frontend {
       }
     },
   };
+}
+
+/** A model as `/v1/models` lists it. */
+function modelObject(m: { name: string; created: number }) {
+  return { id: m.name, object: "model", created: m.created, owned_by: "dynamo" };
+}
+
+/** Request ids a client may choose: short, and safe in logs and headers. */
+const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * The client's `x-request-id` when it is a safe one, to send back on the response (a client
+ * matches answers to requests by it); without one, the response carries the server's id.
+ */
+function clientRequestId(request: Request): string | undefined {
+  const given = request.headers.get("x-request-id");
+  return given !== null && CLIENT_REQUEST_ID.test(given) ? given : undefined;
+}
+
+function withRequestId(response: Response, id: string): Response {
+  response.headers.set("x-request-id", id);
+  return response;
 }

@@ -284,3 +284,54 @@ Deno.test("a model whose workers all left a moment ago answers 503 with Retry-Af
     await front.shutdown();
   }
 });
+
+Deno.test("GET /v1/models/{id} describes one model (ids with slashes too); x-request-id is echoed", async () => {
+  const cluster = new EmbeddedCluster();
+  const front = await DistributedRuntime.connect({ embedded: cluster });
+  const models = new ModelManager(front);
+  const app = createFrontend({ models });
+  try {
+    await models.start();
+    const w = await worker(cluster, "org/m1");
+    await eventually(() => Promise.resolve(models.get("org/m1") !== undefined), "org/m1 is served");
+    const one = await app.fetch(new Request("http://x/v1/models/org/m1"));
+    assert.equal(one.status, 200);
+    const body = await one.json();
+    assert.equal(body.id, "org/m1");
+    assert.equal(body.object, "model");
+    const missing = await app.fetch(new Request("http://x/v1/models/nope"));
+    assert.equal(missing.status, 404);
+    assert.equal((await missing.json()).error.code, "model_not_found");
+    const post = await app.fetch(new Request("http://x/v1/models/org/m1", { method: "POST" }));
+    assert.equal(post.status, 405);
+    await post.body?.cancel();
+
+    const ask = (headers: Record<string, string>, stream: boolean) =>
+      app.fetch(
+        new Request("http://x/v1/completions", {
+          method: "POST",
+          headers,
+          body: JSON.stringify({ model: "org/m1", prompt: "hello", max_tokens: 1, stream }),
+        }),
+      );
+    for (const stream of [false, true]) {
+      const mine = await ask({ "x-request-id": "client-42.a:b" }, stream);
+      assert.equal(mine.headers.get("x-request-id"), "client-42.a:b");
+      await mine.text();
+      const bad = await ask({ "x-request-id": "not safe\u00e9" }, stream);
+      assert.match(
+        bad.headers.get("x-request-id") ?? "",
+        /^[0-9a-f-]{36}$/,
+        "replaced by the server's",
+      );
+      await bad.text();
+      const none = await ask({}, stream);
+      assert.match(none.headers.get("x-request-id") ?? "", /^[0-9a-f-]{36}$/);
+      await none.text();
+    }
+    await w.shutdown();
+  } finally {
+    await models.close();
+    await front.shutdown();
+  }
+});

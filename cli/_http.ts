@@ -13,6 +13,7 @@ import {
 import { guardFrontend, type GuardOptions } from "../llm/http/guard.ts";
 import type { Io } from "./_common.ts";
 import { backendsInfo } from "../runtime/backends.ts";
+import { withCors } from "../llm/http/cors.ts";
 
 /** Options of {@linkcode serveFrontend}. */
 export interface ServeFrontendOptions {
@@ -28,6 +29,8 @@ export interface ServeFrontendOptions {
   guard?: Omit<GuardOptions, "metrics">;
   /** Extra `/health` check: why the service is unhealthy, or undefined. */
   checkHealth?: () => Promise<string | undefined>;
+  /** Origins browsers may call the API from (CORS); none: no CORS headers. */
+  corsAllowOrigins?: readonly string[];
 }
 
 /** A running frontend. */
@@ -64,11 +67,16 @@ export async function serveFrontend(
   });
   const guard = guardFrontend(frontend.fetch, { ...options.guard, metrics: frontend.metrics });
   const listening = Promise.withResolvers<Deno.NetAddr>();
-  const server = Deno.serve({
-    port: options.port,
-    hostname: options.hostname,
-    onListen: (addr) => listening.resolve(addr as Deno.NetAddr),
-  }, guard.fetch);
+  const server = Deno.serve(
+    {
+      port: options.port,
+      hostname: options.hostname,
+      onListen: (addr) => listening.resolve(addr as Deno.NetAddr),
+    },
+    options.corsAllowOrigins?.length
+      ? withCors(guard.fetch, { allowOrigins: options.corsAllowOrigins })
+      : guard.fetch,
+  );
   const addr = await listening.promise;
   const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
   const url = `http://${host}:${addr.port}`;

@@ -40,6 +40,9 @@ Options:
                       longest wait in that queue (default 1000; env DYN_HTTP_QUEUE_TIMEOUT_MS)
   --api-key KEY       require \`Authorization: Bearer KEY\` on every route but /health, /live
                       and /metrics (prefer env DYN_HTTP_API_KEY: flags show in ps)
+  --cors-allow-origin LIST
+                      origins browsers may call the API from, comma-separated, or * (default:
+                      none, no CORS headers; env DYN_HTTP_CORS_ALLOW_ORIGIN)
   -h, --help          show this help`;
 
 /** The flags `frontend` and `run` share, for {@linkcode parseCommandArgs}. */
@@ -54,6 +57,7 @@ export const HTTP_FLAGS = {
   "max-queued": { type: "string" },
   "queue-timeout-ms": { type: "string" },
   "api-key": { type: "string" },
+  "cors-allow-origin": { type: "string" },
 } as const;
 
 /** The environment variables behind the admission flags (a flag wins over its variable). */
@@ -81,6 +85,7 @@ export function parseHttpFlags(
   routerMode: RouterMode;
   kvRouter: KvRouterSettings;
   guard: Omit<GuardOptions, "metrics">;
+  corsAllowOrigins: string[];
 } {
   const port = Number(values["http-port"] ?? 8000);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
@@ -118,12 +123,23 @@ export function parseHttpFlags(
     }
     kvRouter[key] = n;
   }
+  const cors = values["cors-allow-origin"] ?? env("DYN_HTTP_CORS_ALLOW_ORIGIN") ?? "";
+  const corsAllowOrigins = cors.split(",").map((s) => s.trim()).filter(Boolean);
+  for (const o of corsAllowOrigins) {
+    if (o !== "*" && !/^https?:\/\/[^/\s]+$/.test(o)) {
+      throw new UsageError(
+        `--cors-allow-origin takes * or origins like https://app.example, got ${JSON.stringify(o)}`,
+        command,
+      );
+    }
+  }
   return {
     port,
     hostname: values["http-host"] ?? defaults.host,
     routerMode,
     kvRouter,
     guard: parseGuardFlags(command, values, env),
+    corsAllowOrigins,
   };
 }
 

@@ -63,6 +63,8 @@ Options:
   --api-key KEY            require \`Authorization: Bearer KEY\` on every route but
                            /health, /live and /metrics (prefer env DYN_HTTP_API_KEY:
                            flags show in ps)
+  --cors-allow-origin LIST origins browsers may call the API from, comma-separated, or *
+                           (default: none; env DYN_HTTP_CORS_ALLOW_ORIGIN)
   --model-name NAME        name clients use (default: from MODEL)
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)

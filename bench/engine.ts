@@ -46,7 +46,9 @@ async function direct(streams: number): Promise<number> {
   const counts = await Promise.all(
     sequences.slice(0, streams).map(async (seq) => {
       let n = 0;
-      for await (const _ of seq.evaluate(promptIds as Token[], { temperature: 0 })) {
+      for await (
+        const _ of seq.evaluate(promptIds as Token[], { temperature: 0, yieldEogToken: true })
+      ) {
         if (++n >= TOKENS) break;
       }
       await seq.clearHistory();

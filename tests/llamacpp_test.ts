@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import type { Token } from "node-llama-cpp";
 import { LlamaCppEngine } from "../llm/engines/llamacpp/mod.ts";
+import { Context } from "../runtime/context.ts";
 import type { PreprocessedRequest } from "../llm/protocols.ts";
 import { startDynamoRun } from "./_helpers/dynamo_run.ts";
 import { smolLm2 } from "./_helpers/smollm2.ts";
@@ -110,6 +111,28 @@ Deno.test({
         },
       );
 
+      await t.step(
+        "the model's eos ends the text: finish_reason stop, counted in usage",
+        async () => {
+          const prompt = "Tell me a joke about a dog.";
+          const expected = await libraryGreedy(
+            engine,
+            [...engine.model.tokenize(prompt, false)],
+            16,
+          );
+          assert.equal(expected.at(-1), eos, "greedy output of this prompt should end with eos");
+          const res = await client.completions.create({
+            model: MODEL,
+            prompt,
+            max_tokens: 16,
+            temperature: 0,
+          });
+          assert.equal(res.choices[0]?.text, text(expected));
+          assert.equal(res.choices[0]?.finish_reason, "stop");
+          assert.equal(res.usage?.completion_tokens, expected.length);
+        },
+      );
+
       await t.step("a stop string ends the text before it", async () => {
         const prompt = "The capital of France is";
         const promptIds = [...engine.model.tokenize(prompt, false)];
@@ -198,6 +221,98 @@ Deno.test({
       }
     } finally {
       await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name: `LlamaCppEngine: seeded sampling repeats, requests past its sequences wait their turn, ` +
+    `one stopped while waiting ends at once${skipped}`,
+  ignore,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn(t) {
+    const engine = await LlamaCppEngine.load(smol.path!, { maxNumSeqs: 2, contextLength: 512 });
+    const promptIds = [...engine.model.tokenize("Tell me a joke about a dog.", false)];
+    const request = (
+      sampling: PreprocessedRequest["sampling_options"],
+      maxTokens = 12,
+    ): PreprocessedRequest => ({
+      model: MODEL,
+      token_ids: promptIds,
+      stop_conditions: { max_tokens: maxTokens, ignore_eos: true },
+      sampling_options: sampling,
+      eos_token_ids: [engine.model.tokens.eos!],
+    });
+    const collect = async (r: PreprocessedRequest, ctx?: Context) => {
+      const ids: number[] = [];
+      let finish: string | null | undefined;
+      for await (const o of engine.generate(r, ctx)) {
+        ids.push(...o.token_ids);
+        finish = o.finish_reason ?? finish;
+      }
+      return { ids, finish };
+    };
+    try {
+      await t.step("the same seed gives the same tokens; penalties are accepted", async () => {
+        const sampling = {
+          temperature: 1.2,
+          top_k: 40,
+          top_p: 0.95,
+          min_p: 0.01,
+          seed: 7,
+          presence_penalty: 0.5,
+          frequency_penalty: 0.5,
+          repetition_penalty: 1.1,
+        };
+        const a = await collect(request(sampling));
+        const b = await collect(request(sampling));
+        assert.deepEqual(a.ids, b.ids);
+        assert.equal(a.ids.length, 12);
+        assert.equal(a.finish, "length");
+      });
+
+      await t.step(
+        "five requests on two sequences all finish and free their sequences",
+        async () => {
+          const outs = await Promise.all(
+            Array.from({ length: 5 }, () => collect(request({ temperature: 0 }, 8))),
+          );
+          for (const o of outs) {
+            assert.equal(o.ids.length, 8);
+            assert.equal(o.finish, "length");
+          }
+          assert.equal(engine.activeSequences, 0);
+        },
+      );
+
+      await t.step(
+        "a request stopped while waiting for a sequence ends with cancelled",
+        async () => {
+          const busy = [0, 1].map(() => collect(request({ temperature: 0 }, 40)));
+          const ctx = new Context();
+          const waiting = collect(request({ temperature: 0 }), ctx);
+          ctx.stopGenerating();
+          assert.deepEqual(await waiting, { ids: [], finish: "cancelled" });
+          await Promise.all(busy);
+        },
+      );
+
+      await t.step(
+        "a stop id ends generation with that id sent and finish_reason stop",
+        async () => {
+          const greedy = await collect(request({ temperature: 0 }, 12));
+          const stopAt = greedy.ids[3]!;
+          const first = greedy.ids.indexOf(stopAt);
+          const r = request({ temperature: 0 }, 12);
+          r.stop_conditions = { max_tokens: 12, ignore_eos: true, stop_token_ids_hidden: [stopAt] };
+          const out = await collect(r);
+          assert.deepEqual(out.ids, greedy.ids.slice(0, first + 1));
+          assert.equal(out.finish, "stop");
+        },
+      );
+    } finally {
+      await engine.close();
     }
   },
 });

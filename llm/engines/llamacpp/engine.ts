@@ -192,7 +192,8 @@ export class LlamaCppEngine {
     const generated: Token[] = [];
     try {
       const options = evaluateOptions(request.sampling_options ?? {}, generated);
-      // node-llama-cpp keeps sampling past its own eos; the request's ids decide here.
+      // node-llama-cpp ends at the model's end-of-generation tokens unless told to yield them:
+      // the request's ids decide here (ignore_eos, min_tokens, the frontend's eos list).
       for await (const token of seq.evaluate(prompt as Token[], options)) {
         generated.push(token);
         const n = generated.length;
@@ -265,7 +266,7 @@ export class LlamaCppEngine {
 
 /** The request's sampling options in node-llama-cpp's terms (temperature 0 = greedy). */
 function evaluateOptions(s: SamplingOptions, generated: Token[]): SequenceEvaluateOptions {
-  const options: SequenceEvaluateOptions = { temperature: s.temperature ?? 1 };
+  const options: SequenceEvaluateOptions = { temperature: s.temperature ?? 1, yieldEogToken: true };
   if (s.top_k !== undefined && s.top_k > 0) options.topK = s.top_k;
   if (s.top_p !== undefined && s.top_p < 1) options.topP = s.top_p;
   if (s.min_p !== undefined && s.min_p > 0) options.minP = s.min_p;

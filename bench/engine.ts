@@ -12,6 +12,7 @@ import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { startDynamoRun } from "../tests/_helpers/dynamo_run.ts";
 import { smolLm2 } from "../tests/_helpers/smollm2.ts";
 import { flag } from "./_stats.ts";
+import { defaultThreads } from "../llm/engines/llamacpp/engine.ts";
 
 const quick = Deno.args.includes("--quick");
 const TOKENS = Number(flag("--tokens") ?? (quick ? 32 : 64));
@@ -28,7 +29,7 @@ if (smol.path === undefined) {
   Deno.exit(0);
 }
 const path = smol.path;
-const threads = navigator.hardwareConcurrency;
+const threads = defaultThreads();
 
 // The baseline: node-llama-cpp itself.
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });

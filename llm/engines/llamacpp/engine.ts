@@ -26,8 +26,10 @@ export interface LlamaCppEngineOptions {
   /** Tokens per sequence (default: the model's training context, at most 4096). */
   contextLength?: number;
   /**
-   * CPU threads for a decode (default: the cores this process may use). llama.cpp's own default
-   * counts the machine's cores and, in a CPU-limited container, runs ~30x slower.
+   * CPU threads for a decode (default: the cores this process may use, less one for the event
+   * loop). llama.cpp's own default counts the machine's cores: in a CPU-limited container it ran
+   * ~30x slower; and with every core decoding, the JS thread that asks for the next token waits
+   * behind llama.cpp's spinning workers (2 cores here: 1 thread gave ~119 tok/s, 2 gave ~59).
    */
   threads?: number;
   /** Where llama.cpp's own messages go (warnings and errors only); default nowhere. */
@@ -144,7 +146,7 @@ export class LlamaCppEngine {
       const context = await model.createContext({
         sequences: maxNumSeqs,
         contextSize: contextLength,
-        threads: options.threads ?? navigator.hardwareConcurrency,
+        threads: options.threads ?? defaultThreads(),
       });
       const sequences = Array.from({ length: maxNumSeqs }, () => context.getSequence());
       return new LlamaCppEngine(path, model, context, sequences);
@@ -312,6 +314,11 @@ async function checkFile(path: string): Promise<string> {
     }
     throw err;
   }
+}
+
+/** Threads for a decode: the cores this process may use, less one for the event loop. */
+export function defaultThreads(): number {
+  return Math.max(1, navigator.hardwareConcurrency - 1);
 }
 
 function oneLine(text: string): string {

@@ -146,6 +146,8 @@ async function run(args: string[], io: Io): Promise<number> {
   let mocker: { numWorkers: number; engine: MockerEngineOptions } | undefined;
   let checkHealth: (() => Promise<string | undefined>) | undefined;
   let closeEngine: (() => Promise<void>) | undefined;
+  // The card's context length; llamacpp announces what its sequences actually hold.
+  let cardContextLength = contextLength;
   if (output === "echo") {
     handler = echoEngine({ delayMs });
     modelInput = ModelInput.Tokens;
@@ -188,6 +190,7 @@ async function run(args: string[], io: Io): Promise<number> {
     }
     handler = engine.handler;
     closeEngine = () => engine.close();
+    cardContextLength = engine.contextLength;
     modelInput = ModelInput.Tokens;
     modelPath = rest[0];
   } else {
@@ -246,7 +249,7 @@ async function run(args: string[], io: Io): Promise<number> {
       modelPath,
       {
         modelName,
-        contextLength,
+        contextLength: cardContextLength,
         migrationLimit,
         huggingFace: huggingFaceOptionsFromEnv(),
       },

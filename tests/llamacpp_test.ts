@@ -150,6 +150,19 @@ Deno.test({
         assert.equal(res.choices[0]?.finish_reason, "stop");
       });
 
+      await t.step("the card carries the engine's context: a longer prompt is a 400", async () => {
+        const models = await client.models.list();
+        assert.equal(models.data[0]?.id, MODEL);
+        await assert.rejects(
+          client.completions.create({
+            model: MODEL,
+            prompt: "word ".repeat(engine.contextLength + 10),
+            max_tokens: 4,
+          }),
+          (err: unknown) => err instanceof OpenAI.APIError && err.status === 400,
+        );
+      });
+
       await t.step(
         "a client that hangs up frees the only sequence for the next request",
         async () => {

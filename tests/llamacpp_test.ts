@@ -204,7 +204,7 @@ Deno.test({
 
 Deno.test({
   name:
-    `dynamo run out=llamacpp fails with one line naming a bad model file, exit code 2${skipped}`,
+    `dynamo run out=llamacpp fails with one line naming a bad model file (missing, not a GGUF, truncated, unknown architecture), exit code 2${skipped}`,
   ignore,
   async fn() {
     const dir = await Deno.makeTempDir();
@@ -212,10 +212,18 @@ Deno.test({
       await Deno.writeTextFile(`${dir}/text.gguf`, "not a model\n");
       const head = (await Deno.readFile(smol.path!)).subarray(0, 4 << 20);
       await Deno.writeFile(`${dir}/truncated.gguf`, head);
+      // The same model with its architecture renamed (same length): llama.cpp has no such one.
+      const whole = await Deno.readFile(smol.path!);
+      const key = new TextEncoder().encode("general.architecture");
+      const at = indexOf(whole, key) + key.length + 4 + 8; // value type u32, string length u64
+      assert.equal(new TextDecoder().decode(whole.subarray(at, at + 5)), "llama");
+      whole.set(new TextEncoder().encode("lxama"), at);
+      await Deno.writeFile(`${dir}/architecture.gguf`, whole);
       const cases: Array<[string, RegExp]> = [
         [`${dir}/missing.gguf`, /no such file/],
         [`${dir}/text.gguf`, /not a GGUF file/],
         [`${dir}/truncated.gguf`, /not within the file bounds|truncated/],
+        [`${dir}/architecture.gguf`, /unknown model architecture: 'lxama'/],
       ];
       for (const [file, reason] of cases) {
         const out = await new Deno.Command(Deno.execPath(), {
@@ -329,3 +337,11 @@ Deno.test({
     }
   },
 });
+
+function indexOf(haystack: Uint8Array, needle: Uint8Array): number {
+  outer: for (let i = 0; i + needle.length <= haystack.length; i++) {
+    for (let j = 0; j < needle.length; j++) if (haystack[i + j] !== needle[j]) continue outer;
+    return i;
+  }
+  throw new Error("needle not found");
+}

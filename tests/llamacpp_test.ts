@@ -11,6 +11,10 @@ import { Context } from "../runtime/context.ts";
 import type { PreprocessedRequest } from "../llm/protocols.ts";
 import { startDynamoRun } from "./_helpers/dynamo_run.ts";
 import { smolLm2 } from "./_helpers/smollm2.ts";
+import { HubServer } from "../runtime/hub/server.ts";
+import { spawnDeno } from "./_helpers/process.ts";
+import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
+import { eventually } from "./_helpers/backends.ts";
 
 const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const MODEL = "SmolLM2-135M-Instruct.Q4_1";
@@ -345,3 +349,53 @@ function indexOf(haystack: Uint8Array, needle: Uint8Array): number {
   }
   throw new Error("needle not found");
 }
+
+Deno.test({
+  name:
+    `examples/llm/llamacpp_worker.ts registers SmolLM2 for dynamo frontend (hub), same greedy ` +
+    `answer as the library${skipped}`,
+  ignore,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const hub = await HubServer.start();
+    const env = { ...hub.env(), DYN_LOG: "warn" };
+    const worker = spawnDeno(
+      new URL("../examples/llm/llamacpp_worker.ts", import.meta.url).pathname,
+      env,
+      [smol.path!, "--max-num-seqs", "1"],
+    );
+    const frontend = spawnFrontend(env);
+    const engine = await LlamaCppEngine.load(smol.path!, { maxNumSeqs: 1 });
+    try {
+      const url = await frontendUrl(frontend);
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+      await eventually(
+        async () => (await client.models.list()).data.some((m) => m.id === MODEL),
+        60_000,
+        "the worker's model appears at the frontend",
+      );
+      const question = "Name a fruit.";
+      const promptIds = [...engine.model.tokenize(renderChat(question), true)];
+      const expected = await libraryGreedy(engine, promptIds, 24);
+      const eos = engine.model.tokens.eos!;
+      const res = await client.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: "user", content: question }],
+        max_tokens: 24,
+        temperature: 0,
+      });
+      assert.equal(
+        res.choices[0]?.message.content,
+        engine.model.detokenize(expected.filter((i) => i !== eos) as Token[]),
+      );
+      assert.equal(res.usage?.prompt_tokens, promptIds.length);
+      assert.equal(res.usage?.completion_tokens, expected.length);
+    } finally {
+      await stopChild(frontend);
+      await stopChild(worker);
+      await engine.close();
+      await hub.close();
+    }
+  },
+});

@@ -311,6 +311,19 @@ Deno.test({
         },
       );
 
+      await t.step("a stopped request ends at the next token: no second decode step", async () => {
+        const ctx = new Context();
+        const items: Array<{ ids: number[]; finish?: string | null }> = [];
+        for await (const o of engine.generate(request({ temperature: 0 }, 200), ctx)) {
+          items.push({ ids: o.token_ids, finish: o.finish_reason });
+          if (items.length === 3) ctx.stopGenerating();
+        }
+        // Stopped right after the third token was taken: at most the cancelled marker follows.
+        assert.equal(items.length, 4, JSON.stringify(items));
+        assert.deepEqual(items[3], { ids: [], finish: "cancelled" });
+        assert.equal(engine.activeSequences, 0);
+      });
+
       await t.step(
         "a request stopped while waiting for a sequence ends with cancelled",
         async () => {

@@ -43,6 +43,8 @@ Engines:
   out=mocker               simulated vLLM workers (KV cache, batching, timing model;
                            pseudo-random tokens) for routing and scale tests; MODEL as
                            for echo
+  out=llamacpp             llama.cpp in this process on MODEL, a .gguf file (tokenizer
+                           and chat template from the GGUF); CPU unless --n-gpu-layers
 
 Options:
   --http-port N            port (default 8000; 0 picks a free one)
@@ -75,7 +77,9 @@ Options:
   --speedup-ratio X        mocker: simulated time runs X times faster (default 1)
   --block-size N           mocker: tokens per KV block (default 16)
   --num-gpu-blocks N       mocker: KV blocks per worker (default 16384)
-  --max-num-seqs N         mocker: running sequences per worker (default 256)
+  --max-num-seqs N         mocker: running sequences per worker (default 256);
+                           llamacpp: sequences in the context (default 4)
+  --n-gpu-layers N         llamacpp: layers offloaded to a GPU (default 0)
   --max-num-batched-tokens N
                            mocker: tokens per forward pass (default 8192)
   -h, --help               show this help`;
@@ -106,6 +110,7 @@ async function run(args: string[], io: Io): Promise<number> {
     "num-gpu-blocks": { type: "string" },
     "max-num-seqs": { type: "string" },
     "max-num-batched-tokens": { type: "string" },
+    "n-gpu-layers": { type: "string" },
     help: { type: "boolean", short: "h" },
   });
   if (values.help) {
@@ -122,7 +127,10 @@ async function run(args: string[], io: Io): Promise<number> {
   }
   if (input !== "http") throw new UsageError(`only in=http is supported, got in=${input}`, "run");
   if (output === undefined) {
-    throw new UsageError("needs out=echo, out=mocker or out=openai:http://HOST:PORT", "run");
+    throw new UsageError(
+      "needs out=echo, out=mocker, out=llamacpp or out=openai:http://HOST:PORT",
+      "run",
+    );
   }
   if (rest.length > 1) throw new UsageError(`at most one MODEL, got ${rest.join(" ")}`, "run");
   const http = parseHttpFlags("run", values, { host: "127.0.0.1" });
@@ -139,6 +147,9 @@ async function run(args: string[], io: Io): Promise<number> {
   let modelName = values["model-name"];
   let mocker: { numWorkers: number; engine: MockerEngineOptions } | undefined;
   let checkHealth: (() => Promise<string | undefined>) | undefined;
+  let closeEngine: (() => Promise<void>) | undefined;
+  // The card's context length; llamacpp announces what its sequences actually hold.
+  let cardContextLength = contextLength;
   if (output === "echo") {
     handler = echoEngine({ delayMs });
     modelInput = ModelInput.Tokens;
@@ -160,9 +171,33 @@ async function run(args: string[], io: Io): Promise<number> {
     mocker = parseMockerFlags(values);
     modelInput = ModelInput.Tokens;
     modelPath = rest[0] ?? await builtinTestModel();
+  } else if (output === "llamacpp") {
+    if (rest[0] === undefined) {
+      throw new UsageError("out=llamacpp needs MODEL, a .gguf file", "run");
+    }
+    // Loaded only here: node-llama-cpp costs ~140 ms to import, other engines skip it.
+    const { LlamaCppEngine, LlamaCppLoadError } = await import("../llm/engines/llamacpp/mod.ts");
+    let engine;
+    try {
+      engine = await LlamaCppEngine.load(rest[0], {
+        nGpuLayers: parseIntFlag("n-gpu-layers", values["n-gpu-layers"], 0),
+        maxNumSeqs: parseIntFlag("max-num-seqs", values["max-num-seqs"], 1),
+        contextLength,
+        logger,
+      });
+    } catch (err) {
+      if (!(err instanceof LlamaCppLoadError)) throw err;
+      io.err(`dynamo run: ${err.message}`);
+      return ExitCode.Usage;
+    }
+    handler = engine.handler;
+    closeEngine = () => engine.close();
+    cardContextLength = engine.contextLength;
+    modelInput = ModelInput.Tokens;
+    modelPath = rest[0];
   } else {
     throw new UsageError(
-      `unknown engine out=${output} (engines: echo, mocker, openai:URL)`,
+      `unknown engine out=${output} (engines: echo, mocker, llamacpp, openai:URL)`,
       "run",
     );
   }
@@ -216,7 +251,7 @@ async function run(args: string[], io: Io): Promise<number> {
       modelPath,
       {
         modelName,
-        contextLength,
+        contextLength: cardContextLength,
         migrationLimit,
         huggingFace: huggingFaceOptionsFromEnv(),
       },
@@ -231,6 +266,7 @@ async function run(args: string[], io: Io): Promise<number> {
     signals.dispose();
     await mockers?.shutdown();
     await runtime.shutdown();
+    await closeEngine?.();
   }
 
   async function serveUntilSignal(): Promise<number> {
@@ -269,7 +305,8 @@ function parseMockerFlags(
 /** The `run` subcommand. */
 export const runCommand: Command = {
   name: "run",
-  summary: "frontend + engine in one process (in=http out=echo | out=mocker | out=openai:URL)",
+  summary:
+    "frontend + engine in one process (in=http out=echo | out=mocker | out=llamacpp | out=openai:URL)",
   usage,
   run,
 };

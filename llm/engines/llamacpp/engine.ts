@@ -1,0 +1,326 @@
+// The llama.cpp engine: a GGUF model in this process (node-llama-cpp's prebuilt binaries), one
+// context holding several sequences; requests evaluating at once share each decode batch.
+
+import {
+  getLlama,
+  type LlamaContext,
+  type LlamaContextSequence,
+  LlamaLogLevel,
+  type LlamaModel,
+  type SequenceEvaluateOptions,
+  type Token,
+} from "node-llama-cpp";
+import type { Context } from "../../../runtime/context.ts";
+import { InvalidArgumentError } from "../../../runtime/errors.ts";
+import type { Logger } from "../../../runtime/logger.ts";
+import { GgufError, readGgufMetadata } from "../../model/gguf.ts";
+import type { LLMEngineOutput, PreprocessedRequest, SamplingOptions } from "../../protocols.ts";
+import { LlamaCppLoadError, LlamaCppRequestError } from "./errors.ts";
+
+/** Options of {@linkcode LlamaCppEngine.load}. */
+export interface LlamaCppEngineOptions {
+  /** Layers offloaded to the GPU (default 0: CPU only, the only build loaded here). */
+  nGpuLayers?: number;
+  /** Sequences in the context: requests served at once, the rest wait (default 4). */
+  maxNumSeqs?: number;
+  /** Tokens per sequence (default: the model's training context, at most 4096). */
+  contextLength?: number;
+  /**
+   * CPU threads for a decode (default: the cores this process may use, less one for the event
+   * loop). llama.cpp's own default counts the machine's cores: in a CPU-limited container it ran
+   * ~30x slower; and with every core decoding, the JS thread that asks for the next token waits
+   * behind llama.cpp's spinning workers (2 cores here: 1 thread gave ~119 tok/s, 2 gave ~59).
+   */
+  threads?: number;
+  /** Where llama.cpp's own messages go (warnings and errors only); default nowhere. */
+  logger?: Logger;
+}
+
+/** The handler shape of a Tokens-input engine. */
+export type LlamaCppHandler = (
+  request: PreprocessedRequest,
+  context?: Context,
+) => AsyncGenerator<LLMEngineOutput>;
+
+/**
+ * A loaded GGUF model serving the project's Tokens protocol.
+ *
+ * @example
+ * ```ts ignore
+ * const engine = await LlamaCppEngine.load("SmolLM2-135M-Instruct.Q4_1.gguf");
+ * await endpoint.serveEndpoint(engine.handler);
+ * ```
+ */
+export class LlamaCppEngine {
+  /** The file it was loaded from. */
+  readonly path: string;
+  /** The underlying node-llama-cpp model (the library called directly, for baselines). */
+  readonly model: LlamaModel;
+  /** Tokens per sequence. */
+  readonly contextLength: number;
+  /** The Tokens-protocol handler, for `endpoint.serveEndpoint`. */
+  readonly handler: LlamaCppHandler;
+  readonly #context: LlamaContext;
+  readonly #free: LlamaContextSequence[];
+  readonly #waiters: Array<(seq: LlamaContextSequence) => void> = [];
+  #closed = false;
+
+  private constructor(
+    path: string,
+    model: LlamaModel,
+    context: LlamaContext,
+    sequences: LlamaContextSequence[],
+  ) {
+    this.path = path;
+    this.model = model;
+    this.#context = context;
+    this.contextLength = context.contextSize;
+    this.#free = sequences;
+    this.handler = (request, ctx) => this.generate(request, ctx);
+  }
+
+  /**
+   * Loads a GGUF model. The file is checked first (present, GGUF magic, readable metadata), so
+   * a bad file fails with its reason instead of a llama.cpp message.
+   *
+   * @param path the `.gguf` file
+   * @param options sequences, context length, GPU layers, threads, logger
+   * @returns the engine, ready to serve
+   * @throws {LlamaCppLoadError} missing, not a GGUF, truncated or refused by llama.cpp
+   * @throws {InvalidArgumentError} an option out of range
+   */
+  static async load(path: string, options: LlamaCppEngineOptions = {}): Promise<LlamaCppEngine> {
+    const maxNumSeqs = options.maxNumSeqs ?? 4;
+    const nGpuLayers = options.nGpuLayers ?? 0;
+    if (!Number.isInteger(maxNumSeqs) || maxNumSeqs < 1) {
+      throw new InvalidArgumentError(`maxNumSeqs must be a whole number >= 1, got ${maxNumSeqs}`);
+    }
+    if (!Number.isInteger(nGpuLayers) || nGpuLayers < 0) {
+      throw new InvalidArgumentError(`nGpuLayers must be a whole number >= 0, got ${nGpuLayers}`);
+    }
+    const architecture = await checkFile(path);
+    const logger = options.logger;
+    // llama.cpp says why a load failed only in its log: keep the last lines for the error.
+    const recent: string[] = [];
+    let loading = true;
+    // getLlama hands out one shared instance per set of options: never disposed here.
+    const llama = await getLlama({
+      gpu: nGpuLayers > 0 ? "auto" : false,
+      build: "never",
+      logLevel: LlamaLogLevel.warn,
+      logger: (level, message) => {
+        const text = oneLine(message);
+        if (text === "") return;
+        recent.push(text);
+        if (recent.length > 4) recent.shift();
+        // While loading, the reason goes into the load error instead (one line, not three).
+        if (loading) return;
+        if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) {
+          logger?.error("llama.cpp", { message: text });
+        } else logger?.warn("llama.cpp", { message: text });
+      },
+    });
+    let model: LlamaModel;
+    try {
+      recent.length = 0;
+      model = await llama.loadModel({ modelPath: path, gpuLayers: nGpuLayers });
+      loading = false;
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      const detail = recent.filter((l) => !l.includes("failed to load model")).at(-1);
+      throw new LlamaCppLoadError(
+        path,
+        `llama.cpp refused it (architecture ${architecture}): ${oneLine(why)}` +
+          (detail ? ` (${detail})` : ""),
+        { cause: err },
+      );
+    }
+    try {
+      const train = model.trainContextSize;
+      const contextLength = options.contextLength ?? Math.min(train, 4096);
+      if (!Number.isInteger(contextLength) || contextLength < 16) {
+        throw new InvalidArgumentError(
+          `contextLength must be a whole number >= 16, got ${contextLength}`,
+        );
+      }
+      const context = await model.createContext({
+        sequences: maxNumSeqs,
+        contextSize: contextLength,
+        threads: options.threads ?? defaultThreads(),
+      });
+      const sequences = Array.from({ length: maxNumSeqs }, () => context.getSequence());
+      return new LlamaCppEngine(path, model, context, sequences);
+    } catch (err) {
+      await model.dispose().catch(() => {});
+      throw err;
+    }
+  }
+
+  /**
+   * Serves one pre-processed request: evaluates its prompt, then samples token by token until an
+   * eos or stop token, `max_tokens`, the end of the context, or the caller stops the context.
+   *
+   * @param request `{token_ids, stop_conditions, sampling_options, eos_token_ids}`
+   * @param ctx the request's context; stopping it ends generation within one decode step
+   * @returns the generated tokens, one output per token, the last with `finish_reason`
+   * @throws {LlamaCppRequestError} no prompt tokens, or a prompt that fills the context
+   */
+  async *generate(request: PreprocessedRequest, ctx?: Context): AsyncGenerator<LLMEngineOutput> {
+    const prompt = request?.token_ids;
+    if (!Array.isArray(prompt) || prompt.length === 0) {
+      throw new LlamaCppRequestError("llamacpp engine needs a request with non-empty token_ids");
+    }
+    if (prompt.length >= this.contextLength) {
+      throw new LlamaCppRequestError(
+        `prompt of ${prompt.length} tokens does not fit the context of ${this.contextLength}`,
+      );
+    }
+    const stop = request.stop_conditions ?? {};
+    const room = this.contextLength - prompt.length;
+    const maxTokens = Math.min(stop.max_tokens ?? room, room);
+    const minTokens = stop.min_tokens ?? 0;
+    const eos = new Set(stop.ignore_eos ? [] : request.eos_token_ids ?? []);
+    const hidden = new Set(stop.stop_token_ids_hidden ?? []);
+    if (maxTokens <= 0) {
+      yield { token_ids: [], finish_reason: "length" };
+      return;
+    }
+
+    const seq = await this.#acquire(ctx?.signal);
+    if (seq === undefined) {
+      yield { token_ids: [], finish_reason: "cancelled" };
+      return;
+    }
+    const generated: Token[] = [];
+    try {
+      const options = evaluateOptions(request.sampling_options ?? {}, generated);
+      // node-llama-cpp ends at the model's end-of-generation tokens unless told to yield them:
+      // the request's ids decide here (ignore_eos, min_tokens, the frontend's eos list).
+      for await (const token of seq.evaluate(prompt as Token[], options)) {
+        generated.push(token);
+        const n = generated.length;
+        const ends = n >= minTokens && (eos.has(token) || hidden.has(token));
+        if (ends) {
+          yield { token_ids: [token], finish_reason: "stop" };
+          return;
+        }
+        if (n >= maxTokens) {
+          yield { token_ids: [token], finish_reason: "length" };
+          return;
+        }
+        if (ctx?.isStopped()) {
+          yield { token_ids: [token], finish_reason: "cancelled" };
+          return;
+        }
+        yield { token_ids: [token] };
+        // A consumer that stopped while this token was in flight: no further decode step.
+        if (ctx?.isStopped()) {
+          yield { token_ids: [], finish_reason: "cancelled" };
+          return;
+        }
+      }
+      yield { token_ids: [], finish_reason: "length" };
+    } finally {
+      await this.#release(seq);
+    }
+  }
+
+  /** Requests running now (sequences taken). */
+  get activeSequences(): number {
+    return this.#context.totalSequences - this.#free.length;
+  }
+
+  /** Frees the context and the model. Requests still running fail. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#context.dispose();
+    await this.model.dispose();
+  }
+
+  #acquire(signal: AbortSignal | undefined): Promise<LlamaContextSequence | undefined> {
+    if (signal?.aborted) return Promise.resolve(undefined);
+    const free = this.#free.pop();
+    if (free) return Promise.resolve(free);
+    const { promise, resolve } = Promise.withResolvers<LlamaContextSequence | undefined>();
+    const waiter = (seq: LlamaContextSequence) => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(seq);
+    };
+    const onAbort = () => {
+      const i = this.#waiters.indexOf(waiter);
+      if (i >= 0) this.#waiters.splice(i, 1);
+      resolve(undefined);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+    this.#waiters.push(waiter);
+    return promise;
+  }
+
+  async #release(seq: LlamaContextSequence): Promise<void> {
+    // A new request starts from an empty sequence (prefix reuse is a later step).
+    if (!this.#closed) await seq.clearHistory();
+    const next = this.#waiters.shift();
+    if (next) next(seq);
+    else this.#free.push(seq);
+  }
+}
+
+/** The request's sampling options in node-llama-cpp's terms (temperature 0 = greedy). */
+function evaluateOptions(s: SamplingOptions, generated: Token[]): SequenceEvaluateOptions {
+  const options: SequenceEvaluateOptions = { temperature: s.temperature ?? 1, yieldEogToken: true };
+  if (s.top_k !== undefined && s.top_k > 0) options.topK = s.top_k;
+  if (s.top_p !== undefined && s.top_p < 1) options.topP = s.top_p;
+  if (s.min_p !== undefined && s.min_p > 0) options.minP = s.min_p;
+  if (s.seed !== undefined) options.seed = s.seed;
+  const penalty = s.repetition_penalty ?? 1;
+  const frequency = s.frequency_penalty ?? 0;
+  const presence = s.presence_penalty ?? 0;
+  if (penalty !== 1 || frequency !== 0 || presence !== 0) {
+    // Penalties apply to the tokens generated so far (vLLM's presence/frequency semantics).
+    options.repeatPenalty = {
+      punishTokens: () => generated,
+      maxPunishTokens: Number.MAX_SAFE_INTEGER,
+      penalty,
+      frequencyPenalty: frequency,
+      presencePenalty: presence,
+    };
+  }
+  return options;
+}
+
+/** Checks the file before llama.cpp sees it; returns its architecture. */
+async function checkFile(path: string): Promise<string> {
+  try {
+    const stat = await Deno.stat(path);
+    if (!stat.isFile) throw new LlamaCppLoadError(path, "not a file");
+  } catch (err) {
+    if (err instanceof LlamaCppLoadError) throw err;
+    if (err instanceof Deno.errors.NotFound) throw new LlamaCppLoadError(path, "no such file");
+    throw new LlamaCppLoadError(path, err instanceof Error ? err.message : String(err), {
+      cause: err,
+    });
+  }
+  try {
+    const metadata = await readGgufMetadata(path);
+    const arch = metadata.metadata["general.architecture"];
+    return typeof arch === "string" ? arch : "unknown";
+  } catch (err) {
+    if (err instanceof LlamaCppLoadError) throw err;
+    if (err instanceof GgufError) {
+      const at = err.message.startsWith(`${path}: `) ? err.message.slice(path.length + 2) : err
+        .message;
+      throw new LlamaCppLoadError(path, at, { cause: err });
+    }
+    throw err;
+  }
+}
+
+/** Threads for a decode: the cores this process may use, less one for the event loop. */
+export function defaultThreads(): number {
+  return Math.max(1, navigator.hardwareConcurrency - 1);
+}
+
+function oneLine(text: string): string {
+  return text.replace(/\s+/g, " ").trim();
+}

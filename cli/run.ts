@@ -5,14 +5,18 @@ import { announceBackends } from "../runtime/backends.ts";
 import {
   builtinTestModel,
   checkUpstream,
+  type Context,
   DistributedRuntime,
   echoEngine,
   EmbeddedCluster,
+  type LLMEngineOutput,
+  type Logger,
   type MockerEngineOptions,
   type MockerWorkers,
   ModelInput,
   ModelType,
   openaiUpstream,
+  type PreprocessedRequest,
   registerLlm,
   startMockerWorkers,
 } from "../mod.ts";
@@ -176,7 +180,10 @@ async function run(args: string[], io: Io): Promise<number> {
       throw new UsageError("out=llamacpp needs MODEL, a .gguf file", "run");
     }
     // Loaded only here: node-llama-cpp costs ~140 ms to import, other engines skip it.
-    const { LlamaCppEngine, LlamaCppLoadError } = await import("../llm/engines/llamacpp/mod.ts");
+    // Not a literal specifier, so that `deno bundle` leaves node-llama-cpp (native binaries
+    // for every platform) out of the bundle; the bundle serves every engine but this one.
+    const engineModule = new URL("../llm/engines/llamacpp/mod.ts", import.meta.url).href;
+    const { LlamaCppEngine, LlamaCppLoadError } = await import(engineModule) as LlamaCppModule;
     let engine;
     try {
       engine = await LlamaCppEngine.load(rest[0], {
@@ -276,6 +283,26 @@ async function run(args: string[], io: Io): Promise<number> {
     await frontend.shutdown();
     return ExitCode.Ok;
   }
+}
+
+/**
+ * What `dynamo run` uses of llm/engines/llamacpp/mod.ts, which it imports only for
+ * out=llamacpp (a structural type: a type import would make bundlers follow the module).
+ */
+interface LlamaCppModule {
+  LlamaCppEngine: {
+    load(path: string, options: {
+      nGpuLayers?: number;
+      maxNumSeqs?: number;
+      contextLength?: number;
+      logger?: Logger;
+    }): Promise<{
+      readonly handler: (req: PreprocessedRequest, ctx: Context) => AsyncIterable<LLMEngineOutput>;
+      readonly contextLength: number;
+      close(): Promise<void>;
+    }>;
+  };
+  LlamaCppLoadError: abstract new (...args: never[]) => Error;
 }
 
 function parseMockerFlags(

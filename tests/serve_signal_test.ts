@@ -4,6 +4,7 @@
 // restarted, nothing is killed, and serve finishes its shutdown.
 
 import assert from "node:assert/strict";
+import { eachLine } from "./_helpers/process.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const DENO_VERSION = "2.9.6";
@@ -33,16 +34,8 @@ async function oneCtrlC(command: string[], mustExitZero: boolean): Promise<void>
     stderr: "piped",
   }).spawn();
   const lines: string[] = [];
-  const pump = async (stream: ReadableStream<Uint8Array>) => {
-    let rest = "";
-    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-      const parts = (rest + chunk).split("\n");
-      rest = parts.pop()!;
-      lines.push(...parts);
-    }
-    if (rest) lines.push(rest);
-  };
-  const drained = Promise.all([pump(child.stdout), pump(child.stderr)]);
+  const collect = (line: string) => void lines.push(line);
+  const drained = Promise.all([eachLine(child.stdout, collect), eachLine(child.stderr, collect)]);
   // Deno.kill takes no negative pid: kill(1) signals the whole group.
   const killGroup = (signal: string) =>
     new Deno.Command("kill", { args: [`-${signal}`, "--", `-${child.pid}`], stderr: "null" })

@@ -24,7 +24,7 @@ export interface SpawnDenoOptions {
 }
 
 /** Calls `onLine` with each line of `stream` (a last line without a newline included). */
-async function eachLine(
+export async function eachLine(
   stream: ReadableStream<Uint8Array>,
   onLine: (line: string) => void,
 ): Promise<void> {

@@ -2,6 +2,7 @@
 // already runs (vLLM, SGLang, llama.cpp's server), so the frontend, routing and
 // migration can sit in front of it. A Text-input handler: OpenAI request in, chunks out.
 
+import { EventSourceParserStream } from "eventsource-parser/stream";
 import type { Context } from "../../runtime/context.ts";
 import { DynamoError, InvalidArgumentError, UpstreamError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
@@ -96,32 +97,36 @@ export function openaiUpstream(
     if (!res.body) throw new DynamoError(`upstream ${url.origin} sent no body`);
     const wantUsage =
       (req.stream_options as { include_usage?: boolean } | undefined)?.include_usage === true;
-    let buffer = "";
-    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    const events = res.body
+      .pipeThrough(new TextDecoderStream())
+      .pipeThrough(new EventSourceParserStream())
+      .getReader();
     try {
       for (;;) {
-        const { done, value } = await reader.read();
+        const { done, value: event } = await events.read();
         if (done) break;
-        buffer += value;
-        let sep;
-        while ((sep = buffer.search(/\r?\n\r?\n/)) >= 0) {
-          const event = buffer.slice(0, sep);
-          buffer = buffer.slice(sep).replace(/^\r?\n\r?\n/, "");
-          const data = event.split(/\r?\n/).filter((l) => l.startsWith("data:")).map((l) =>
-            l.slice(5).trimStart()
-          )
-            .join("\n");
-          if (data === "" || data === "[DONE]") continue;
-          const chunk = JSON.parse(data) as Record<string, unknown>;
-          if (chunk.error) throw new UpstreamError(502, JSON.stringify(chunk.error));
-          const choices = chunk.choices as unknown[] | undefined;
-          if (!wantUsage && chunk.usage && (!choices || choices.length === 0)) continue;
-          if (!wantUsage) delete chunk.usage;
-          yield { ...chunk, model: ourModel };
+        const data = event.data;
+        if (data === "" || data === "[DONE]") continue;
+        let chunk: Record<string, unknown>;
+        try {
+          chunk = JSON.parse(data) as Record<string, unknown>;
+        } catch {
+          throw new UpstreamError(502, `upstream ${url.origin} sent an event that is not JSON`);
         }
+        if (typeof chunk !== "object" || chunk === null) {
+          throw new UpstreamError(
+            502,
+            `upstream ${url.origin} sent an event that is not an object`,
+          );
+        }
+        if (chunk.error) throw new UpstreamError(502, JSON.stringify(chunk.error));
+        const choices = chunk.choices as unknown[] | undefined;
+        if (!wantUsage && chunk.usage && (!choices || choices.length === 0)) continue;
+        if (!wantUsage) delete chunk.usage;
+        yield { ...chunk, model: ourModel };
       }
     } finally {
-      await reader.cancel().catch(() => {});
+      await events.cancel().catch(() => {});
     }
   };
 }

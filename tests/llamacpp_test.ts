@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a test that prints what it measured
 // `dynamo run in=http out=llamacpp` on SmolLM2-135M (Q4_1 GGUF, fetched with pip): greedy output
 // through the frontend and the official `openai` client equals the engine library's own greedy
 // output for the same rendered prompt; max_tokens, stop strings, usage counts, a client that
@@ -409,6 +410,71 @@ Deno.test({
       await stopChild(worker);
       await engine.close();
       await hub.close();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    `LlamaCppEngine reuses the KV of a long shared prefix and says so; the frontend reports it ` +
+    `as cached_tokens${skipped}`,
+  ignore,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const engine = await LlamaCppEngine.load(smol.path!, { maxNumSeqs: 1, contextLength: 2048 });
+    const run = await startDynamoRun(["out=llamacpp", smol.path!, "--max-num-seqs", "1"]);
+    try {
+      const story = Array.from({ length: 60 }, (_, i) => `Line ${i}: the cat sailed on.`).join(" ");
+      const base = [...engine.model.tokenize(story, false)];
+      assert.ok(base.length > 500, `a long prefix (${base.length} tokens)`);
+      const ask = async (promptIds: number[]) => {
+        const request: PreprocessedRequest = {
+          model: MODEL,
+          token_ids: promptIds,
+          stop_conditions: { max_tokens: 4, ignore_eos: true },
+          sampling_options: { temperature: 0 },
+          eos_token_ids: [engine.model.tokens.eos!],
+        };
+        const outs = [];
+        const started = performance.now();
+        let firstAt = 0;
+        for await (const o of engine.generate(request)) {
+          if (firstAt === 0 && o.token_ids.length > 0) firstAt = performance.now();
+          outs.push(o);
+        }
+        return { outs, ttftMs: firstAt - started };
+      };
+      const cold = await ask(base);
+      assert.equal(cold.outs[0]!.cached_tokens, undefined, "nothing cached at first");
+      // The same prompt again: everything but its last token comes from the kept KV.
+      const again = await ask(base);
+      assert.equal(again.outs[0]!.cached_tokens, base.length - 1);
+      // A longer prompt with that prefix: the whole prefix is reused.
+      const longer = await ask([...base, ...engine.model.tokenize(" And then?", false)]);
+      assert.ok(longer.outs[0]!.cached_tokens! >= base.length - 1, "the prefix is reused");
+      // A prompt sharing nothing: evaluated from scratch.
+      const other = await ask([...engine.model.tokenize("Something else entirely.", false)]);
+      assert.equal(other.outs[0]!.cached_tokens, undefined);
+      console.log(
+        `TTFT with ${base.length} prompt tokens: cold ${cold.ttftMs.toFixed(0)} ms, ` +
+          `cached ${again.ttftMs.toFixed(0)} ms`,
+      );
+
+      // Through the frontend: the second identical completion reports the cached prompt tokens.
+      const client = new OpenAI({ baseURL: `${run.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const complete = () =>
+        client.completions.create({ model: MODEL, prompt: story, max_tokens: 2, temperature: 0 });
+      const first = await complete();
+      const second = await complete();
+      const cachedOf = (r: typeof first) =>
+        (r.usage as { prompt_tokens_details?: { cached_tokens?: number } } | undefined)
+          ?.prompt_tokens_details?.cached_tokens;
+      assert.equal(cachedOf(first), undefined);
+      assert.equal(cachedOf(second), second.usage!.prompt_tokens - 1);
+    } finally {
+      await run.stop();
+      await engine.close();
     }
   },
 });

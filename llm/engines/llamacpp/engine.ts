@@ -186,33 +186,44 @@ export class LlamaCppEngine {
       return;
     }
 
-    const seq = await this.#acquire(ctx?.signal);
+    const seq = await this.#acquire(prompt, ctx?.signal);
     if (seq === undefined) {
       yield { token_ids: [], finish_reason: "cancelled" };
       return;
     }
     const generated: Token[] = [];
     try {
+      // The sequence still holds the KV of its last request: keep the prefix this prompt
+      // shares with it and evaluate only the rest.
+      const cached = await reusePrefix(seq, prompt);
+      // The first output says how much of the prompt came from the kept KV (usage reports it).
+      let head: { cached_tokens?: number } = cached > 0 ? { cached_tokens: cached } : {};
+      const first = (out: LLMEngineOutput): LLMEngineOutput => {
+        if (head.cached_tokens === undefined) return out;
+        const withHead = { ...out, ...head };
+        head = {};
+        return withHead;
+      };
       const options = evaluateOptions(request.sampling_options ?? {}, generated);
       // node-llama-cpp ends at the model's end-of-generation tokens unless told to yield them:
       // the request's ids decide here (ignore_eos, min_tokens, the frontend's eos list).
-      for await (const token of seq.evaluate(prompt as Token[], options)) {
+      for await (const token of seq.evaluate(prompt.slice(cached) as Token[], options)) {
         generated.push(token);
         const n = generated.length;
         const ends = n >= minTokens && (eos.has(token) || hidden.has(token));
         if (ends) {
-          yield { token_ids: [token], finish_reason: "stop" };
+          yield first({ token_ids: [token], finish_reason: "stop" });
           return;
         }
         if (n >= maxTokens) {
-          yield { token_ids: [token], finish_reason: "length" };
+          yield first({ token_ids: [token], finish_reason: "length" });
           return;
         }
         if (ctx?.isStopped()) {
-          yield { token_ids: [token], finish_reason: "cancelled" };
+          yield first({ token_ids: [token], finish_reason: "cancelled" });
           return;
         }
-        yield { token_ids: [token] };
+        yield first({ token_ids: [token] });
         // A consumer that stopped while this token was in flight: no further decode step.
         if (ctx?.isStopped()) {
           yield { token_ids: [], finish_reason: "cancelled" };
@@ -221,7 +232,7 @@ export class LlamaCppEngine {
       }
       yield { token_ids: [], finish_reason: "length" };
     } finally {
-      await this.#release(seq);
+      this.#release(seq);
     }
   }
 
@@ -238,10 +249,21 @@ export class LlamaCppEngine {
     await this.model.dispose();
   }
 
-  #acquire(signal: AbortSignal | undefined): Promise<LlamaContextSequence | undefined> {
+  /** A free sequence (the one holding the longest prefix of `prompt`), or waits for one. */
+  #acquire(
+    prompt: readonly number[],
+    signal: AbortSignal | undefined,
+  ): Promise<LlamaContextSequence | undefined> {
     if (signal?.aborted) return Promise.resolve(undefined);
-    const free = this.#free.pop();
-    if (free) return Promise.resolve(free);
+    if (this.#free.length > 0) {
+      let best = 0;
+      let bestShared = -1;
+      this.#free.forEach((seq, i) => {
+        const shared = sharedPrefix(seq.contextTokens, prompt);
+        if (shared > bestShared) [best, bestShared] = [i, shared];
+      });
+      return Promise.resolve(this.#free.splice(best, 1)[0]);
+    }
     const { promise, resolve } = Promise.withResolvers<LlamaContextSequence | undefined>();
     const waiter = (seq: LlamaContextSequence) => {
       signal?.removeEventListener("abort", onAbort);
@@ -257,13 +279,46 @@ export class LlamaCppEngine {
     return promise;
   }
 
-  async #release(seq: LlamaContextSequence): Promise<void> {
-    // A new request starts from an empty sequence (prefix reuse is a later step).
-    if (!this.#closed) await seq.clearHistory();
+  #release(seq: LlamaContextSequence): void {
+    // The sequence keeps its KV: the next request that shares its prefix reuses it.
     const next = this.#waiters.shift();
     if (next) next(seq);
     else this.#free.push(seq);
   }
+}
+
+/**
+ * Shorter shared prefixes are evaluated again rather than reused: they save little (a chat
+ * template's system part), and a prompt evaluated whole gives exactly the tokens the library
+ * gives on a fresh sequence.
+ */
+export const MIN_REUSED_PREFIX = 64;
+
+/** How many leading tokens `held` and `prompt` share. */
+function sharedPrefix(held: readonly number[], prompt: readonly number[]): number {
+  const n = Math.min(held.length, prompt.length);
+  let i = 0;
+  while (i < n && held[i] === prompt[i]) i++;
+  return i;
+}
+
+/**
+ * Aligns a sequence with a new prompt: keeps the KV of the prefix they share (at least
+ * {@linkcode MIN_REUSED_PREFIX} tokens, and never the whole prompt: its last token is evaluated
+ * to sample from) and erases the rest.
+ *
+ * @returns how many prompt tokens are served from the kept KV
+ */
+async function reusePrefix(seq: LlamaContextSequence, prompt: readonly number[]): Promise<number> {
+  const held = seq.nextTokenIndex;
+  if (held === 0) return 0;
+  const shared = Math.min(sharedPrefix(seq.contextTokens, prompt), prompt.length - 1);
+  if (shared < MIN_REUSED_PREFIX) {
+    await seq.clearHistory();
+    return 0;
+  }
+  if (shared < held) await seq.eraseContextTokenRanges([{ start: shared, end: held }]);
+  return shared;
 }
 
 /** The request's sampling options in node-llama-cpp's terms (temperature 0 = greedy). */

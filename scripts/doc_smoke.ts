@@ -342,15 +342,7 @@ export async function runDocs(files: string[]): Promise<Row[]> {
       const took = () => (row.seconds = (Date.now() - started) / 1000);
 
       if (d.background !== undefined) {
-        const child = new Deno.Command("bash", {
-          args: ["-c", `exec ${command}`],
-          cwd: ROOT,
-          env,
-          clearEnv: true,
-          stdin: "null",
-          stdout: "piped",
-          stderr: "piped",
-        }).spawn();
+        const child = spawnBash(`exec ${command}`, env);
         const { output, done } = collect(child);
         const bg: Background = { row, child, output, done };
         background.push(bg);
@@ -383,15 +375,7 @@ export async function runDocs(files: string[]): Promise<Row[]> {
         continue;
       }
 
-      const child = new Deno.Command("bash", {
-        args: ["-c", command],
-        cwd: ROOT,
-        env,
-        clearEnv: true,
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-      }).spawn();
+      const child = spawnBash(command, env);
       const { output, done } = collect(child);
       const timeoutS = d.timeoutS ?? 90;
       let timedOut = false;
@@ -444,4 +428,17 @@ if (import.meta.main) {
   printTable(rows);
   console.log(`(${((Date.now() - started) / 1000).toFixed(0)} s)`);
   Deno.exit(rows.some((r) => r.failed) ? 1 : 0);
+}
+
+/** Runs `script` with bash from the repository root, in exactly `env`, its output piped. */
+function spawnBash(script: string, env: Record<string, string>): Deno.ChildProcess {
+  return new Deno.Command("bash", {
+    args: ["-c", script],
+    cwd: ROOT,
+    env,
+    clearEnv: true,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
 }

@@ -2,7 +2,7 @@
 // keeps serving, goes on applying updates, and holds the right state once they are gone.
 
 import assert from "node:assert/strict";
-import type { DistributedRuntime, Logger } from "../mod.ts";
+import type { DistributedRuntime } from "../mod.ts";
 import {
   createFrontend,
   echoEngine,
@@ -14,19 +14,7 @@ import {
 import { builtinTestModel } from "../llm/model/test_model.ts";
 import { eventually, openReal } from "./_helpers/backends.ts";
 import { haveServers } from "./_helpers/servers.ts";
-
-/** A logger that keeps its warnings. */
-function recordingLogger() {
-  const warnings: { msg: string; fields: Record<string, unknown> }[] = [];
-  const logger: Logger = {
-    debug() {},
-    info() {},
-    warn: (msg, fields = {}) => void warnings.push({ msg, fields }),
-    error() {},
-    child: () => logger,
-  };
-  return { logger, warnings };
-}
+import { recordingLogger } from "./_helpers/recording_logger.ts";
 
 async function serveModel(rt: DistributedRuntime, model: string) {
   const endpoint = rt.namespace("ns").component("backend").endpoint("generate");

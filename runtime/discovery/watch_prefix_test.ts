@@ -1,6 +1,7 @@
 // watchPrefix on MemoryDiscovery: the listing at "synced", puts and deletes, resync after
 // a failed watch, and malformed records (logged once, skipped, never stopping the watch).
 
+import { recordingLogger as recordWarnings } from "../../tests/_helpers/recording_logger.ts";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { z } from "zod";
@@ -70,17 +71,11 @@ class FlakyDiscovery implements Discovery {
   }
 }
 
-/** A logger that keeps its warnings. */
+/** A logger that keeps its warnings, and picks out the malformed-record ones. */
 function recordingLogger() {
-  const warnings: { msg: string; fields: Record<string, unknown> }[] = [];
-  const logger: Logger = {
-    debug() {},
-    info() {},
-    warn: (msg, fields = {}) => void warnings.push({ msg, fields }),
-    error() {},
-    child: () => logger,
-  };
-  return { logger, warnings, malformed: () => warnings.filter((w) => /malformed/.test(w.msg)) };
+  const recorded = recordWarnings();
+  const malformed = () => recorded.warnings.filter((w) => /malformed/.test(w.msg));
+  return { ...recorded, malformed };
 }
 
 /** Runs watchPrefix in the background and folds its events into a map, as a consumer would. */

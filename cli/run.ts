@@ -5,18 +5,17 @@ import { announceBackends } from "../runtime/backends.ts";
 import {
   builtinTestModel,
   checkUpstream,
-  type Context,
   DistributedRuntime,
   echoEngine,
   EmbeddedCluster,
-  type LLMEngineOutput,
+  type Endpoint,
   type Logger,
   type MockerEngineOptions,
   type MockerWorkers,
+  type ModelDeploymentCard,
   ModelInput,
   ModelType,
   openaiUpstream,
-  type PreprocessedRequest,
   registerLlm,
   startMockerWorkers,
 } from "../mod.ts";
@@ -77,9 +76,10 @@ Options:
   --delay-ms N             echo: pause per token (default 0)
   --model-path PATH        openai: card source (tokenizer, context length) instead of
                            the built-in test model
-  --num-workers N          mocker: workers in this process (default 1)
+  --num-workers N          mocker, llamacpp: workers in this process (default 1); with
+                           --router-mode kv, prompts go where their prefix is cached
   --speedup-ratio X        mocker: simulated time runs X times faster (default 1)
-  --block-size N           mocker: tokens per KV block (default 16)
+  --block-size N           mocker, llamacpp: tokens per KV block (default 16)
   --num-gpu-blocks N       mocker: KV blocks per worker (default 16384)
   --max-num-seqs N         mocker: running sequences per worker (default 256);
                            llamacpp: sequences in the context (default 4)
@@ -151,9 +151,7 @@ async function run(args: string[], io: Io): Promise<number> {
   let modelName = values["model-name"];
   let mocker: { numWorkers: number; engine: MockerEngineOptions } | undefined;
   let checkHealth: (() => Promise<string | undefined>) | undefined;
-  let closeEngine: (() => Promise<void>) | undefined;
-  // The card's context length; llamacpp announces what its sequences actually hold.
-  let cardContextLength = contextLength;
+  let llama: { numWorkers: number; engine: LlamaCppWorkerOptions } | undefined;
   if (output === "echo") {
     handler = echoEngine({ delayMs });
     modelInput = ModelInput.Tokens;
@@ -179,27 +177,16 @@ async function run(args: string[], io: Io): Promise<number> {
     if (rest[0] === undefined) {
       throw new UsageError("out=llamacpp needs MODEL, a .gguf file", "run");
     }
-    // Loaded only here: node-llama-cpp costs ~140 ms to import, other engines skip it.
-    // Not a literal specifier, so that `deno bundle` leaves node-llama-cpp (native binaries
-    // for every platform) out of the bundle; the bundle serves every engine but this one.
-    const engineModule = new URL("../llm/engines/llamacpp/mod.ts", import.meta.url).href;
-    const { LlamaCppEngine, LlamaCppLoadError } = await import(engineModule) as LlamaCppModule;
-    let engine;
-    try {
-      engine = await LlamaCppEngine.load(rest[0], {
+    llama = {
+      numWorkers: parseIntFlag("num-workers", values["num-workers"], 1) ?? 1,
+      engine: {
         nGpuLayers: parseIntFlag("n-gpu-layers", values["n-gpu-layers"], 0),
         maxNumSeqs: parseIntFlag("max-num-seqs", values["max-num-seqs"], 1),
+        kvBlockSize: parseIntFlag("block-size", values["block-size"], 1),
         contextLength,
         logger,
-      });
-    } catch (err) {
-      if (!(err instanceof LlamaCppLoadError)) throw err;
-      io.err(`dynamo run: ${err.message}`);
-      return ExitCode.Usage;
-    }
-    handler = engine.handler;
-    closeEngine = () => engine.close();
-    cardContextLength = engine.contextLength;
+      },
+    };
     modelInput = ModelInput.Tokens;
     modelPath = rest[0];
   } else {
@@ -219,7 +206,42 @@ async function run(args: string[], io: Io): Promise<number> {
   });
   announceBackends(runtime, logger, "process", true);
   let mockers: MockerWorkers | undefined;
+  const workerRuntimes: DistributedRuntime[] = [];
   try {
+    if (llama) {
+      // Loaded only here: node-llama-cpp costs ~140 ms to import, other engines skip it.
+      // Not a literal specifier, so that `deno bundle` leaves node-llama-cpp (native binaries
+      // for every platform) out of the bundle; the bundle serves every engine but this one.
+      const engineModule = new URL("../llm/engines/llamacpp/mod.ts", import.meta.url).href;
+      const { runLlamaCppWorker, LlamaCppLoadError } = await import(
+        engineModule
+      ) as LlamaCppModule;
+      // Each worker is its own runtime (own instance id, own KV events) on the shared cluster.
+      for (let i = 0; i < llama.numWorkers; i++) {
+        const rt = await DistributedRuntime.connect({ logger, embedded });
+        workerRuntimes.push(rt);
+        const endpoint = rt.namespace("dynamo").component("backend").endpoint("generate");
+        try {
+          const worker = await runLlamaCppWorker(endpoint, modelPath, {
+            ...llama.engine,
+            register: { modelName, migrationLimit },
+          });
+          worker.serving.catch((err) => logger.error("engine stopped", { error: String(err) }));
+          if (i === 0) {
+            logger.info("model registered", {
+              model: worker.card.display_name,
+              workers: llama.numWorkers,
+              context: worker.card.context_length,
+            });
+          }
+        } catch (err) {
+          if (!(err instanceof LlamaCppLoadError)) throw err;
+          io.err(`dynamo run: ${err.message}`);
+          return ExitCode.Usage;
+        }
+      }
+      return await serveUntilSignal();
+    }
     if (mocker) {
       // Each mocker worker is its own runtime (own instance id) on the shared cluster.
       mockers = await startMockerWorkers(mocker.numWorkers, {
@@ -258,7 +280,7 @@ async function run(args: string[], io: Io): Promise<number> {
       modelPath,
       {
         modelName,
-        contextLength: cardContextLength,
+        contextLength,
         migrationLimit,
         huggingFace: huggingFaceOptionsFromEnv(),
       },
@@ -272,8 +294,9 @@ async function run(args: string[], io: Io): Promise<number> {
   } finally {
     signals.dispose();
     await mockers?.shutdown();
+    // A worker's runtime shutdown waits for its requests, then its engine closes.
+    await Promise.all(workerRuntimes.map((rt) => rt.shutdown()));
     await runtime.shutdown();
-    await closeEngine?.();
   }
 
   async function serveUntilSignal(): Promise<number> {
@@ -290,19 +313,22 @@ async function run(args: string[], io: Io): Promise<number> {
  * out=llamacpp (a structural type: a type import would make bundlers follow the module).
  */
 interface LlamaCppModule {
-  LlamaCppEngine: {
-    load(path: string, options: {
-      nGpuLayers?: number;
-      maxNumSeqs?: number;
-      contextLength?: number;
-      logger?: Logger;
-    }): Promise<{
-      readonly handler: (req: PreprocessedRequest, ctx: Context) => AsyncIterable<LLMEngineOutput>;
-      readonly contextLength: number;
-      close(): Promise<void>;
-    }>;
-  };
+  runLlamaCppWorker(
+    endpoint: Endpoint,
+    modelPath: string,
+    options: LlamaCppWorkerOptions,
+  ): Promise<{ readonly card: ModelDeploymentCard; readonly serving: Promise<void> }>;
   LlamaCppLoadError: abstract new (...args: never[]) => Error;
+}
+
+/** The options `dynamo run` gives a llama.cpp worker. */
+interface LlamaCppWorkerOptions {
+  nGpuLayers?: number;
+  maxNumSeqs?: number;
+  kvBlockSize?: number;
+  contextLength?: number;
+  logger?: Logger;
+  register?: { modelName?: string; migrationLimit?: number };
 }
 
 function parseMockerFlags(

@@ -66,6 +66,22 @@ function toWire(m: KvMetrics | number[]): ForwardPassMetrics {
 }
 
 /**
+ * An engine's wire-named load ({@linkcode ForwardPassMetrics}) as {@linkcode KvMetricsPublisher.publish} takes it.
+ *
+ * @param m the engine's metrics
+ * @returns the same numbers, camelCase
+ * @example
+ * ```ts ignore
+ * publisher.publish(fromForwardPassMetrics(engine.metrics()));
+ * ```
+ */
+export function fromForwardPassMetrics(m: ForwardPassMetrics): KvMetrics {
+  const out = {} as KvMetrics;
+  for (const [camel, snake] of FIELDS) out[camel] = m[snake];
+  return out;
+}
+
+/**
  * Publishes one worker's load metrics.
  *
  * @example

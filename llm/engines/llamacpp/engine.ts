@@ -14,8 +14,10 @@ import type { Context } from "../../../runtime/context.ts";
 import { InvalidArgumentError } from "../../../runtime/errors.ts";
 import type { Logger } from "../../../runtime/logger.ts";
 import { GgufError, readGgufMetadata } from "../../model/gguf.ts";
+import type { ForwardPassMetrics, KvCacheEventData } from "../../kv_router/protocols.ts";
 import type { LLMEngineOutput, PreprocessedRequest, SamplingOptions } from "../../protocols.ts";
 import { LlamaCppLoadError, LlamaCppRequestError } from "./errors.ts";
+import { KvBlockTracker } from "./kv_blocks.ts";
 
 /** Options of {@linkcode LlamaCppEngine.load}. */
 export interface LlamaCppEngineOptions {
@@ -34,6 +36,15 @@ export interface LlamaCppEngineOptions {
   threads?: number;
   /** Where llama.cpp's own messages go (warnings and errors only); default nowhere. */
   logger?: Logger;
+  /** Tokens per KV block in the events and metrics (the card's block size; default 16). */
+  kvBlockSize?: number;
+  /**
+   * Receives the KV cache's events: blocks stored when a sequence's evaluated tokens fill them,
+   * removed when no sequence holds them any more (hashed as the KV router hashes prompts).
+   */
+  onKvEvent?: (data: KvCacheEventData) => void;
+  /** Receives the engine's load whenever a request starts, waits or ends. */
+  onMetrics?: (metrics: ForwardPassMetrics) => void;
 }
 
 /** The handler shape of a Tokens-input engine. */
@@ -62,7 +73,12 @@ export class LlamaCppEngine {
   readonly handler: LlamaCppHandler;
   readonly #context: LlamaContext;
   readonly #free: LlamaContextSequence[];
+  readonly #all: readonly LlamaContextSequence[];
   readonly #waiters: Array<(seq: LlamaContextSequence) => void> = [];
+  readonly #blocks: KvBlockTracker<LlamaContextSequence>;
+  readonly #onMetrics: ((metrics: ForwardPassMetrics) => void) | undefined;
+  #promptTokens = 0;
+  #cachedTokens = 0;
   #closed = false;
 
   private constructor(
@@ -70,13 +86,54 @@ export class LlamaCppEngine {
     model: LlamaModel,
     context: LlamaContext,
     sequences: LlamaContextSequence[],
+    options: LlamaCppEngineOptions,
   ) {
     this.path = path;
     this.model = model;
     this.#context = context;
     this.contextLength = context.contextSize;
     this.#free = sequences;
+    this.#all = [...sequences];
+    const onKvEvent = options.onKvEvent;
+    this.#blocks = new KvBlockTracker(options.kvBlockSize ?? 16, (data) => onKvEvent?.(data));
+    this.#onMetrics = options.onMetrics;
     this.handler = (request, ctx) => this.generate(request, ctx);
+  }
+
+  /** Tokens per KV block in events and metrics. */
+  get kvBlockSize(): number {
+    return this.#blocks.blockSize;
+  }
+
+  /** The sequence hashes of the KV blocks the context holds now (what the events said). */
+  heldBlocks(): bigint[] {
+    return this.#blocks.blocks();
+  }
+
+  /**
+   * The tokens whose KV each sequence of the context holds now, as llama.cpp evaluated them
+   * (sequences holding nothing left out): what the KV events describe.
+   */
+  cachedSequences(): number[][] {
+    return this.#all.map((seq) => [...seq.contextTokens]).filter((t) => t.length > 0);
+  }
+
+  /** The engine's load now, in the KV router's terms. */
+  metrics(): ForwardPassMetrics {
+    const total = this.#context.totalSequences;
+    const kvTotal = total * Math.floor(this.contextLength / this.kvBlockSize);
+    const kvActive = this.#blocks.blockCount;
+    return {
+      request_active_slots: this.activeSequences,
+      request_total_slots: total,
+      kv_active_blocks: kvActive,
+      kv_total_blocks: kvTotal,
+      num_requests_waiting: this.#waiters.length,
+      gpu_cache_usage_perc: kvTotal > 0 ? Math.min(1, kvActive / kvTotal) : 0,
+      gpu_prefix_cache_hit_rate: this.#promptTokens > 0
+        ? this.#cachedTokens / this.#promptTokens
+        : 0,
+    };
   }
 
   /**
@@ -97,6 +154,10 @@ export class LlamaCppEngine {
     }
     if (!Number.isInteger(nGpuLayers) || nGpuLayers < 0) {
       throw new InvalidArgumentError(`nGpuLayers must be a whole number >= 0, got ${nGpuLayers}`);
+    }
+    const kvBlockSize = options.kvBlockSize ?? 16;
+    if (!Number.isInteger(kvBlockSize) || kvBlockSize < 1) {
+      throw new InvalidArgumentError(`kvBlockSize must be a whole number >= 1, got ${kvBlockSize}`);
     }
     const architecture = await checkFile(path);
     const logger = options.logger;
@@ -149,7 +210,7 @@ export class LlamaCppEngine {
         threads: options.threads ?? defaultThreads(),
       });
       const sequences = Array.from({ length: maxNumSeqs }, () => context.getSequence());
-      return new LlamaCppEngine(path, model, context, sequences);
+      return new LlamaCppEngine(path, model, context, sequences, options);
     } catch (err) {
       await model.dispose().catch(() => {});
       throw err;
@@ -196,6 +257,10 @@ export class LlamaCppEngine {
       // The sequence still holds the KV of its last request: keep the prefix this prompt
       // shares with it and evaluate only the rest.
       const cached = await reusePrefix(seq, prompt);
+      this.#promptTokens += prompt.length;
+      this.#cachedTokens += cached;
+      this.#sync(seq);
+      let evaluated = false;
       // The first output says how much of the prompt came from the kept KV (usage reports it).
       let head: { cached_tokens?: number } = cached > 0 ? { cached_tokens: cached } : {};
       const first = (out: LLMEngineOutput): LLMEngineOutput => {
@@ -209,6 +274,11 @@ export class LlamaCppEngine {
       // the request's ids decide here (ignore_eos, min_tokens, the frontend's eos list).
       for await (const token of seq.evaluate(prompt.slice(cached) as Token[], options)) {
         generated.push(token);
+        if (!evaluated) {
+          // The prompt's KV is in: the router may send requests sharing it here from now.
+          evaluated = true;
+          this.#sync(seq);
+        }
         const n = generated.length;
         const ends = n >= minTokens && (eos.has(token) || hidden.has(token));
         if (ends) {
@@ -262,7 +332,9 @@ export class LlamaCppEngine {
         const shared = sharedPrefix(seq.contextTokens, prompt);
         if (shared > bestShared) [best, bestShared] = [i, shared];
       });
-      return Promise.resolve(this.#free.splice(best, 1)[0]);
+      const seq = this.#free.splice(best, 1)[0];
+      this.#publishMetrics();
+      return Promise.resolve(seq);
     }
     const { promise, resolve } = Promise.withResolvers<LlamaContextSequence | undefined>();
     const waiter = (seq: LlamaContextSequence) => {
@@ -276,14 +348,26 @@ export class LlamaCppEngine {
     };
     signal?.addEventListener("abort", onAbort, { once: true });
     this.#waiters.push(waiter);
+    this.#publishMetrics();
     return promise;
   }
 
   #release(seq: LlamaContextSequence): void {
     // The sequence keeps its KV: the next request that shares its prefix reuses it.
+    if (!this.#closed) this.#sync(seq);
     const next = this.#waiters.shift();
     if (next) next(seq);
     else this.#free.push(seq);
+    this.#publishMetrics();
+  }
+
+  /** Tells the events what `seq` holds now. */
+  #sync(seq: LlamaContextSequence): void {
+    this.#blocks.update(seq, seq.contextTokens);
+  }
+
+  #publishMetrics(): void {
+    if (this.#onMetrics && !this.#closed) this.#onMetrics(this.metrics());
   }
 }
 

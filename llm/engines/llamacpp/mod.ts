@@ -7,3 +7,5 @@
 
 export { LlamaCppEngine, type LlamaCppEngineOptions, type LlamaCppHandler } from "./engine.ts";
 export { LlamaCppLoadError, LlamaCppRequestError } from "./errors.ts";
+export { KvBlockTracker } from "./kv_blocks.ts";
+export { type LlamaCppWorker, type LlamaCppWorkerOptions, runLlamaCppWorker } from "./worker.ts";

@@ -11,7 +11,7 @@ import { InvalidArgumentError } from "../../../runtime/errors.ts";
 import { type ModelDeploymentCard, ModelInput, ModelType } from "../../protocols.ts";
 import { registerLlm, type RegisterLlmOptions } from "../../model/register.ts";
 import { builtinTestModel } from "../../model/test_model.ts";
-import { KvMetricsPublisher } from "../../kv_router/metrics.ts";
+import { fromForwardPassMetrics, KvMetricsPublisher } from "../../kv_router/metrics.ts";
 import { KvEventPublisher } from "../../kv_router/publisher.ts";
 import { MockerEngine, type MockerEngineOptions } from "./engine.ts";
 
@@ -78,15 +78,7 @@ export async function runMockerWorker(
     },
     onMetrics: (m) => {
       options.onMetrics?.(m);
-      metrics?.publish({
-        requestActiveSlots: m.request_active_slots,
-        requestTotalSlots: m.request_total_slots,
-        kvActiveBlocks: m.kv_active_blocks,
-        kvTotalBlocks: m.kv_total_blocks,
-        numRequestsWaiting: m.num_requests_waiting,
-        gpuCacheUsagePerc: m.gpu_cache_usage_perc,
-        gpuPrefixCacheHitRate: m.gpu_prefix_cache_hit_rate,
-      });
+      metrics?.publish(fromForwardPassMetrics(m));
     },
   });
   const serving = endpoint.serveEndpoint(

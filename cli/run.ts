@@ -31,6 +31,7 @@ import {
 import { HTTP_FLAGS, parseHttpFlags } from "./frontend.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
 import { huggingFaceOptionsFromEnv } from "./_huggingface.ts";
+import { downloadGguf, parseGgufRef } from "../llm/model/huggingface.ts";
 
 const usage = `Usage: dynamo run in=http out=ENGINE [MODEL] [options]
 
@@ -46,8 +47,10 @@ Engines:
   out=mocker               simulated vLLM workers (KV cache, batching, timing model;
                            pseudo-random tokens) for routing and scale tests; MODEL as
                            for echo
-  out=llamacpp             llama.cpp in this process on MODEL, a .gguf file (tokenizer
-                           and chat template from the GGUF); CPU unless --n-gpu-layers
+  out=llamacpp             llama.cpp in this process on MODEL, a .gguf file or
+                           hf://ORG/NAME/FILE.gguf (downloaded into the Hugging Face
+                           cache); tokenizer and chat template from the GGUF; CPU
+                           unless --n-gpu-layers
 
 Options:
   --http-port N            port (default 8000; 0 picks a free one)
@@ -175,8 +178,16 @@ async function run(args: string[], io: Io): Promise<number> {
     modelPath = rest[0] ?? await builtinTestModel();
   } else if (output === "llamacpp") {
     if (rest[0] === undefined) {
-      throw new UsageError("out=llamacpp needs MODEL, a .gguf file", "run");
+      throw new UsageError(
+        "out=llamacpp needs MODEL, a .gguf file or hf://ORG/NAME/FILE.gguf",
+        "run",
+      );
     }
+    // One GGUF file of a Hub repo: downloaded once (progress on stderr), then a local file
+    // for the engine and the card alike.
+    const local = parseGgufRef(rest[0])
+      ? await downloadGguf(rest[0], huggingFaceOptionsFromEnv())
+      : rest[0];
     llama = {
       numWorkers: parseIntFlag("num-workers", values["num-workers"], 1) ?? 1,
       engine: {
@@ -188,7 +199,7 @@ async function run(args: string[], io: Io): Promise<number> {
       },
     };
     modelInput = ModelInput.Tokens;
-    modelPath = rest[0];
+    modelPath = local;
   } else {
     throw new UsageError(
       `unknown engine out=${output} (engines: echo, mocker, llamacpp, openai:URL)`,

@@ -4,6 +4,8 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { GgufError, GgufType, isGgufFile, parseGgufMetadata, readGgufMetadata } from "./gguf.ts";
 import { ggufModelFacts } from "./gguf_facts.ts";
 import { loadModelSource, ModelSourceError } from "./model_source.ts";
+import { downloadGguf, HuggingFaceNotFoundError, parseGgufRef } from "./huggingface.ts";
+import { fakeSha, startFakeHuggingFace } from "../../tests/_helpers/fake_huggingface.ts";
 
 // --- a small GGUF writer (little-endian, v2/v3) ---
 
@@ -539,5 +541,50 @@ Deno.test("a GGUF holding the real Qwen3 vocabulary converts back to a tokenizer
     }
   } finally {
     await Deno.remove(path);
+  }
+});
+
+Deno.test("hf://org/name/file.gguf downloads that one file and loads it as a GGUF model", async () => {
+  const model = tinyModel();
+  const sha = fakeSha("gguf");
+  const hub = await startFakeHuggingFace({
+    repos: {
+      "acme/tiny-GGUF": {
+        commits: {
+          [sha]: {
+            "README.md": "# tiny",
+            "q8/tiny-qwen.Q8_0.gguf": model,
+            "tiny-qwen.F16.gguf": new Uint8Array(64),
+          },
+        },
+      },
+    },
+  });
+  const cacheDir = await Deno.makeTempDir({ prefix: "dynamo-hub-gguf-" });
+  try {
+    assert.deepEqual(parseGgufRef("hf://acme/tiny-GGUF@v1/q8/tiny-qwen.Q8_0.gguf"), {
+      repoId: "acme/tiny-GGUF",
+      revision: "v1",
+      file: "q8/tiny-qwen.Q8_0.gguf",
+    });
+    for (const bad of ["acme/tiny/x.gguf", "hf://acme/x.gguf", "hf://acme/tiny/../x.gguf"]) {
+      assert.equal(parseGgufRef(bad), undefined, bad);
+    }
+    const huggingFace = { endpoint: hub.url, cacheDir };
+    const ref = "hf://acme/tiny-GGUF/q8/tiny-qwen.Q8_0.gguf";
+    const path = await downloadGguf(ref, huggingFace);
+    assert.deepEqual(await Deno.readFile(path), model);
+    assert.equal(hub.count("file"), 1, "only the named file is fetched");
+    const { card } = await loadModelSource(ref, { huggingFace });
+    assert.equal(card.display_name, "tiny-qwen.Q8_0");
+    assert.equal(hub.count("file"), 1, "the second load uses the cache");
+    await assert.rejects(
+      downloadGguf("hf://acme/tiny-GGUF/missing.gguf", huggingFace),
+      (err: Error) =>
+        err instanceof HuggingFaceNotFoundError && /no file missing\.gguf/.test(err.message),
+    );
+  } finally {
+    await hub.close();
+    await Deno.remove(cacheDir, { recursive: true });
   }
 });

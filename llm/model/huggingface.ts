@@ -141,6 +141,81 @@ export function parseRepoRef(ref: string): RepoRef | undefined {
   return { repoId: rest, revision };
 }
 
+/** A parsed `hf://org/name[@revision]/path/to/file.gguf`: one GGUF file of a Hub repo. */
+export interface GgufRef extends RepoRef {
+  /** The file's path in the repo. */
+  file: string;
+}
+
+/**
+ * Parses a reference to one GGUF file of a Hub repo: `hf://org/name/file.gguf`, with an
+ * optional `@revision` after the repo name and folders before the file.
+ *
+ * @param ref what the user passed
+ * @returns the repo, revision and file, or undefined when `ref` is not such a reference
+ * @example
+ * ```ts
+ * parseGgufRef("hf://acme/tiny-GGUF@v1/q4/tiny.Q4_1.gguf");
+ * // { repoId: "acme/tiny-GGUF", revision: "v1", file: "q4/tiny.Q4_1.gguf" }
+ * ```
+ */
+export function parseGgufRef(ref: string): GgufRef | undefined {
+  if (!ref.startsWith("hf://") || !ref.toLowerCase().endsWith(".gguf")) return undefined;
+  const parts = ref.slice(5).split("/");
+  if (parts.length < 3) return undefined;
+  const repo = parseRepoRef(`hf://${parts[0]}/${parts[1]}`);
+  const file = parts.slice(2).join("/");
+  if (!repo || !repo.repoId.includes("/") || !isSafeRepoPath(file)) return undefined;
+  return { ...repo, file };
+}
+
+/**
+ * Downloads one GGUF file of a Hub repo into the cache (as {@linkcode downloadRepo} does, with
+ * its progress reports, deadlines and cache) and returns its local path.
+ *
+ * @param ref `hf://org/name[@revision]/file.gguf`
+ * @param options cache, endpoint, token, progress, deadline, signal (patterns are the file)
+ * @returns the file's path in the cached snapshot
+ * @throws {InvalidArgumentError} `ref` is not such a reference
+ * @throws {HuggingFaceNotFoundError} the repo, revision or file does not exist
+ * @throws {HuggingFaceError} as {@linkcode downloadRepo}
+ * @example
+ * ```ts ignore
+ * const path = await downloadGguf("hf://acme/tiny-GGUF/tiny.Q4_1.gguf", { onProgress });
+ * ```
+ */
+export async function downloadGguf(
+  ref: string,
+  options: Omit<DownloadRepoOptions, "allowPatterns" | "includeWeights"> = {},
+): Promise<string> {
+  const parsed = parseGgufRef(ref);
+  if (!parsed) {
+    throw new InvalidArgumentError(
+      `not a Hugging Face GGUF reference (expected "hf://org/name/file.gguf"), got ${
+        JSON.stringify(ref)
+      }`,
+    );
+  }
+  // The file's own name as the only pattern: glob characters in it would match others.
+  if (/[*?]/.test(parsed.file)) {
+    throw new InvalidArgumentError(`a GGUF file name cannot hold * or ?, got ${parsed.file}`);
+  }
+  const snapshot = await downloadRepo(parsed.repoId, {
+    ...options,
+    revision: options.revision ?? parsed.revision,
+    allowPatterns: [parsed.file],
+  });
+  const path = join(snapshot, ...parsed.file.split("/"));
+  if (!(await exists(path))) {
+    throw new HuggingFaceNotFoundError(
+      parsed.repoId,
+      `${parsed.repoId} has no file ${parsed.file} at ${parsed.revision ?? "main"}`,
+      404,
+    );
+  }
+  return path;
+}
+
 /** `{cacheDir}/models--{org}--{name}`, as huggingface_hub names it. */
 export function repoCacheDir(cacheDir: string, repoId: string): string {
   return join(cacheDir, `models--${repoId.split("/").join("--")}`);

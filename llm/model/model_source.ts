@@ -18,9 +18,11 @@ import {
 } from "./card.ts";
 import { sha256Hex } from "./card_files.ts";
 import {
+  downloadGguf,
   downloadRepo,
   type DownloadRepoOptions,
   HuggingFaceNotFoundError,
+  parseGgufRef,
   parseRepoRef,
 } from "./huggingface.ts";
 import { isGgufFile, readGgufMetadata } from "./gguf.ts";
@@ -115,8 +117,8 @@ function checkOptions(o: LoadModelOptions): void {
 
 /**
  * Loads a model's card facts and files from a local folder, a Hugging Face repo id
- * (`org/name`, `hf://org/name`, optionally `@revision`; downloaded into the cache), or a
- * `.gguf` file. An existing local path wins over a repo id of the same shape.
+ * (`org/name`, `hf://org/name`, optionally `@revision`; downloaded into the cache), a
+ * `.gguf` file, or one GGUF file of a repo (`hf://org/name[@revision]/file.gguf`). An existing local path wins over a repo id of the same shape.
  *
  * @param modelPath folder, repo id, or GGUF file
  * @param options card settings and Hugging Face download settings
@@ -171,6 +173,10 @@ export async function loadModelSource(
       );
     }
     return await loadGguf(modelPath, options);
+  }
+  if (parseGgufRef(modelPath)) {
+    const path = await downloadGguf(modelPath, { ...options.huggingFace, signal: options.signal });
+    return await loadGguf(path, options);
   }
   const ref = parseRepoRef(modelPath);
   if (!ref) {

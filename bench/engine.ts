@@ -4,7 +4,9 @@
 // frontend's preprocessing and detokenizing, the request plane, LlamaCppEngine), each as a ratio
 // to node-llama-cpp called directly in this process on the same prompt (the baseline: one context
 // with as many sequences, greedy, eos ignored). The two sides run one after the other, in
-// alternating rounds, so they never share the CPU; the median round of each is reported.
+// alternating rounds, so they never share the CPU; the median round of each is reported. Then
+// time to first token for a ~1,000-token prompt, cold and with its prefix cached (the engine's
+// prefix reuse against the library keeping the same prefix in its sequence), as ratios too.
 //
 // With --ffi, first the binding question: one greedy stream through Deno FFI straight to the
 // libllama that node-llama-cpp ships (llama_decode called synchronously, and with
@@ -100,6 +102,83 @@ async function frontend(streams: number): Promise<number> {
   const start = performance.now();
   const counts = await Promise.all(Array.from({ length: streams }, oneStream));
   return counts.reduce((a, b) => a + b, 0) / ((performance.now() - start) / 1000);
+}
+
+// Time to first token with and without a cached ~1,000-token prefix. The prefix: plain prose
+// long enough to tokenize to PREFIX_TOKENS or more; each round asks its own question after it.
+const PREFIX_TOKENS = 1000;
+const PREFIX = (() => {
+  const sentence = "The river winds past the old mill, the orchard and the stone bridge. ";
+  let text = "";
+  while (model.tokenize(text, false).length < PREFIX_TOKENS) text += sentence;
+  return text;
+})();
+const question = (r: number) => `Question ${r}: what stands by the river?`;
+
+/** First-token latency of the library itself, in ms: cold (whole prompt) or prefix kept. */
+async function directTtft(cached: boolean, r: number): Promise<number> {
+  const seq = sequences[0]!;
+  const ids = model.tokenize(PREFIX + question(r), false);
+  let keep = 0;
+  if (cached) {
+    // Keep what the sequence already holds of this prompt (the prefix, from a warm-up).
+    const held = seq.contextTokens;
+    while (keep < held.length && keep < ids.length - 1 && held[keep] === ids[keep]) keep++;
+    if (keep < seq.nextTokenIndex) {
+      await seq.eraseContextTokenRanges([{ start: keep, end: seq.nextTokenIndex }]);
+    }
+  } else await seq.clearHistory();
+  const start = performance.now();
+  for await (const _ of seq.evaluate(ids.slice(keep) as Token[], { temperature: 0 })) break;
+  return performance.now() - start;
+}
+
+/** First-token latency through the frontend, in ms (a streamed completion's first chunk). */
+async function frontendTtft(prompt: string): Promise<number> {
+  const start = performance.now();
+  const res = await fetch(`${run.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: MODEL, prompt, max_tokens: 1, temperature: 0, stream: true }),
+  });
+  if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  const reader = res.body.getReader();
+  await reader.read();
+  const ttft = performance.now() - start;
+  while (!(await reader.read()).done) { /* the rest of the stream */ }
+  return ttft;
+}
+
+/** TTFT cold and with the prefix cached, direct and through the frontend; medians in ms. */
+async function ttftRows(): Promise<TtftResult> {
+  const d = { cold: [] as number[], cached: [] as number[] };
+  const f = { cold: [] as number[], cached: [] as number[] };
+  await directTtft(false, 0); // leaves the prefix in sequence 0 for the cached rounds
+  await frontendTtft(PREFIX + question(0)); // the same on the frontend's side
+  for (let r = 1; r <= ROUNDS; r++) {
+    await settle();
+    d.cached.push(await directTtft(true, r));
+    await settle();
+    f.cached.push(await frontendTtft(PREFIX + question(r)));
+    // Cold: the library from an empty sequence; the frontend on a prompt whose first token
+    // differs, so that no sequence shares its prefix.
+    await settle();
+    d.cold.push(await directTtft(false, r));
+    await directTtft(false, 0); // the prefix back in place for the next cached round
+    await settle();
+    f.cold.push(await frontendTtft(`Round ${r} of ${ROUNDS}. ${PREFIX}${question(r)}`));
+  }
+  return {
+    promptTokens: model.tokenize(PREFIX + question(1), false).length,
+    direct: { cold: median(d.cold), cached: median(d.cached) },
+    frontend: { cold: median(f.cold), cached: median(f.cached) },
+  };
+}
+
+interface TtftResult {
+  promptTokens: number;
+  direct: { cold: number; cached: number };
+  frontend: { cold: number; cached: number };
 }
 
 /** One greedy stream: FFI to libllama (sync, nonblocking) vs node-llama-cpp; medians. */
@@ -221,6 +300,7 @@ function median(xs: number[]): number {
 if (Deno.args.includes("--ffi")) await ffiProbe();
 
 const results: Array<{ streams: number; direct: number; frontend: number; ratio: number }> = [];
+let ttft: TtftResult | undefined;
 try {
   // Warm-up: first decodes pay for page faults and thread start-up on both sides.
   await direct(1);
@@ -245,6 +325,21 @@ try {
         `through the frontend ${row.frontend.toFixed(1)} tok/s, ratio ${row.ratio.toFixed(2)}x`,
     );
   }
+  ttft = await ttftRows();
+  const { direct: dt, frontend: ft } = ttft;
+  const ms = (x: number) => `${x.toFixed(1)} ms`;
+  console.log(
+    `TTFT, ${ttft.promptTokens}-token prompt, cold: direct ${ms(dt.cold)}, through the frontend ` +
+      `${ms(ft.cold)}, ratio ${(ft.cold / dt.cold).toFixed(2)}x`,
+  );
+  console.log(
+    `TTFT, same prompt with its ${PREFIX_TOKENS}+-token prefix cached: direct ${ms(dt.cached)}, ` +
+      `through the frontend ${ms(ft.cached)}, ratio ${(ft.cached / dt.cached).toFixed(2)}x`,
+  );
+  console.log(
+    `cached / cold TTFT: direct ${(dt.cached / dt.cold).toFixed(2)}x, through the frontend ` +
+      `${(ft.cached / ft.cold).toFixed(2)}x (goal: at most 0.3x)`,
+  );
 } finally {
   await run.stop();
   await context.dispose();
@@ -257,6 +352,6 @@ console.log(
 if (jsonPath) {
   await Deno.writeTextFile(
     jsonPath,
-    JSON.stringify({ tokens: TOKENS, rounds: ROUNDS, threads, results }, null, 2),
+    JSON.stringify({ tokens: TOKENS, rounds: ROUNDS, threads, results, ttft }, null, 2),
   );
 }

@@ -209,7 +209,7 @@ Deno.test({
 
 Deno.test({
   name:
-    `dynamo run out=llamacpp fails with one line naming a bad model file (missing, not a GGUF, truncated, unknown architecture), exit code 2${skipped}`,
+    `dynamo run out=llamacpp fails with one line naming a bad model file (missing, not a GGUF, truncated, unknown architecture, larger than memory), exit code 2${skipped}`,
   ignore,
   async fn() {
     const dir = await Deno.makeTempDir();
@@ -224,11 +224,15 @@ Deno.test({
       assert.equal(new TextDecoder().decode(whole.subarray(at, at + 5)), "llama");
       whole.set(new TextEncoder().encode("lxama"), at);
       await Deno.writeFile(`${dir}/architecture.gguf`, whole);
+      // A sparse file with SmolLM2's header, claiming 1 TiB: more than any memory here.
+      await Deno.writeFile(`${dir}/huge.gguf`, head);
+      await Deno.truncate(`${dir}/huge.gguf`, 2 ** 40);
       const cases: Array<[string, RegExp]> = [
         [`${dir}/missing.gguf`, /no such file/],
         [`${dir}/text.gguf`, /not a GGUF file/],
         [`${dir}/truncated.gguf`, /not within the file bounds|truncated/],
         [`${dir}/architecture.gguf`, /unknown model architecture: 'lxama'/],
+        [`${dir}/huge.gguf`, /the model is 1024\.0 GiB, more than this machine's memory/],
       ];
       for (const [file, reason] of cases) {
         const out = await new Deno.Command(Deno.execPath(), {

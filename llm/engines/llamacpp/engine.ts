@@ -159,7 +159,7 @@ export class LlamaCppEngine {
     if (!Number.isInteger(kvBlockSize) || kvBlockSize < 1) {
       throw new InvalidArgumentError(`kvBlockSize must be a whole number >= 1, got ${kvBlockSize}`);
     }
-    const architecture = await checkFile(path);
+    const architecture = await checkFile(path, nGpuLayers);
     const logger = options.logger;
     // llama.cpp says why a load failed only in its log: keep the last lines for the error.
     const recent: string[] = [];
@@ -429,10 +429,12 @@ function evaluateOptions(s: SamplingOptions, generated: Token[]): SequenceEvalua
 }
 
 /** Checks the file before llama.cpp sees it; returns its architecture. */
-async function checkFile(path: string): Promise<string> {
+async function checkFile(path: string, nGpuLayers: number): Promise<string> {
+  let size = 0;
   try {
     const stat = await Deno.stat(path);
     if (!stat.isFile) throw new LlamaCppLoadError(path, "not a file");
+    size = stat.size;
   } catch (err) {
     if (err instanceof LlamaCppLoadError) throw err;
     if (err instanceof Deno.errors.NotFound) throw new LlamaCppLoadError(path, "no such file");
@@ -443,6 +445,16 @@ async function checkFile(path: string): Promise<string> {
   try {
     const metadata = await readGgufMetadata(path);
     const arch = metadata.metadata["general.architecture"];
+    // llama.cpp maps the weights: on the CPU, a model larger than the machine's memory would
+    // load, then page from disk on every token. Say so now instead.
+    const memory = Deno.systemMemoryInfo();
+    const room = memory.total + memory.swapTotal;
+    if (nGpuLayers === 0 && size > room) {
+      throw new LlamaCppLoadError(
+        path,
+        `the model is ${gib(size)} GiB, more than this machine's memory (${gib(room)} GiB)`,
+      );
+    }
     return typeof arch === "string" ? arch : "unknown";
   } catch (err) {
     if (err instanceof LlamaCppLoadError) throw err;
@@ -458,6 +470,10 @@ async function checkFile(path: string): Promise<string> {
 /** Threads for a decode: the cores this process may use, less one for the event loop. */
 export function defaultThreads(): number {
   return Math.max(1, navigator.hardwareConcurrency - 1);
+}
+
+function gib(bytes: number): string {
+  return (bytes / 2 ** 30).toFixed(1);
 }
 
 function oneLine(text: string): string {

@@ -197,11 +197,17 @@ Deno.test({
 });
 
 Deno.test({
-  name: "an F16 variant with one layer and no GQA loads and generates",
+  name: "an F16 variant with one layer, no GQA and 1,000 tokens loads and generates",
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    const f16 = await tinyLlamaGguf({ tensorType: GgmlType.F16, layers: 1, kvHeads: 4, seed: 3 });
+    const f16 = await tinyLlamaGguf({
+      tensorType: GgmlType.F16,
+      layers: 1,
+      kvHeads: 4,
+      vocab: 1000,
+      seed: 3,
+    });
     assert.notEqual(f16, path);
     const engine = await LlamaCppEngine.load(f16, {
       maxNumSeqs: 1,

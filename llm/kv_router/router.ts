@@ -17,13 +17,15 @@ import { CancelledError, InvalidArgumentError, NoInstancesError } from "../../ru
 import type { Logger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { KvIndexer } from "./indexer.ts";
+import { KvMetricsAggregator } from "./metrics.ts";
+import { RoutingPolicy, type RoutingPolicyOptions } from "./policy.ts";
 import {
   ActiveSequences,
   type CostFunction,
-  defaultCosts,
   pickByCost,
   type WorkerCandidate,
 } from "./scheduler.ts";
+import type { TtftModel } from "./ttft_model.ts";
 
 /** Cached-prefix depth per worker, in blocks. */
 export interface OverlapLookup {
@@ -38,28 +40,19 @@ export interface OverlapLookup {
   close?(): Promise<void> | void;
 }
 
-/** Options of {@linkcode KvRouter}. */
-export interface KvRouterOptions {
+/**
+ * Options of {@linkcode KvRouter}: the routing policy's (cost, temperature, bounded load), and
+ * where candidates and their loads come from.
+ */
+export interface KvRouterOptions extends RoutingPolicyOptions {
   /** Tokens per KV block (the workers' `kv_cache_block_size`). */
   blockSize: number;
-  /** Weight of uncached prefill blocks against decode load (default 1). */
-  overlapScoreWeight?: number;
-  /** 0 (default): the cheapest worker; above 0: softmax sampling over normalised costs. */
-  temperature?: number;
-  /**
-   * Weight of the blocks other requests still prefill on a worker, next to this request's
-   * uncached blocks (default 1, the reference cost). Below 1 favours prefix hits over
-   * spreading queued prefill (see {@linkcode defaultCosts}).
-   */
-  queuedPrefillWeight?: number;
-  /** Replaces the reference cost. */
+  /** Replaces the router's cost. */
   costFunction?: CostFunction;
   /** Where overlaps come from (default: a KvIndexer on the endpoint's component). */
   indexer?: OverlapLookup;
   /** The endpoint's client (default: `endpoint.client()`). */
   client?: Client;
-  /** Source of randomness in [0, 1) for ties and sampling (default Math.random). */
-  random?: () => number;
   /**
    * How long a stream from {@linkcode KvRouter.generate} may wait for its first read, in
    * ms (default 60000). A stream nobody reads by then (and nobody stopped) is abandoned:
@@ -67,6 +60,18 @@ export interface KvRouterOptions {
    * reading it later throws a {@linkcode CancelledError}.
    */
   unreadStreamTimeoutMs?: number;
+  /**
+   * Busy threshold: a worker whose KV cache is fuller than this fraction (its published load
+   * metrics, `kv_active_blocks / kv_total_blocks`) is skipped while another is not (default:
+   * off). As the reference's `--active-decode-blocks-threshold`.
+   */
+  activeDecodeBlocksThreshold?: number;
+  /**
+   * Busy threshold: a worker with more prompt tokens still to prefill than this (the router's
+   * book) is skipped while another is not (default: off). As the reference's
+   * `--active-prefill-tokens-threshold`.
+   */
+  activePrefillTokensThreshold?: number;
 }
 
 /** What {@linkcode KvRouter.findBestMatch} decided. */
@@ -155,6 +160,14 @@ export class KvRouter {
   readonly temperature: number;
   /** Weight of other requests' queued prefill blocks in the reference cost. */
   readonly queuedPrefillWeight: number;
+  /** The default cost's TTFT predictor (learns from every routed request's first token). */
+  readonly ttftModel: TtftModel;
+  /** Bounded-load factor (Infinity: off). */
+  readonly loadBound: number;
+  readonly #policy: RoutingPolicy;
+  readonly #decodeThreshold: number | undefined;
+  readonly #prefillThreshold: number | undefined;
+  readonly #metrics: KvMetricsAggregator | undefined;
   readonly #indexer: OverlapLookup;
   readonly #client: Promise<Client>;
   readonly #ownsClient: boolean;
@@ -178,21 +191,9 @@ export class KvRouter {
     if (!Number.isInteger(blockSize) || blockSize <= 0) {
       throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);
     }
-    const weight = options.overlapScoreWeight ?? 1;
-    if (!(weight >= 0 && weight < Infinity)) {
-      throw new InvalidArgumentError(`overlapScoreWeight must be finite and >= 0, got ${weight}`);
-    }
-    const temperature = options.temperature ?? 0;
-    if (!(temperature >= 0)) {
-      throw new InvalidArgumentError(`temperature must be >= 0, got ${temperature}`);
-    }
-    const queuedPrefillWeight = options.queuedPrefillWeight ?? 1;
-    if (!(queuedPrefillWeight >= 0 && queuedPrefillWeight < Infinity)) {
-      throw new InvalidArgumentError(
-        `queuedPrefillWeight must be finite and >= 0, got ${queuedPrefillWeight}`,
-      );
-    }
-    this.queuedPrefillWeight = queuedPrefillWeight;
+    // Weights, temperature and bound are checked by the policy.
+    this.#policy = new RoutingPolicy(blockSize, options);
+    this.queuedPrefillWeight = this.#policy.queuedPrefillWeight;
     const unreadMs = options.unreadStreamTimeoutMs ?? 60_000;
     if (!(unreadMs > 0)) {
       throw new InvalidArgumentError(`unreadStreamTimeoutMs must be > 0, got ${unreadMs}`);
@@ -203,14 +204,40 @@ export class KvRouter {
       kv_router: endpoint.name,
     });
     this.blockSize = blockSize;
-    this.overlapScoreWeight = weight;
-    this.temperature = temperature;
+    this.overlapScoreWeight = this.#policy.overlapScoreWeight;
+    this.temperature = this.#policy.temperature;
     this.#indexer = options.indexer ?? new KvIndexer(endpoint.component, blockSize);
     this.#ownsClient = options.client === undefined;
     this.#client = options.client ? Promise.resolve(options.client) : endpoint.client();
     this.#costFunction = options.costFunction;
     this.#random = options.random ?? Math.random;
-    this.#active = new ActiveSequences(blockSize);
+    const model = this.#policy.ttftModel;
+    this.ttftModel = model;
+    this.#active = new ActiveSequences(blockSize, {
+      onFirstOutput: (routedWith, ttftMs) => {
+        model.observe(routedWith, ttftMs);
+        if (model.observations % 256 === 0) {
+          this.#log.debug("ttft model", { ...model.coefficients(), n: model.observations });
+        }
+      },
+    });
+    this.loadBound = this.#policy.loadBound;
+    const decode = options.activeDecodeBlocksThreshold;
+    if (decode !== undefined && !(decode >= 0 && decode <= 1)) {
+      throw new InvalidArgumentError(
+        `activeDecodeBlocksThreshold must be a fraction in [0, 1], got ${decode}`,
+      );
+    }
+    const prefill = options.activePrefillTokensThreshold;
+    if (prefill !== undefined && !(prefill >= 0 && prefill < Infinity)) {
+      throw new InvalidArgumentError(
+        `activePrefillTokensThreshold must be a number of tokens >= 0, got ${prefill}`,
+      );
+    }
+    this.#decodeThreshold = decode;
+    this.#prefillThreshold = prefill;
+    // The workers' own KV usage, only when a threshold needs it.
+    this.#metrics = decode === undefined ? undefined : new KvMetricsAggregator(endpoint.component);
   }
 
   /** The predicted load of a worker, from the router's own book. */
@@ -308,7 +335,7 @@ export class KvRouter {
     if (ids.length === 0) throw new NoInstancesError(client.path);
     const { scores } = await this.#indexer.findMatchesForRequest(tokenIds, options.loraId);
     const requestBlocks = Math.ceil(tokenIds.length / this.blockSize);
-    const candidates: WorkerCandidate[] = ids.map((workerId) => {
+    const all: WorkerCandidate[] = ids.map((workerId) => {
       const load = this.#active.load(workerId);
       return {
         workerId,
@@ -318,6 +345,12 @@ export class KvRouter {
         prefillBlocks: load.prefillBlocks,
         activeRequests: load.requests,
       };
+    });
+    const candidates = this.#policy.eligible(all, {
+      totalRequests: this.#active.totalRequests,
+      busy: this.#prefillThreshold === undefined && this.#decodeThreshold === undefined
+        ? undefined
+        : (c) => this.#busy(c),
     });
     let instanceId: string;
     if (this.#costFunction) {
@@ -342,14 +375,21 @@ export class KvRouter {
         );
       }
     } else {
-      instanceId = pickByCost(
-        defaultCosts(candidates, this.overlapScoreWeight, this.queuedPrefillWeight),
-        this.temperature,
-        this.#random,
-      );
+      instanceId = pickByCost(this.#policy.costs(candidates), this.temperature, this.#random);
     }
     const overlapBlocks = candidates.find((c) => c.workerId === instanceId)!.overlapBlocks;
     return { instanceId, overlapBlocks };
+  }
+
+  #busy(c: WorkerCandidate): boolean {
+    if (
+      this.#prefillThreshold !== undefined &&
+      c.prefillBlocks * this.blockSize > this.#prefillThreshold
+    ) return true;
+    if (this.#decodeThreshold === undefined) return false;
+    const m = this.#metrics?.latest(c.workerId);
+    return m !== undefined && m.kv_total_blocks > 0 &&
+      m.kv_active_blocks / m.kv_total_blocks > this.#decodeThreshold;
   }
 
   /**
@@ -460,6 +500,7 @@ export class KvRouter {
     for (const timer of this.#unread) clearTimeout(timer);
     this.#unread.clear();
     await this.#indexer.close?.();
+    await this.#metrics?.close();
     if (this.#ownsClient) await (await this.#client).close();
   }
 }

@@ -134,6 +134,24 @@ interface ActiveRequest {
   /** Uncached prompt blocks, until the first token. */
   prefillBlocks: number;
   tokens: number;
+  /** When it was booked (ms, the book's clock), until its first output. */
+  bookedAt?: number;
+  /** The worker's load it was routed with: prefill tokens ahead (its own too), KV blocks. */
+  routedWith?: { prefillTokens: number; activeBlocks: number };
+}
+
+/** Options of {@linkcode ActiveSequences}. */
+export interface ActiveSequencesOptions {
+  /**
+   * Called at each request's first output with the load it was routed with and its time to
+   * first token (what a TTFT model learns from).
+   */
+  onFirstOutput?: (
+    routedWith: { prefillTokens: number; activeBlocks: number },
+    ttftMs: number,
+  ) => void;
+  /** The clock, ms (default performance.now). */
+  now?: () => number;
 }
 
 /** A worker's predicted load in the router's book. */
@@ -154,13 +172,23 @@ export class ActiveSequences {
   readonly #blockSize: number;
   readonly #requests = new Map<string, ActiveRequest>();
   readonly #workers = new Map<string, WorkerBook>();
+  readonly #onFirstOutput: ActiveSequencesOptions["onFirstOutput"];
+  readonly #now: () => number;
+  #total = 0;
 
   /** Creates an empty book for workers with blocks of `blockSize` tokens. */
-  constructor(blockSize: number) {
+  constructor(blockSize: number, options: ActiveSequencesOptions = {}) {
     if (!Number.isInteger(blockSize) || blockSize <= 0) {
       throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);
     }
     this.#blockSize = blockSize;
+    this.#onFirstOutput = options.onFirstOutput;
+    this.#now = options.now ?? (() => performance.now());
+  }
+
+  /** Requests in flight on every worker together. */
+  get totalRequests(): number {
+    return this.#total;
   }
 
   #book(workerId: string): WorkerBook {
@@ -197,11 +225,20 @@ export class ActiveSequences {
     }
     const blocks = Math.ceil(promptTokens / this.#blockSize);
     const prefillBlocks = Math.max(0, blocks - overlapBlocks);
-    this.#requests.set(requestId, { workerId, blocks, prefillBlocks, tokens: promptTokens });
     const book = this.#book(workerId);
+    const req: ActiveRequest = { workerId, blocks, prefillBlocks, tokens: promptTokens };
+    if (this.#onFirstOutput) {
+      req.bookedAt = this.#now();
+      req.routedWith = {
+        prefillTokens: (book.prefillBlocks + prefillBlocks) * this.#blockSize,
+        activeBlocks: book.activeBlocks + blocks,
+      };
+    }
+    this.#requests.set(requestId, req);
     book.activeBlocks += blocks;
     book.prefillBlocks += prefillBlocks;
     book.requests++;
+    this.#total++;
   }
 
   /** The request produced output: its prefill is done; `newTokens` grow its blocks. */
@@ -212,6 +249,11 @@ export class ActiveSequences {
     if (req.prefillBlocks > 0) {
       book.prefillBlocks -= req.prefillBlocks;
       req.prefillBlocks = 0;
+    }
+    if (req.bookedAt !== undefined) {
+      const ttft = this.#now() - req.bookedAt;
+      req.bookedAt = undefined;
+      this.#onFirstOutput?.(req.routedWith!, ttft);
     }
     if (newTokens > 0) {
       req.tokens += newTokens;
@@ -230,13 +272,17 @@ export class ActiveSequences {
     book.activeBlocks -= req.blocks;
     book.prefillBlocks -= req.prefillBlocks;
     book.requests--;
+    this.#total--;
     if (book.requests === 0) this.#workers.delete(req.workerId);
   }
 
   /** Forgets a worker that left, and its requests. */
   removeWorker(workerId: string): void {
     for (const [id, req] of this.#requests) {
-      if (req.workerId === workerId) this.#requests.delete(id);
+      if (req.workerId === workerId) {
+        this.#requests.delete(id);
+        this.#total--;
+      }
     }
     this.#workers.delete(workerId);
   }

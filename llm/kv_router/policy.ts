@@ -1,0 +1,192 @@
+/**
+ * How the KV router chooses among candidates, apart from where the candidates come from: busy
+ * workers skipped, bounded-load affinity, then the cheapest by cost. Synchronous and pure but
+ * for its TTFT model, so that the same decisions run inside {@linkcode KvRouter} and in the
+ * virtual-time simulator of `dynamo bench --simulate`.
+ *
+ * @module
+ */
+
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import { defaultCosts, pickByCost, type WorkerCandidate } from "./scheduler.ts";
+import { TtftModel } from "./ttft_model.ts";
+
+/**
+ * Requests in flight a worker may hold above the bounded-load factor times the mean: at low
+ * load the bound would otherwise be one or two requests and spread every prefix.
+ */
+export const LOAD_BOUND_SLACK = 2;
+
+/** Options of {@linkcode RoutingPolicy}. */
+export interface RoutingPolicyOptions {
+  /**
+   * Weight of uncached prefill blocks against decode load. Given (or `queuedPrefillWeight`),
+   * the policy uses the reference's weighted cost; left out, the cost is the predicted time to
+   * first token ({@linkcode TtftModel}), which needs no weight.
+   */
+  overlapScoreWeight?: number;
+  /** Weight of other requests' queued prefill in the weighted cost (default 1). */
+  queuedPrefillWeight?: number;
+  /** 0 (default): the cheapest worker; above 0: softmax sampling over normalised costs. */
+  temperature?: number;
+  /** The TTFT predictor of the default cost (default: a new one). */
+  ttftModel?: TtftModel;
+  /**
+   * Bounded-load affinity: a worker whose requests in flight would pass `loadBound` times the
+   * mean (plus {@linkcode LOAD_BOUND_SLACK}) takes no new request while another stays under
+   * the bound, so a hot prefix spreads to a few more workers instead of piling on its holder
+   * (default 1.5; Infinity turns it off).
+   */
+  loadBound?: number;
+  /** Source of numbers in [0, 1) for ties and sampling (default Math.random). */
+  random?: () => number;
+}
+
+/** What the policy is told besides the candidates. */
+export interface RoutingContext {
+  /** Requests in flight on every worker together (the bounded-load mean). */
+  totalRequests: number;
+  /** Workers over a busy threshold (skipped while another is not). */
+  busy?: (candidate: WorkerCandidate) => boolean;
+  /** Workers there are in all (default: the candidates'). */
+  workers?: number;
+}
+
+/** Busy checks, bounded load and the cost, in that order. */
+export class RoutingPolicy {
+  /** Tokens per KV block. */
+  readonly blockSize: number;
+  /** The weighted cost's weight of uncached blocks (1 when unused). */
+  readonly overlapScoreWeight: number;
+  /** The weighted cost's weight of queued prefill (1 when unused). */
+  readonly queuedPrefillWeight: number;
+  /** Sampling temperature over the normalised costs. */
+  readonly temperature: number;
+  /** Bounded-load factor (Infinity: off). */
+  readonly loadBound: number;
+  /** The TTFT predictor of the default cost. */
+  readonly ttftModel: TtftModel;
+  /** True when the reference's weighted cost is used instead of the predicted TTFT. */
+  readonly weighted: boolean;
+  readonly #random: () => number;
+
+  /**
+   * @param blockSize tokens per KV block
+   * @param options cost, temperature, bounded load
+   * @throws {InvalidArgumentError} a weight, temperature or bound out of range
+   */
+  constructor(blockSize: number, options: RoutingPolicyOptions = {}) {
+    if (!Number.isInteger(blockSize) || blockSize <= 0) {
+      throw new InvalidArgumentError(`blockSize must be a positive integer, got ${blockSize}`);
+    }
+    const weight = options.overlapScoreWeight ?? 1;
+    if (!(weight >= 0 && weight < Infinity)) {
+      throw new InvalidArgumentError(`overlapScoreWeight must be finite and >= 0, got ${weight}`);
+    }
+    const queued = options.queuedPrefillWeight ?? 1;
+    if (!(queued >= 0 && queued < Infinity)) {
+      throw new InvalidArgumentError(
+        `queuedPrefillWeight must be finite and >= 0, got ${queued}`,
+      );
+    }
+    const temperature = options.temperature ?? 0;
+    if (!(temperature >= 0)) {
+      throw new InvalidArgumentError(`temperature must be >= 0, got ${temperature}`);
+    }
+    const bound = options.loadBound ?? 1.5;
+    if (!(bound >= 1)) throw new InvalidArgumentError(`loadBound must be >= 1, got ${bound}`);
+    this.blockSize = blockSize;
+    this.overlapScoreWeight = weight;
+    this.queuedPrefillWeight = queued;
+    this.temperature = temperature;
+    this.loadBound = bound;
+    this.weighted = options.overlapScoreWeight !== undefined ||
+      options.queuedPrefillWeight !== undefined;
+    this.ttftModel = options.ttftModel ?? new TtftModel();
+    this.#random = options.random ?? Math.random;
+  }
+
+  /**
+   * The candidates a request may go to: busy workers left out while another is not busy; then
+   * workers at the load bound while another is under it.
+   *
+   * @param all every candidate
+   * @param context load in all, busy check
+   * @returns a non-empty subset of `all` (all of it when nothing applies)
+   */
+  eligible(all: readonly WorkerCandidate[], context: RoutingContext): WorkerCandidate[] {
+    let pool = [...all];
+    if (context.busy) {
+      const free = pool.filter((c) => !context.busy!(c));
+      if (free.length > 0) pool = free;
+    }
+    if (this.loadBound < Infinity && pool.length > 1) {
+      const mean = (context.totalRequests + 1) / (context.workers ?? all.length);
+      const bound = this.loadBound * mean + LOAD_BOUND_SLACK;
+      const under = pool.filter((c) => c.activeRequests + 1 <= bound);
+      if (under.length > 0) pool = under;
+    }
+    return pool;
+  }
+
+  /**
+   * The cost of each candidate, lower is better: predicted TTFT in ms, or the weighted cost.
+   *
+   * @param candidates the workers and their loads
+   * @returns cost per worker id
+   */
+  costs(candidates: readonly WorkerCandidate[]): Map<string, number> {
+    return this.weighted
+      ? defaultCosts(candidates, this.overlapScoreWeight, this.queuedPrefillWeight)
+      : predictedTtftCosts(candidates, this.blockSize, this.ttftModel);
+  }
+
+  /**
+   * Picks a worker: eligible candidates, then the cheapest (or sampled by temperature).
+   *
+   * @param all every candidate (at least one)
+   * @param context load in all, busy check
+   * @returns the chosen candidate
+   * @throws {InvalidArgumentError} no candidates
+   */
+  choose(all: readonly WorkerCandidate[], context: RoutingContext): WorkerCandidate {
+    const pool = this.eligible(all, context);
+    const id = pickByCost(this.costs(pool), this.temperature, this.#random);
+    return pool.find((c) => c.workerId === id)!;
+  }
+}
+
+/**
+ * The default cost: each candidate's predicted time to first token, from the prefill it would
+ * do (its queue plus this request's uncached tokens) and the KV its running requests hold
+ * with this one added.
+ *
+ * @param candidates the workers and their loads
+ * @param blockSize tokens per KV block
+ * @param model the TTFT predictor
+ * @returns predicted ms per worker id
+ * @example
+ * ```ts
+ * import { TtftModel } from "./ttft_model.ts";
+ * predictedTtftCosts([{ workerId: "w", overlapBlocks: 2, requestBlocks: 4, activeBlocks: 0,
+ *   prefillBlocks: 0, activeRequests: 0 }], 16, new TtftModel());
+ * ```
+ */
+export function predictedTtftCosts(
+  candidates: readonly WorkerCandidate[],
+  blockSize: number,
+  model: TtftModel,
+): Map<string, number> {
+  const costs = new Map<string, number>();
+  for (const c of candidates) {
+    const prefillBlocks = c.prefillBlocks + c.requestBlocks - c.overlapBlocks;
+    costs.set(
+      c.workerId,
+      model.predict({
+        prefillTokens: prefillBlocks * blockSize,
+        activeBlocks: c.activeBlocks + c.requestBlocks,
+      }),
+    );
+  }
+  return costs;
+}

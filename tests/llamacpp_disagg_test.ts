@@ -4,9 +4,12 @@
 // the transfer agent (a WRITE into the decode worker's registered memory, then a
 // notification), the decode engine imports it and generates. Greedy, that output equals one
 // engine serving the prompt alone, token for token. Corrupt, truncated, foreign and
-// mismatched states are refused with their reason, and the decode engine serves on.
+// mismatched states are refused with their reason, and the decode engine serves on. And the
+// example that runs both roles in one worker process, behind `dynamo frontend`.
 
 import assert from "node:assert/strict";
+import OpenAI from "openai";
+import type { Token } from "node-llama-cpp";
 import { TransferAgent } from "../native/mod.ts";
 import { Context } from "../runtime/context.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../llm/protocols.ts";
@@ -29,6 +32,9 @@ import {
 } from "../llm/engines/llamacpp/mod.ts";
 import { smolLm2 } from "./_helpers/smollm2.ts";
 import { eventually } from "./_helpers/backends.ts";
+import { HubServer } from "../runtime/hub/server.ts";
+import { spawnDeno } from "./_helpers/process.ts";
+import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
 
 const smol = await smolLm2();
 const ignore = smol.path === undefined;
@@ -288,6 +294,88 @@ Deno.test({
       prefillAgent.close();
       decodeAgent.close();
       await Promise.all([aggregated.close(), prefillEngine.close(), decodeEngine.close()]);
+    }
+  },
+});
+
+Deno.test({
+  name: `examples/llm/llamacpp_disagg.ts serves long prompts from the prefill engine's state, ` +
+    `short ones locally, same greedy answers as one engine${skipped}`,
+  ignore,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const hub = await HubServer.start();
+    const env = { ...hub.env(), DYN_LOG: "warn" };
+    const worker = spawnDeno(
+      new URL("../examples/llm/llamacpp_disagg.ts", import.meta.url).pathname,
+      env,
+      [smol.path!, "--max-local-prefill-length", "16", "--max-num-seqs", "2"],
+    );
+    const frontend = spawnFrontend(env);
+    const engine = await LlamaCppEngine.load(smol.path!, { maxNumSeqs: 1 });
+    const eos = engine.model.tokens.eos!;
+    const text = (ids: number[]) =>
+      engine.model.detokenize(ids.filter((i) => i !== eos) as Token[]);
+    try {
+      await worker.waitFor((l) => "ready" in l, 60_000, "the example to register its model");
+      const url = await frontendUrl(frontend);
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+      await eventually(
+        async () => (await client.models.list()).data.length > 0,
+        60_000,
+        "the model appears at the frontend",
+      );
+      const model = (await client.models.list()).data[0]!.id;
+      const reports = () =>
+        worker.lines.flatMap((l) =>
+          typeof l === "object" && l !== null && "prefill" in l
+            ? [(l as { prefill: LlamaCppPrefillReport }).prefill]
+            : []
+        );
+
+      // A chat prompt (about 40 tokens with the template) goes to the prefill engine.
+      const question = "Name a fruit and its colour.";
+      const chatIds = [...engine.model.tokenize(chat(question), true)] as number[];
+      const expected = await collect(engine.generate(request(chatIds, eos)));
+      const res = await client.chat.completions.create({
+        model,
+        messages: [{ role: "user", content: question }],
+        max_tokens: MAX_TOKENS,
+        temperature: 0,
+      });
+      assert.equal(res.choices[0]?.message.content, text(expected.tokens));
+      assert.equal(res.usage?.prompt_tokens, chatIds.length);
+      const remote = reports().at(-1)!;
+      assert.deepEqual(
+        [remote.mode, remote.fellBack, remote.promptTokens],
+        ["remote", false, chatIds.length],
+      );
+      const { prefilled } = await worker.waitFor<{ prefilled: StatePrefillResult }>(
+        (l) => (l.prefilled as StatePrefillResult | undefined)?.requestId === remote.requestId,
+        10_000,
+        "the prefill worker's report",
+      );
+      assert.equal(prefilled.bytes, remote.stateBytes);
+      assert.ok(prefilled.chunks > 0);
+
+      // A completion prompt of a few tokens stays on the decode engine.
+      const prompt = "The capital of France is";
+      const shortIds = [...engine.model.tokenize(prompt, false)] as number[];
+      const shortExpected = await collect(engine.generate(request(shortIds, eos)));
+      const short = await client.completions.create({
+        model,
+        prompt,
+        max_tokens: MAX_TOKENS,
+        temperature: 0,
+      });
+      assert.equal(short.choices[0]?.text, text(shortExpected.tokens));
+      assert.deepEqual([reports().at(-1)!.mode, reports().length], ["local", 2]);
+    } finally {
+      await stopChild(frontend);
+      await stopChild(worker);
+      await engine.close();
+      await hub.close();
     }
   },
 });

@@ -45,7 +45,10 @@ export interface LlamaCppPrefillReport {
   mode: "local" | "remote";
   /** Remote was chosen but failed (timeout, skipped, refused state); prefilled locally. */
   fellBack: boolean;
-  /** Why it fell back, or why it stayed local when remote was wanted (no free slot). */
+  /**
+   * Why it fell back, or why it stayed local when remote was wanted (no free slot, or a
+   * prompt whose state would not fit one).
+   */
   reason?: string;
   /** Tokens in the prompt. */
   promptTokens: number;
@@ -84,7 +87,7 @@ export function llamaCppDisaggDecode(options: LlamaCppDecodeOptions): TokensEngi
     const local = (reason?: string) => {
       report({
         mode: "local",
-        fellBack: reason !== undefined && reason !== NO_SLOT,
+        fellBack: reason !== undefined && reason !== NO_SLOT && reason !== TOO_LONG,
         reason,
         stateBytes: 0,
         cachedTokens: 0,
@@ -98,6 +101,11 @@ export function llamaCppDisaggDecode(options: LlamaCppDecodeOptions): TokensEngi
     }
     if (!await wantsRemote(options, prompt.length)) {
       yield* local();
+      return;
+    }
+    // A state too large for a slot would be computed only to be skipped.
+    if (disagg.maxStateBytes(prompt.length) > inbox.slotBytes) {
+      yield* local(TOO_LONG);
       return;
     }
     const slot = inbox.takeSlot();
@@ -182,6 +190,7 @@ export function llamaCppDisaggDecode(options: LlamaCppDecodeOptions): TokensEngi
 }
 
 const NO_SLOT = "no free state slot";
+const TOO_LONG = "the prompt's state would not fit a state slot";
 
 async function wantsRemote(options: LlamaCppDecodeOptions, length: number): Promise<boolean> {
   if (!(options.remoteAvailable?.() ?? true)) return false;

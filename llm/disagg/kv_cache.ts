@@ -5,16 +5,18 @@
 
 import type { TransferAgent } from "../../native/mod.ts";
 import type { MemoryRegion } from "../../native/mod.ts";
-import { DynamoError, InvalidArgumentError, TimeoutError } from "../../runtime/errors.ts";
+import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
 import type { BlockHash } from "../kv_router/hashing.ts";
 import { KvBlockPool } from "./block_pool.ts";
 import { fillKvBlock, splitBlocks, verifyKvBlock } from "./kv_bytes.ts";
-import { type DecodeMemoryInfo, parsePrefillNotif } from "./protocol.ts";
+import { PrefillNotifs, type WaitPrefilledOptions } from "./prefill_notifs.ts";
+import type { DecodeMemoryInfo } from "./protocol.ts";
 
-/** Notifications nobody waits for (late ones) kept at most; the oldest go first. */
-export const MAX_LATE_NOTIFS = 4096;
-/** Longest request id a notification may name (longer ones are ignored). */
-const MAX_NOTIF_ID = 1024;
+export {
+  MAX_LATE_NOTIFS,
+  PrefillSkippedError,
+  type WaitPrefilledOptions,
+} from "./prefill_notifs.ts";
 
 /** A block's bytes differ from what its tokens determine. */
 export class KvVerificationError extends DynamoError {
@@ -35,9 +37,6 @@ export class KvVerificationError extends DynamoError {
   }
 }
 
-/** The prefill worker skipped the request (it had expired). */
-export class PrefillSkippedError extends DynamoError {}
-
 /** Options of {@linkcode DecodeKvCache}. */
 export interface DecodeKvCacheOptions {
   /** Blocks in the region. */
@@ -46,14 +45,6 @@ export interface DecodeKvCacheOptions {
   blockBytes: number;
   /** Notification poll period in ms; default 2. */
   pollMs?: number;
-}
-
-/** Options of {@linkcode DecodeKvCache.waitPrefilled}. */
-export interface WaitPrefilledOptions {
-  /** Longest wait in ms. */
-  timeoutMs: number;
-  /** Stops the wait. */
-  signal?: AbortSignal;
 }
 
 /**
@@ -85,11 +76,7 @@ export class DecodeKvCache {
   readonly #region: MemoryRegion;
   readonly #info: DecodeMemoryInfo;
   readonly #pool: KvBlockPool;
-  readonly #waiters = new Map<string, (done: boolean) => void>();
-  // Notifications nobody waited for yet: request id -> done (false: skipped).
-  readonly #arrived = new Map<string, boolean>();
-  readonly #pollMs: number;
-  #timer: ReturnType<typeof setInterval> | undefined;
+  readonly #notifs: PrefillNotifs;
 
   /**
    * Allocates and registers the KV region on the agent.
@@ -109,7 +96,7 @@ export class DecodeKvCache {
     this.agent = agent;
     this.numBlocks = numBlocks;
     this.blockBytes = blockBytes;
-    this.#pollMs = options.pollMs ?? 2;
+    this.#notifs = new PrefillNotifs(agent, { pollMs: options.pollMs });
     this.#region = agent.allocate("DRAM", numBlocks * blockBytes);
     agent.registerMemory(this.#region);
     this.#info = {
@@ -235,49 +222,10 @@ export class DecodeKvCache {
    * Waits for a prefill worker's done-notification for `requestId`.
    *
    * @throws {TimeoutError} none came within `timeoutMs`
+   * @throws {PrefillSkippedError} the prefill worker skipped it
    */
-  async waitPrefilled(requestId: string, options: WaitPrefilledOptions): Promise<void> {
-    options.signal?.throwIfAborted();
-    this.#poll();
-    const early = this.#arrived.get(requestId);
-    if (early !== undefined) {
-      this.#arrived.delete(requestId);
-      if (early) return;
-      throw new PrefillSkippedError(`the prefill worker skipped ${requestId}`);
-    }
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let onAbort: (() => void) | undefined;
-    try {
-      await new Promise<void>((resolve, reject) => {
-        this.#waiters.set(
-          requestId,
-          (done) =>
-            done
-              ? resolve()
-              : reject(new PrefillSkippedError(`the prefill worker skipped ${requestId}`)),
-        );
-        this.#startPolling();
-        timer = setTimeout(
-          () =>
-            reject(
-              new TimeoutError(
-                `no prefill-done notification for ${requestId} within ${options.timeoutMs} ms`,
-              ),
-            ),
-          options.timeoutMs,
-        );
-        if (options.signal) {
-          const signal = options.signal;
-          onAbort = () => reject(signal.reason);
-          signal.addEventListener("abort", onAbort, { once: true });
-        }
-      });
-    } finally {
-      clearTimeout(timer);
-      if (onAbort) options.signal?.removeEventListener("abort", onAbort);
-      this.#waiters.delete(requestId);
-      this.#stopPollingIfIdle();
-    }
+  waitPrefilled(requestId: string, options: WaitPrefilledOptions): Promise<void> {
+    return this.#notifs.waitPrefilled(requestId, options);
   }
 
   /**
@@ -285,47 +233,12 @@ export class DecodeKvCache {
    * late one); consumes it.
    */
   takeLate(requestId: string): boolean {
-    this.#poll();
-    return this.#arrived.delete(requestId);
+    return this.#notifs.takeLate(requestId);
   }
 
   /** Stops polling and releases the region (the agent stays open). */
   close(): void {
-    clearInterval(this.#timer);
-    this.#timer = undefined;
+    this.#notifs.close();
     this.agent.releaseMemory(this.#region);
-  }
-
-  // Notifications come from other processes (any agent that has our metadata can send):
-  // bodies that are not prefill notifications are ignored, and those nobody waits for are
-  // kept only up to MAX_LATE_NOTIFS (oldest dropped), so a flood of forged ids cannot grow
-  // memory or touch a request someone else waits for in any way but finishing it early.
-  #poll(): void {
-    for (const bodies of this.agent.getNewNotifs().values()) {
-      for (const body of bodies) {
-        const n = parsePrefillNotif(body);
-        if (n === undefined || n.requestId === "" || n.requestId.length > MAX_NOTIF_ID) continue;
-        const w = this.#waiters.get(n.requestId);
-        if (w) w(n.done);
-        else {
-          this.#arrived.delete(n.requestId);
-          this.#arrived.set(n.requestId, n.done);
-          if (this.#arrived.size > MAX_LATE_NOTIFS) {
-            this.#arrived.delete(this.#arrived.keys().next().value!);
-          }
-        }
-      }
-    }
-  }
-
-  #startPolling(): void {
-    this.#timer ??= setInterval(() => this.#poll(), this.#pollMs);
-  }
-
-  #stopPollingIfIdle(): void {
-    if (this.#waiters.size === 0 && this.#timer !== undefined) {
-      clearInterval(this.#timer);
-      this.#timer = undefined;
-    }
   }
 }

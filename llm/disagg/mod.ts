@@ -2,7 +2,9 @@
  * Disaggregated prefill/decode (seed 000): the local-or-remote decision, the prefill
  * queue (embedded, hosted on a decode worker for other processes, or JetStream),
  * deterministic KV bytes, the decode worker's KV memory with its prefix cache, its
- * handler (with the mocker generating), and the prefill worker.
+ * handler (with the mocker generating), and the prefill worker. The state variant, for
+ * engines whose prefill result is one serialized sequence state (llama.cpp): the decode
+ * worker's slots for it and the prefill worker that writes it.
  *
  * @module
  */
@@ -43,7 +45,23 @@ export {
   prefillDoneNotif,
   prefillSkippedNotif,
   type RemotePrefillRequest,
+  type RemoteStatePrefillRequest,
+  STATE_FRAME_BYTES,
 } from "./protocol.ts";
+export { PrefillNotifs, type PrefillNotifsOptions } from "./prefill_notifs.ts";
+export {
+  DEFAULT_STATE_CHUNK_BYTES,
+  StateFrameError,
+  StateInbox,
+  type StateInboxOptions,
+  type StateSlot,
+} from "./state_inbox.ts";
+export {
+  type StatePrefillResult,
+  type StatePrefillRunOptions,
+  StatePrefillWorker,
+  type StatePrefillWorkerOptions,
+} from "./state_prefill_worker.ts";
 export {
   disaggDecodeEngine,
   type DisaggDecodeOptions,

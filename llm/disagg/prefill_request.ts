@@ -2,11 +2,16 @@
 // another process filled and are not trusted: each is checked (integer token ids in u32
 // range, a bounded prompt, block ids that fit the staging memory, bounded strings, a finite
 // deadline) before the worker reads it; the block ids are checked against the decode
-// worker's descriptor list once that is known. The decode worker's memory info (from
+// worker's descriptor list once that is known. The state variant (one blob into a slot of
+// chunks) has its own check beside it. The decode worker's memory info (from
 // discovery or the queue host) is checked the same way. Every check is bounded in time.
 
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import type { DecodeMemoryInfo, RemotePrefillRequest } from "./protocol.ts";
+import type {
+  DecodeMemoryInfo,
+  RemotePrefillRequest,
+  RemoteStatePrefillRequest,
+} from "./protocol.ts";
 
 /** Most prompt tokens a remote prefill request may carry. */
 export const MAX_PREFILL_TOKENS = 1 << 20;
@@ -70,16 +75,9 @@ export function prefillRequestProblem(
     return `block_size must be an integer in [1, ${MAX_PREFILL_BLOCK_SIZE}]`;
   }
   const tokens = r.token_ids;
-  if (!Array.isArray(tokens) || tokens.length > MAX_PREFILL_TOKENS) {
-    return `token_ids must be an array of at most ${MAX_PREFILL_TOKENS} ids`;
-  }
-  for (let i = 0; i < tokens.length; i++) {
-    const t = tokens[i];
-    if (typeof t !== "number" || !Number.isInteger(t) || t < 0 || t > MAX_TOKEN_ID) {
-      return `token_ids[${i}] must be an integer in [0, 2^32)`;
-    }
-  }
-  const blocks = Math.ceil(tokens.length / bs);
+  const badTokens = tokenIdsProblem(tokens);
+  if (badTokens !== undefined) return badTokens;
+  const blocks = Math.ceil((tokens as unknown[]).length / bs);
   const first = r.first_block ?? 0;
   if (!isIndex(first) || first > blocks) {
     return `first_block must be an integer in [0, ${blocks}] (the prompt's blocks)`;
@@ -114,6 +112,63 @@ export function checkPrefillRequest(
   if (problem === undefined) return value as RemotePrefillRequest;
   const id = (value as { request_id?: unknown } | null)?.request_id;
   throw new InvalidPrefillRequestError(problem, typeof id === "string" ? id : undefined);
+}
+
+/**
+ * Checks one dequeued item as a {@linkcode RemoteStatePrefillRequest} (the state variant:
+ * one blob into a slot of chunks). The slot is checked against the decode worker's list
+ * once that is known.
+ *
+ * @param value the item as it came off the queue
+ * @returns the reason it is invalid, or undefined when it is valid
+ */
+export function statePrefillRequestProblem(value: unknown): string | undefined {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    return "expected an object";
+  }
+  const r = value as Record<string, unknown>;
+  if (!isName(r.request_id)) {
+    return `request_id must be a string of 1 to ${MAX_PREFILL_NAME} characters`;
+  }
+  if (!isName(r.engine_agent)) {
+    return `engine_agent must be a string of 1 to ${MAX_PREFILL_NAME} characters`;
+  }
+  const badTokens = tokenIdsProblem(r.token_ids);
+  if (badTokens !== undefined) return badTokens;
+  if ((r.token_ids as unknown[]).length === 0) return "token_ids must not be empty";
+  if (!isIndex(r.first_chunk)) return "first_chunk must be an integer >= 0";
+  if (!isIndex(r.chunk_count) || r.chunk_count < 1) return "chunk_count must be an integer >= 1";
+  if (typeof r.expires_at !== "number" || !Number.isFinite(r.expires_at)) {
+    return "expires_at must be a finite number (epoch ms)";
+  }
+  return undefined;
+}
+
+/**
+ * Checks an item as a state prefill request and returns it typed.
+ *
+ * @param value the item as it came off the queue
+ * @returns the request, typed
+ * @throws {InvalidPrefillRequestError} it is not a valid request
+ */
+export function checkStatePrefillRequest(value: unknown): RemoteStatePrefillRequest {
+  const problem = statePrefillRequestProblem(value);
+  if (problem === undefined) return value as RemoteStatePrefillRequest;
+  const id = (value as { request_id?: unknown } | null)?.request_id;
+  throw new InvalidPrefillRequestError(problem, typeof id === "string" ? id : undefined);
+}
+
+function tokenIdsProblem(tokens: unknown): string | undefined {
+  if (!Array.isArray(tokens) || tokens.length > MAX_PREFILL_TOKENS) {
+    return `token_ids must be an array of at most ${MAX_PREFILL_TOKENS} ids`;
+  }
+  for (let i = 0; i < tokens.length; i++) {
+    const t = tokens[i];
+    if (typeof t !== "number" || !Number.isInteger(t) || t < 0 || t > MAX_TOKEN_ID) {
+      return `token_ids[${i}] must be an integer in [0, 2^32)`;
+    }
+  }
+  return undefined;
 }
 
 /** Most descriptors a decode worker's published memory may list. */

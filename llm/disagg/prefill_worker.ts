@@ -17,6 +17,7 @@ import {
   checkPrefillRequest,
   InvalidPrefillRequestError,
 } from "./prefill_request.ts";
+import { runPrefillLoop } from "./prefill_loop.ts";
 import type { PrefillQueue } from "./queue.ts";
 
 /** Options of {@linkcode PrefillWorker}. */
@@ -190,62 +191,17 @@ export class PrefillWorker {
    * @param options `signal` ends the loop; `onStart` sees each request taken,
    *   `onResult` each one handled
    */
-  async run(
+  run(
     queue: PrefillQueue<RemotePrefillRequest>,
     options: PrefillRunOptions,
   ): Promise<void> {
-    const { signal } = options;
-    while (!signal.aborted) {
-      let item;
-      try {
-        item = await queue.dequeue({ timeoutMs: options.pollMs ?? 1000, signal });
-      } catch (e) {
-        if (signal.aborted) return;
-        // A queue host that went away: try again shortly (another may serve).
-        this.#opts.logger?.warn("dequeue failed", {
-          error: e instanceof Error ? e.message : String(e),
-        });
-        await new Promise((r) => setTimeout(r, 100));
-        continue;
-      }
-      if (!item) continue;
-      let req: RemotePrefillRequest;
-      try {
-        req = checkPrefillRequest(item.data, { maxBlocks: this.#maxBlocks });
-      } catch (e) {
-        await this.#drop(item, e);
-        continue;
-      }
-      options.onStart?.(req.request_id);
-      try {
-        const r = await this.#handle(req);
-        await item.ack();
-        options.onResult?.(r);
-      } catch (e) {
-        if (e instanceof InvalidPrefillRequestError) {
-          await this.#drop(item, e);
-          continue;
-        }
-        this.#opts.logger?.error("remote prefill failed", {
-          request_id: req.request_id,
-          error: e instanceof Error ? e.message : String(e),
-        });
-      }
-    }
-  }
-
-  /** Acks an invalid item so that it is not redelivered: it would fail the same way. */
-  async #drop(item: { ack(): Promise<boolean> }, e: unknown): Promise<void> {
-    this.#opts.logger?.warn("dropping an invalid remote prefill request", {
-      error: e instanceof Error ? e.message : String(e),
+    return runPrefillLoop(queue, {
+      ...options,
+      check: (data) => checkPrefillRequest(data, { maxBlocks: this.#maxBlocks }),
+      handle: (req) => this.#handle(req),
+      requestId: (req) => req.request_id,
+      logger: this.#opts.logger,
     });
-    try {
-      await item.ack();
-    } catch (err) {
-      this.#opts.logger?.warn("cannot ack an invalid remote prefill request", {
-        error: err instanceof Error ? err.message : String(err),
-      });
-    }
   }
 
   /** Releases the staging memory (the agent stays open). */

@@ -63,3 +63,32 @@ export function parsePrefillNotif(
   }
   return undefined;
 }
+
+/**
+ * A remote prefill request answered with one opaque blob (an engine's serialized sequence
+ * state, e.g. llama.cpp's) instead of KV blocks: the prefill worker writes the blob, framed
+ * by {@linkcode STATE_FRAME_BYTES} bytes of length, into consecutive chunks of the decode
+ * worker's published memory (its {@linkcode DecodeMemoryInfo}, `block_bytes` being the
+ * chunk size), then sends {@linkcode prefillDoneNotif}; or {@linkcode prefillSkippedNotif}
+ * when it expired or could not be prefilled.
+ */
+export interface RemoteStatePrefillRequest {
+  /** The request id (the decode worker waits for its notification). */
+  request_id: string;
+  /**
+   * The whole prompt. Which part the prefill computes is the engine's contract (llama.cpp:
+   * all but the last token, which the decode worker evaluates to get the first logits).
+   */
+  token_ids: number[];
+  /** The decode worker's transfer agent (its memory is published under this name). */
+  engine_agent: string;
+  /** First chunk of the slot the blob goes to: an index into the published list. */
+  first_chunk: number;
+  /** Chunks in the slot: the framed blob must fit in `chunk_count * block_bytes`. */
+  chunk_count: number;
+  /** Epoch ms after which the decode worker no longer waits (the prefill skips it). */
+  expires_at: number;
+}
+
+/** Bytes before a state blob in its slot: its length, u32 little-endian. */
+export const STATE_FRAME_BYTES = 4;

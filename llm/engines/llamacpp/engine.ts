@@ -54,6 +54,16 @@ export type LlamaCppHandler = (
 ) => AsyncGenerator<LLMEngineOutput>;
 
 /**
+ * Readies a sequence for a prompt before generation: leaves the KV of the prompt's first
+ * tokens in it and returns how many (generation evaluates the rest). The default keeps a
+ * shared prefix ({@linkcode reusePrefix}); disaggregated decode imports a prefilled state.
+ */
+export type SequencePrepare = (
+  seq: LlamaContextSequence,
+  prompt: readonly number[],
+) => Promise<number>;
+
+/**
  * A loaded GGUF model serving the project's Tokens protocol.
  *
  * @example
@@ -223,10 +233,15 @@ export class LlamaCppEngine {
    *
    * @param request `{token_ids, stop_conditions, sampling_options, eos_token_ids}`
    * @param ctx the request's context; stopping it ends generation within one decode step
+   * @param prepare readies the sequence (default: keep the prefix it shares with the prompt)
    * @returns the generated tokens, one output per token, the last with `finish_reason`
    * @throws {LlamaCppRequestError} no prompt tokens, or a prompt that fills the context
    */
-  async *generate(request: PreprocessedRequest, ctx?: Context): AsyncGenerator<LLMEngineOutput> {
+  async *generate(
+    request: PreprocessedRequest,
+    ctx?: Context,
+    prepare: SequencePrepare = reusePrefix,
+  ): AsyncGenerator<LLMEngineOutput> {
     const prompt = request?.token_ids;
     if (!Array.isArray(prompt) || prompt.length === 0) {
       throw new LlamaCppRequestError("llamacpp engine needs a request with non-empty token_ids");
@@ -254,9 +269,9 @@ export class LlamaCppEngine {
     }
     const generated: Token[] = [];
     try {
-      // The sequence still holds the KV of its last request: keep the prefix this prompt
-      // shares with it and evaluate only the rest.
-      const cached = await reusePrefix(seq, prompt);
+      // The sequence still holds the KV of its last request: by default keep the prefix this
+      // prompt shares with it and evaluate only the rest.
+      const cached = await prepare(seq, prompt);
       this.#promptTokens += prompt.length;
       this.#cachedTokens += cached;
       this.#sync(seq);
@@ -304,6 +319,38 @@ export class LlamaCppEngine {
     } finally {
       this.#release(seq);
     }
+  }
+
+  /**
+   * Runs `fn` on a free sequence (the one holding the longest prefix of `prompt`), waiting
+   * for one if all are taken; the sequence keeps its KV afterwards, for prefix reuse.
+   *
+   * @param prompt the tokens `fn` will work on (picks the sequence)
+   * @param fn the work, e.g. prefilling and exporting the sequence's state
+   * @param signal stops the wait for a sequence
+   * @returns what `fn` returns
+   * @throws {DOMException} `signal` aborted while waiting (its reason)
+   */
+  async withSequence<T>(
+    prompt: readonly number[],
+    fn: (seq: LlamaContextSequence) => Promise<T>,
+    signal?: AbortSignal,
+  ): Promise<T> {
+    const seq = await this.#acquire(prompt, signal);
+    if (seq === undefined) {
+      signal?.throwIfAborted();
+      throw new LlamaCppRequestError("no sequence: the wait for one was stopped");
+    }
+    try {
+      return await fn(seq);
+    } finally {
+      this.#release(seq);
+    }
+  }
+
+  /** Sequences in the context: requests served at once. */
+  get maxNumSeqs(): number {
+    return this.#context.totalSequences;
   }
 
   /** Requests running now (sequences taken). */
@@ -389,11 +436,16 @@ function sharedPrefix(held: readonly number[], prompt: readonly number[]): numbe
 /**
  * Aligns a sequence with a new prompt: keeps the KV of the prefix they share (at least
  * {@linkcode MIN_REUSED_PREFIX} tokens, and never the whole prompt: its last token is evaluated
- * to sample from) and erases the rest.
+ * to sample from) and erases the rest. The engine's default {@linkcode SequencePrepare}.
  *
+ * @param seq a free sequence, holding whatever its last request left
+ * @param prompt the new prompt
  * @returns how many prompt tokens are served from the kept KV
  */
-async function reusePrefix(seq: LlamaContextSequence, prompt: readonly number[]): Promise<number> {
+export async function reusePrefix(
+  seq: LlamaContextSequence,
+  prompt: readonly number[],
+): Promise<number> {
   const held = seq.nextTokenIndex;
   if (held === 0) return 0;
   const shared = Math.min(sharedPrefix(seq.contextTokens, prompt), prompt.length - 1);

@@ -18,3 +18,18 @@ export class LlamaCppLoadError extends DynamoError {
 
 /** A request the engine cannot run (no prompt tokens, or a prompt past its context). */
 export class LlamaCppRequestError extends DynamoError {}
+
+/**
+ * A prefilled sequence state the engine refuses to import: malformed, corrupt, computed with
+ * another model or for another prompt, too large, or rejected by llama.cpp. Nothing was
+ * generated from it, and the sequence it was loaded into is cleared.
+ */
+export class LlamaCppStateError extends DynamoError {
+  /** Why it was refused, one line. */
+  readonly reason: string;
+  /** Creates the error for the one-line reason. */
+  constructor(reason: string, options?: ErrorOptions) {
+    super(`prefilled state refused: ${reason}`, options);
+    this.reason = reason;
+  }
+}

@@ -112,6 +112,7 @@ export {
 } from "./kv_router/router.ts";
 export {
   ActiveSequences,
+  type ActiveSequencesOptions,
   type CostFunction,
   type CostFunctionInput,
   defaultCosts,
@@ -119,6 +120,19 @@ export {
   type WorkerBook,
   type WorkerCandidate,
 } from "./kv_router/scheduler.ts";
+export {
+  LOAD_BOUND_SLACK,
+  predictedTtftCosts,
+  type RoutingContext,
+  RoutingPolicy,
+  type RoutingPolicyOptions,
+} from "./kv_router/policy.ts";
+export {
+  type TtftCoefficients,
+  type TtftFeatures,
+  TtftModel,
+  type TtftModelOptions,
+} from "./kv_router/ttft_model.ts";
 export { createFrontend, type Frontend, type FrontendOptions } from "./http/app.ts";
 export { FrontendMetrics, type ModelMetrics, type RequestLabels } from "./http/metrics.ts";
 export type {

@@ -71,6 +71,8 @@ export class RoutingPolicy {
   readonly #random: () => number;
 
   /**
+   * Creates a policy for workers with blocks of `blockSize` tokens.
+   *
    * @param blockSize tokens per KV block
    * @param options cost, temperature, bounded load
    * @throws {InvalidArgumentError} a weight, temperature or bound out of range

@@ -69,6 +69,8 @@ export class TtftModel {
   #seen = 0;
 
   /**
+   * Creates a model that predicts with the prior until it has seen `warmup` first tokens.
+   *
    * @param options prior rates, forgetting, warm-up
    * @throws {InvalidArgumentError} a rate that is not a finite number > 0, forgetting outside
    *   (0, 1], or a negative warm-up

@@ -3,7 +3,17 @@
 
 import { type Command, ExitCode, type Io, parseCommandArgs, UsageError } from "./_common.ts";
 import { replayTrace } from "./_bench/replay.ts";
-import { formatTable, type ModeSummary, renderChart, summarizeMode } from "./_bench/report.ts";
+import {
+  formatTable,
+  type ModeSamples,
+  modeSamples,
+  type ModeSummary,
+  renderChart,
+  renderDistributions,
+  renderLoad,
+  summarizeMode,
+} from "./_bench/report.ts";
+import { simulate } from "./_bench/simulate.ts";
 import { limitTrace, loadTrace, prefixCeiling } from "./_bench/trace.ts";
 import {
   parseSyntheticSpec,
@@ -47,6 +57,10 @@ Options:
   --router-temperature T       kv mode's sampling temperature (default 0)
   --kv-queued-prefill-weight Q kv mode's weight of prompts queued for prefill (default 1)
   --request-timeout-s S        deadline per request (default 600)
+  --simulate                   replay in virtual time: the mockers' scheduler and step times
+                               and the router's policy, no servers; times are the engine's
+                               own (--speedup / --engine-speedup sets the load); fast, and
+                               the same figures whatever else the machine runs
   -h, --help                   show this help`;
 
 interface BenchFlags {
@@ -54,6 +68,8 @@ interface BenchFlags {
   trace: string;
   /** The synthetic trace's parameters, with --synthetic. */
   synthetic?: SyntheticTraceOptions;
+  /** Replay in virtual time instead of against live servers. */
+  simulate: boolean;
   out: string;
   workers: number;
   modes: string[];
@@ -89,6 +105,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
   const { values, positionals } = parseCommandArgs("bench", args, {
     trace: { type: "string" },
     synthetic: { type: "string" },
+    simulate: { type: "boolean" },
     out: { type: "string" },
     workers: { type: "string" },
     "router-modes": { type: "string" },
@@ -156,6 +173,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
   return {
     trace: values.trace ?? `synthetic:${values.synthetic}`,
     synthetic,
+    simulate: values.simulate ?? false,
     out: values.out,
     workers: positive("workers", values.workers, true) ?? 8,
     modes,
@@ -329,7 +347,35 @@ async function run(args: string[], io: Io): Promise<number> {
   );
   await Deno.mkdir(flags.out, { recursive: true });
   const modes: Record<string, ModeSummary> = {};
+  const samples: Record<string, ModeSamples> = {};
+  const loads: Record<string, number[][]> = {};
   for (const mode of flags.modes) {
+    if (flags.simulate) {
+      const t = performance.now();
+      const sim = simulate(requests, {
+        workers: flags.workers,
+        mode: mode as "kv",
+        load: flags.speedup / flags.engineSpeedup,
+        blockSize: flags.blockSize,
+        numGpuBlocks: flags.numGpuBlocks,
+        // About 200 load samples over the replay.
+        sampleMs: Math.max(1, span * 1000 / (flags.speedup / flags.engineSpeedup) / 200),
+        policy: {
+          overlapScoreWeight: flags.overlapWeight,
+          temperature: flags.temperature,
+          queuedPrefillWeight: flags.queuedPrefillWeight,
+        },
+      });
+      io.err(
+        `[bench] ${mode}: simulated ${sim.seconds.toFixed(0)} s in ${
+          ((performance.now() - t) / 1000).toFixed(1)
+        } s`,
+      );
+      modes[mode] = summarizeMode(sim.results, sim.seconds);
+      samples[mode] = modeSamples(sim.results);
+      loads[mode] = sim.load;
+      continue;
+    }
     const server = await startServer(flags, mode, io);
     try {
       const { results, seconds } = await replayTrace(requests, {
@@ -345,6 +391,7 @@ async function run(args: string[], io: Io): Promise<number> {
           ),
       });
       modes[mode] = summarizeMode(results, seconds);
+      samples[mode] = modeSamples(results);
     } finally {
       await server.stop();
     }
@@ -369,8 +416,22 @@ async function run(args: string[], io: Io): Promise<number> {
     renderChart(
       modes,
       `dynamo bench: ${requests.length} requests, ${flags.workers} mocker workers, speedup ${flags.speedup}`,
+      ceiling.tokens,
     ),
   );
+  await Deno.writeTextFile(
+    `${flags.out}/distributions.svg`,
+    renderDistributions(
+      samples,
+      `TTFT and ITL per mode (${flags.simulate ? "simulated" : "live"})`,
+    ),
+  );
+  if (flags.simulate) {
+    await Deno.writeTextFile(
+      `${flags.out}/load.svg`,
+      renderLoad(loads, "requests running or waiting on each worker (simulated)"),
+    );
+  }
   io.out(formatTable(modes));
   io.out(`prefix-hit ceiling of the replayed requests: ${(ceiling.tokens * 100).toFixed(1)}%`);
   const kv = modes["kv"];
@@ -385,7 +446,11 @@ async function run(args: string[], io: Io): Promise<number> {
   if (kv && rr) {
     io.out(`TTFT p90: round-robin / kv = ${(rr.ttft_ms.p90 / kv.ttft_ms.p90).toFixed(2)}x`);
   }
-  io.out(`wrote ${flags.out}/results.json and ${flags.out}/chart.svg`);
+  io.out(
+    `wrote ${flags.out}/results.json, chart.svg, distributions.svg${
+      flags.simulate ? ", load.svg" : ""
+    }`,
+  );
   const failed = Object.values(modes).reduce((s, m) => s + m.failed, 0);
   return failed > 0 ? ExitCode.Failure : ExitCode.Ok;
 }

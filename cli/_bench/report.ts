@@ -100,7 +100,11 @@ function escapeXml(s: string): string {
 }
 
 /** A bar chart: TTFT p50/p90/p99 and prefix hit rate per mode. */
-export function renderChart(modes: Record<string, ModeSummary>, title: string): string {
+export function renderChart(
+  modes: Record<string, ModeSummary>,
+  title: string,
+  ceiling?: number,
+): string {
   const names = Object.keys(modes);
   const panels: { label: string; unit: string; value: (m: ModeSummary) => number }[] = [
     { label: "TTFT p50", unit: "ms", value: (m) => m.ttft_ms.p50 },
@@ -121,7 +125,20 @@ export function renderChart(modes: Record<string, ModeSummary>, title: string): 
   panels.forEach((panel, p) => {
     const x0 = 10 + p * pw;
     const values = names.map((n) => panel.value(modes[n]!));
-    const max = Math.max(...values.filter(Number.isFinite), 1e-9);
+    const hitPanel = panel.unit === "%" && ceiling !== undefined;
+    const max = Math.max(...values.filter(Number.isFinite), hitPanel ? ceiling * 100 : 0, 1e-9);
+    if (hitPanel) {
+      // The trace's ceiling: what a perfect, unbounded cache would hit.
+      const y = top + ph - (ceiling * 100 / max) * (ph - 20);
+      parts.push(
+        `<line x1="${x0 + 10}" y1="${y.toFixed(1)}" x2="${x0 + pw - 20}" y2="${
+          y.toFixed(1)
+        }" stroke="#c00" stroke-dasharray="4 3"/>`,
+        `<text x="${x0 + pw - 20}" y="${
+          (y - 3).toFixed(1)
+        }" text-anchor="end" fill="#c00">ceiling ${(ceiling * 100).toFixed(1)}%</text>`,
+      );
+    }
     const bw = (pw - 40) / Math.max(1, names.length);
     parts.push(
       `<text x="${x0 + pw / 2}" y="${
@@ -146,6 +163,188 @@ export function renderChart(modes: Record<string, ModeSummary>, title: string): 
         }</text>`,
       );
     });
+  });
+  parts.push("</svg>");
+  return parts.join("\n") + "\n";
+}
+
+/** The raw samples of one mode, for distribution charts. */
+export interface ModeSamples {
+  /** TTFT of each successful request, ms. */
+  ttft: number[];
+  /** Every inter-token latency, ms. */
+  itl: number[];
+}
+
+/** The TTFT and ITL samples of one mode's results. */
+export function modeSamples(results: readonly RequestResult[]): ModeSamples {
+  const ok = results.filter((r) => r.ok);
+  return {
+    ttft: ok.map((r) => r.ttftMs).filter((x): x is number => x !== undefined),
+    itl: ok.flatMap((r) => r.itlMs),
+  };
+}
+
+/** Round tick steps: 1, 2 or 5 times a power of ten, about `n` of them up to `max`. */
+function ticks(max: number, n = 5): number[] {
+  if (!(max > 0)) return [0];
+  const raw = max / n;
+  const p = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw)!;
+  const out: number[] = [0];
+  while (out.at(-1)! < max) out.push(Number((out.length * step).toPrecision(6)));
+  return out;
+}
+
+interface Series {
+  name: string;
+  points: [number, number][];
+}
+
+/** One line panel with axes, ticks, labels and a legend. */
+function linePanel(
+  x0: number,
+  y0: number,
+  w: number,
+  h: number,
+  series: Series[],
+  labels: { title: string; x: string; y: string; yMax?: number },
+): string[] {
+  const left = 46;
+  const bottom = 34;
+  const pw = w - left - 10;
+  const ph = h - bottom - 24;
+  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
+  const ys = series.flatMap((s) => s.points.map((p) => p[1]));
+  const xMax = Math.max(...xs.filter(Number.isFinite), 1e-9);
+  const yMax = labels.yMax ?? Math.max(...ys.filter(Number.isFinite), 1e-9);
+  const xt = ticks(xMax);
+  const yt = ticks(yMax, 4);
+  const xEnd = xt.at(-1)!;
+  const yEnd = labels.yMax ?? yt.at(-1)!;
+  const X = (v: number) => x0 + left + (v / xEnd) * pw;
+  const Y = (v: number) => y0 + 24 + ph - (v / yEnd) * ph;
+  const out = [
+    `<text x="${x0 + w / 2}" y="${y0 + 14}" text-anchor="middle" font-weight="bold">${
+      escapeXml(labels.title)
+    }</text>`,
+    `<line x1="${X(0)}" y1="${Y(0)}" x2="${X(xEnd)}" y2="${Y(0)}" stroke="#333"/>`,
+    `<line x1="${X(0)}" y1="${Y(0)}" x2="${X(0)}" y2="${Y(yEnd)}" stroke="#333"/>`,
+    `<text x="${x0 + left + pw / 2}" y="${y0 + h - 4}" text-anchor="middle">${
+      escapeXml(labels.x)
+    }</text>`,
+    `<text x="${x0 + 10}" y="${y0 + 24 + ph / 2}" text-anchor="middle" transform="rotate(-90 ${
+      x0 + 10
+    } ${y0 + 24 + ph / 2})">${escapeXml(labels.y)}</text>`,
+  ];
+  for (const t of xt) {
+    out.push(
+      `<line x1="${X(t).toFixed(1)}" y1="${Y(0)}" x2="${X(t).toFixed(1)}" y2="${
+        Y(0) + 4
+      }" stroke="#333"/>`,
+      `<text x="${X(t).toFixed(1)}" y="${Y(0) + 15}" text-anchor="middle">${t}</text>`,
+    );
+  }
+  for (const t of yt.filter((v) => v <= yEnd)) {
+    out.push(
+      `<line x1="${X(0) - 4}" y1="${Y(t).toFixed(1)}" x2="${X(xEnd)}" y2="${
+        Y(t).toFixed(1)
+      }" stroke="#eee"/>`,
+      `<text x="${X(0) - 6}" y="${(Y(t) + 4).toFixed(1)}" text-anchor="end">${t}</text>`,
+    );
+  }
+  series.forEach((s, i) => {
+    const color = COLORS[i % COLORS.length];
+    const d = s.points.filter((p) => p[0] <= xEnd).map((p, k) =>
+      `${k === 0 ? "M" : "L"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`
+    ).join("");
+    out.push(
+      `<path d="${d}" fill="none" stroke="${color}" stroke-width="1.5"/>`,
+      `<rect x="${x0 + w - 120}" y="${y0 + 30 + i * 14}" width="10" height="10" fill="${color}"/>`,
+      `<text x="${x0 + w - 106}" y="${y0 + 39 + i * 14}">${escapeXml(s.name)}</text>`,
+    );
+  });
+  return out;
+}
+
+/** An empirical CDF as points (at most ~200), x clipped at the samples' p99. */
+function cdf(samples: readonly number[]): [number, number][] {
+  if (samples.length === 0) return [];
+  const sorted = [...samples].sort((a, b) => a - b);
+  const stride = Math.max(1, Math.floor(sorted.length / 200));
+  const out: [number, number][] = [];
+  for (let i = 0; i < sorted.length; i += stride) out.push([sorted[i]!, (i + 1) / sorted.length]);
+  out.push([sorted.at(-1)!, 1]);
+  return out;
+}
+
+/**
+ * TTFT and ITL distributions per mode (cumulative share of requests against ms, up to the
+ * slowest mode's p99), side by side.
+ */
+export function renderDistributions(samples: Record<string, ModeSamples>, title: string): string {
+  const w = 440;
+  const h = 280;
+  const clip = (pick: (s: ModeSamples) => number[]) =>
+    Math.max(...Object.values(samples).map((s) => percentile(pick(s), 99)).filter(Number.isFinite));
+  const series = (pick: (s: ModeSamples) => number[]): Series[] => {
+    const max = clip(pick);
+    return Object.entries(samples).map(([name, s]) => ({
+      name,
+      points: cdf(pick(s)).filter((p) => p[0] <= max),
+    }));
+  };
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${2 * w + 20}" height="${
+      h + 40
+    }" font-family="sans-serif" font-size="11">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">${escapeXml(title)}</text>`,
+    ...linePanel(10, 30, w, h, series((s) => s.ttft), {
+      title: "time to first token (CDF, to p99)",
+      x: "ms",
+      y: "share of requests",
+      yMax: 1,
+    }),
+    ...linePanel(20 + w, 30, w, h, series((s) => s.itl), {
+      title: "inter-token latency (CDF, to p99)",
+      x: "ms",
+      y: "share of tokens",
+      yMax: 1,
+    }),
+    "</svg>",
+  ];
+  return parts.join("\n") + "\n";
+}
+
+/** Requests on each worker over time, one panel per mode (simulated replays record them). */
+export function renderLoad(loads: Record<string, number[][]>, title: string): string {
+  const w = 440;
+  const h = 240;
+  const names = Object.keys(loads);
+  const yMax = Math.max(1, ...Object.values(loads).flatMap((l) => l.flatMap((s) => s.slice(1))));
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${names.length * (w + 10) + 10}" height="${
+      h + 40
+    }" font-family="sans-serif" font-size="11">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">${escapeXml(title)}</text>`,
+  ];
+  names.forEach((name, i) => {
+    const samples = loads[name]!;
+    const workers = (samples[0]?.length ?? 1) - 1;
+    const series: Series[] = Array.from({ length: workers }, (_, k) => ({
+      name: `worker ${k}`,
+      points: samples.map((s) => [s[0]! / 1000, s[k + 1]!] as [number, number]),
+    }));
+    parts.push(
+      ...linePanel(10 + i * (w + 10), 30, w, h, series, {
+        title: `${name}: requests on each worker`,
+        x: "seconds",
+        y: "running + waiting",
+        yMax,
+      }),
+    );
   });
   parts.push("</svg>");
   return parts.join("\n") + "\n";

@@ -235,7 +235,7 @@ function sessionStarts(
 }
 
 /** A small seeded generator (mulberry32): numbers in [0, 1). */
-function mulberry32(seed: number): () => number {
+export function mulberry32(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) | 0;

@@ -7,7 +7,8 @@
  * The model is linear, `ttft ≈ a + b·prefillTokens + c·activeBlocks`, fitted online by recursive
  * least squares with forgetting (recent requests count most, so a change of load or engine
  * shows within a few hundred requests). Until it has seen enough, or while the fit says a
- * prefill costs nothing, it predicts with a prior; a load that seems to save time counts as none.
+ * prefill costs nothing, it predicts with a prior; a load that seems to save time (noise) counts
+ * as a small cost, a twentieth of the prefill rate.
  *
  * @module
  */
@@ -162,9 +163,12 @@ export class TtftModel {
   }
 
   #usable(): [number, number, number] {
-    // A load that seems to save time is noise around none.
+    // A load that seems to save time is noise around a small one: kept above a twentieth of
+    // the prefill rate, so that among workers with nothing queued the least loaded wins (not a
+    // coin toss, which clumps requests).
     if (this.#fitUsable()) {
-      return [Math.max(0, this.#theta[0]), this.#theta[1], Math.max(0, this.#theta[2])];
+      const b = this.#theta[1];
+      return [Math.max(0, this.#theta[0]), b, Math.max(b / 20, this.#theta[2])];
     }
     return this.#prior;
   }

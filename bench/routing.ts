@@ -1,0 +1,123 @@
+// deno-lint-ignore-file no-console -- a program that prints
+// `deno task bench:routing`: the KV router at its default settings against round-robin on traces
+// it was not tuned on, in virtual time (`dynamo bench --simulate`'s simulator: the mockers' own
+// scheduler and step times, the router's own policy and TTFT model). Traces: the synthetic
+// presets (multi-tenant, long-system, many-tenants) and the no-sharing one, each with several
+// seeds, and the Mooncake conversation trace. Loads come from round-robin itself, per trace:
+// "near saturation" is the load factor at which round-robin's p90 TTFT reaches 4x its unloaded
+// p90 (found by bisection), "moderate" half of that. Nothing about the router changes per trace.
+//
+// Flags: --seeds N (default 5), --workers N (default 8), --mooncake-requests N (default 3000),
+// --json PATH, --quick (2 seeds, 1000 Mooncake requests).
+
+import { simulate } from "../cli/_bench/simulate.ts";
+import { synthesizeTrace, SYNTHETIC_PRESETS } from "../cli/_bench/synthetic.ts";
+import { loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
+import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
+import { flag } from "./_stats.ts";
+
+const quick = Deno.args.includes("--quick");
+const SEEDS = Number(flag("--seeds") ?? (quick ? 2 : 5));
+const WORKERS = Number(flag("--workers") ?? 8);
+const MOONCAKE = Number(flag("--mooncake-requests") ?? (quick ? 1000 : 3000));
+const jsonPath = flag("--json");
+
+interface Row {
+  trace: string;
+  level: "moderate" | "saturation";
+  load: number;
+  ceiling: number;
+  rr: ModeSummary;
+  kv: ModeSummary;
+}
+
+function run(trace: TraceRequest[], mode: "kv" | "round-robin", load: number): ModeSummary {
+  const r = simulate(trace, { workers: WORKERS, mode, load, blockSize: 16 });
+  return summarizeMode(r.results, r.seconds);
+}
+
+/** The load at which round-robin's p90 TTFT is 4x its unloaded p90. */
+function saturation(trace: TraceRequest[]): number {
+  const base = run(trace, "round-robin", 0.05).ttft_ms.p90;
+  let lo = 0.05;
+  let hi = 1;
+  while (run(trace, "round-robin", hi).ttft_ms.p90 < 4 * base) {
+    lo = hi;
+    hi *= 2;
+    if (hi > 4096) break;
+  }
+  for (let i = 0; i < 8; i++) {
+    const mid = (lo + hi) / 2;
+    if (run(trace, "round-robin", mid).ttft_ms.p90 < 4 * base) lo = mid;
+    else hi = mid;
+  }
+  return hi;
+}
+
+const traces: Array<[string, TraceRequest[]]> = [];
+for (const name of ["multi-tenant", "long-system", "many-tenants", "no-sharing"]) {
+  for (let seed = 1; seed <= SEEDS; seed++) {
+    traces.push([`${name} seed ${seed}`, synthesizeTrace({ ...SYNTHETIC_PRESETS[name]!, seed })]);
+  }
+}
+const mooncake = await loadTrace(
+  new URL("./data/mooncake_conversation_trace.jsonl", import.meta.url).pathname,
+  { maxRequests: MOONCAKE },
+);
+traces.push([`mooncake (first ${mooncake.length})`, mooncake]);
+
+const rows: Row[] = [];
+for (const [name, trace] of traces) {
+  const sat = saturation(trace);
+  const ceiling = prefixCeiling(trace).tokens;
+  for (const [level, load] of [["moderate", sat / 2], ["saturation", sat]] as const) {
+    const row = {
+      trace: name,
+      level,
+      load,
+      ceiling,
+      rr: run(trace, "round-robin", load),
+      kv: run(trace, "kv", load),
+    };
+    rows.push(row);
+    const hit = ceiling > 0 ? row.kv.prefix_hit_rate / ceiling : NaN;
+    console.error(
+      `[routing] ${name}, ${level} (load ${load.toFixed(2)}): p90 TTFT rr/kv ${
+        (row.rr.ttft_ms.p90 / row.kv.ttft_ms.p90).toFixed(2)
+      }x, kv hit ${(hit * 100).toFixed(0)}% of ceiling`,
+    );
+  }
+}
+
+console.log(`\nKV router (defaults) vs round-robin, ${WORKERS} simulated mocker workers`);
+console.log(
+  "| trace | load | RR p90 TTFT ms | KV p90 TTFT ms | KV / RR p90 | ceiling | KV hit / ceiling | RR hit / ceiling | failed |",
+);
+console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+for (const r of rows) {
+  const pct = (x: number) => r.ceiling > 0 ? `${(x / r.ceiling * 100).toFixed(0)}%` : "n/a";
+  console.log(
+    `| ${r.trace} | ${r.level} (x${r.load.toFixed(2)}) | ${r.rr.ttft_ms.p90.toFixed(0)} | ${
+      r.kv.ttft_ms.p90.toFixed(0)
+    } | ${(r.kv.ttft_ms.p90 / r.rr.ttft_ms.p90).toFixed(2)}x | ${(r.ceiling * 100).toFixed(1)}% | ${
+      pct(r.kv.prefix_hit_rate)
+    } | ${pct(r.rr.prefix_hit_rate)} | ${r.kv.failed + r.rr.failed} |`,
+  );
+}
+
+// The issue's goals, checked per row.
+const goal = (r: Row) => {
+  if (r.ceiling === 0) return r.kv.ttft_ms.p90 <= 1.05 * r.rr.ttft_ms.p90;
+  const hit = r.kv.prefix_hit_rate / r.ceiling;
+  return r.level === "moderate"
+    ? hit >= 0.9 && r.kv.ttft_ms.p90 <= 0.6 * r.rr.ttft_ms.p90
+    : hit >= 0.85 && r.rr.ttft_ms.p90 >= 3 * r.kv.ttft_ms.p90;
+};
+const met = rows.filter(goal).length;
+console.log(
+  `\ngoals met in ${met} of ${rows.length} rows (moderate: hit >= 90% of ceiling and p90 <= 0.6x ` +
+    `RR; saturation: hit >= 85% and p90 >= 3x better; no-sharing: p90 within 5% of RR)`,
+);
+if (jsonPath) {
+  await Deno.writeTextFile(jsonPath, JSON.stringify({ workers: WORKERS, rows }, null, 2));
+}

@@ -1,0 +1,225 @@
+// `dynamo bench --simulate`: the same replay in virtual time. Mocker workers (the mocker's own
+// scheduler and block manager, its vLLM-fitted step times) advance step by step on a simulated
+// clock; requests arrive at their trace times; the router's own policy (RoutingPolicy: busy
+// thresholds, bounded load, predicted-TTFT or weighted cost, the same TTFT model learning from
+// the same first tokens) picks each worker from a radix tree fed the workers' KV events and the
+// router's load book. No process, socket or wall clock: the figures do not depend on what else
+// the machine runs, and the same inputs give the same figures.
+
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import { computeLocalHashes } from "../../llm/kv_router/hashing.ts";
+import { RoutingPolicy, type RoutingPolicyOptions } from "../../llm/kv_router/policy.ts";
+import { RadixTree } from "../../llm/kv_router/radix_tree.ts";
+import { ActiveSequences, type WorkerCandidate } from "../../llm/kv_router/scheduler.ts";
+import { BlockManager } from "../../llm/engines/mocker/block_manager.ts";
+import {
+  hashPromptBlocks,
+  Scheduler,
+  type Sequence,
+  type StepPlan,
+} from "../../llm/engines/mocker/scheduler.ts";
+import type { RequestResult } from "./replay.ts";
+import { mulberry32 } from "./synthetic.ts";
+import { promptTokens, type TraceRequest } from "./trace.ts";
+
+/** Options of {@linkcode simulate}. */
+export interface SimulateOptions {
+  /** Mocker workers. */
+  workers: number;
+  /** Router mode. */
+  mode: "kv" | "round-robin" | "random";
+  /** Divides the trace's arrival times (2: twice the load). */
+  load: number;
+  /** Tokens per KV block. */
+  blockSize: number;
+  /** KV blocks per worker (default the mocker's). */
+  numGpuBlocks?: number;
+  /** Running sequences per worker (default 256). */
+  maxNumSeqs?: number;
+  /** Tokens per forward pass (default 8192). */
+  maxNumBatchedTokens?: number;
+  /** The kv mode's policy (default: the router's defaults). */
+  policy?: RoutingPolicyOptions;
+  /** Seed of random picks (random mode, ties). */
+  seed?: number;
+  /** Period of the per-worker load samples in simulated ms (default 1000). */
+  sampleMs?: number;
+}
+
+/** What a simulated replay measured. */
+export interface SimulationResult {
+  /** One result per request, as the live replay gives them (times in simulated ms). */
+  results: RequestResult[];
+  /** Simulated seconds from the first arrival to the last answer. */
+  seconds: number;
+  /** Running sequences per worker, sampled every `sampleMs`: `[t_ms, ...per worker]`. */
+  load: number[][];
+}
+
+interface Worker {
+  id: string;
+  blocks: BlockManager;
+  scheduler: Scheduler;
+  plan?: StepPlan;
+  /** When the pass in flight ends (simulated ms), if one is. */
+  busyUntil?: number;
+}
+
+/**
+ * Replays `requests` against `options.workers` simulated mocker workers in virtual time.
+ *
+ * @param requests the trace, sorted by arrival
+ * @param options fleet, router mode and policy, load factor
+ * @returns per-request results, the simulated duration, and load samples
+ * @throws {InvalidArgumentError} a bad worker count, load, or a prompt larger than a worker's cache
+ */
+export function simulate(
+  requests: readonly TraceRequest[],
+  options: SimulateOptions,
+): SimulationResult {
+  if (!Number.isInteger(options.workers) || options.workers < 1) {
+    throw new InvalidArgumentError(`workers must be a whole number >= 1, got ${options.workers}`);
+  }
+  if (!(options.load > 0)) throw new InvalidArgumentError(`load must be > 0, got ${options.load}`);
+  const bs = options.blockSize;
+  let now = 0;
+  const rnd = mulberry32(options.seed ?? 1);
+  const tree = new RadixTree();
+  const workers: Worker[] = Array.from({ length: options.workers }, (_, i) => {
+    const id = `w${i}`;
+    const blocks = new BlockManager({
+      numGpuBlocks: options.numGpuBlocks,
+      blockSize: bs,
+      onEvent: (data) => tree.apply(id, data),
+    });
+    const scheduler = new Scheduler(blocks, {
+      maxNumSeqs: options.maxNumSeqs,
+      maxNumBatchedTokens: options.maxNumBatchedTokens,
+    });
+    return { id, blocks, scheduler };
+  });
+  const policy = new RoutingPolicy(bs, { random: rnd, ...options.policy });
+  const book = new ActiveSequences(bs, {
+    now: () => now,
+    onFirstOutput: (routedWith, ttftMs) => policy.ttftModel.observe(routedWith, ttftMs),
+  });
+  const results: RequestResult[] = new Array(requests.length);
+  const load: number[][] = [];
+  const sampleMs = options.sampleMs ?? 1000;
+  let nextSample = 0;
+  let rr = 0;
+
+  const pick = (tokens: number[]): { worker: Worker; overlap: number } => {
+    if (options.mode === "round-robin") {
+      return { worker: workers[rr++ % workers.length]!, overlap: 0 };
+    }
+    if (options.mode === "random") {
+      return { worker: workers[Math.floor(rnd() * workers.length)]!, overlap: 0 };
+    }
+    const { scores } = tree.findMatches(computeLocalHashes(tokens, bs));
+    const requestBlocks = Math.ceil(tokens.length / bs);
+    const candidates: WorkerCandidate[] = workers.map((w) => {
+      const l = book.load(w.id);
+      return {
+        workerId: w.id,
+        overlapBlocks: Math.min(scores.get(w.id) ?? 0, requestBlocks),
+        requestBlocks,
+        activeBlocks: l.activeBlocks,
+        prefillBlocks: l.prefillBlocks,
+        activeRequests: l.requests,
+      };
+    });
+    const chosen = policy.choose(candidates, { totalRequests: book.totalRequests });
+    return {
+      worker: workers.find((w) => w.id === chosen.workerId)!,
+      overlap: chosen.overlapBlocks,
+    };
+  };
+
+  const startStep = (w: Worker) => {
+    if (w.busyUntil !== undefined || !w.scheduler.hasWork) return;
+    const plan = w.scheduler.schedule();
+    if (plan.entries.length === 0) {
+      throw new InvalidArgumentError(`worker ${w.id} cannot schedule its waiting requests`);
+    }
+    w.plan = plan;
+    w.busyUntil = now + plan.durationMs;
+  };
+
+  const arrive = (i: number) => {
+    const req = requests[i]!;
+    const tokens = promptTokens(req);
+    const { worker, overlap } = pick(tokens);
+    const key = String(i);
+    const sent = now;
+    const result: RequestResult = {
+      ok: false,
+      itlMs: [],
+      promptTokens: tokens.length,
+      outputTokens: 0,
+      latencyMs: 0,
+    };
+    results[i] = result;
+    // Counted like the live replay: only the router's own book, as the frontend keeps it.
+    if (options.mode === "kv") book.add(key, worker.id, tokens.length, overlap);
+    let last = 0;
+    let seq: Sequence | undefined = undefined;
+    seq = worker.scheduler.add({
+      id: key,
+      tokenIds: tokens,
+      maxTokens: req.outputLength,
+      blocks: hashPromptBlocks(tokens, bs),
+      nextToken: (k) => 1000 + ((i * 7919 + k * 104729) % 30000),
+      onToken: (_token, finished) => {
+        result.outputTokens++;
+        if (result.ttftMs === undefined) {
+          result.ttftMs = now - sent;
+          result.cachedTokens = seq?.cachedTokens ?? 0;
+        } else result.itlMs.push(now - last);
+        last = now;
+        if (options.mode === "kv") book.progress(key, 1);
+        if (finished) {
+          result.ok = true;
+          result.latencyMs = now - sent;
+          if (options.mode === "kv") book.free(key);
+        }
+      },
+    });
+    startStep(worker);
+  };
+
+  const start = requests[0]?.timestamp ?? 0;
+  let next = 0;
+  for (;;) {
+    let stepAt = Infinity;
+    for (const w of workers) {
+      if (w.busyUntil !== undefined && w.busyUntil < stepAt) stepAt = w.busyUntil;
+    }
+    const arrivalAt = next < requests.length
+      ? (requests[next]!.timestamp - start) / options.load
+      : Infinity;
+    const at = Math.min(stepAt, arrivalAt);
+    if (at === Infinity) break;
+    while (nextSample <= at) {
+      load.push([
+        nextSample,
+        ...workers.map((w) => w.scheduler.numRunning + w.scheduler.numWaiting),
+      ]);
+      nextSample += sampleMs;
+    }
+    now = at;
+    if (arrivalAt <= stepAt) {
+      arrive(next++);
+      continue;
+    }
+    for (const w of workers) {
+      if (w.busyUntil !== now) continue;
+      const plan = w.plan!;
+      w.plan = undefined;
+      w.busyUntil = undefined;
+      w.scheduler.apply(plan);
+      startStep(w);
+    }
+  }
+  return { results, seconds: now / 1000, load };
+}

@@ -8,7 +8,7 @@ import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
 import type { RequestPlane } from "./transport/types.ts";
-import { NatsRequestPlane } from "./transport/nats.ts";
+import { natsConnectionOf } from "./transport/tcp.ts";
 import type { ObjectStore } from "./objects/types.ts";
 import { NatsObjectStore } from "./objects/nats.ts";
 import type { EventPlane } from "./events/types.ts";
@@ -153,11 +153,8 @@ export class DistributedRuntime {
       await discovery.close();
       throw err;
     }
-    const objects = plane instanceof NatsRequestPlane
-      ? new NatsObjectStore(plane.nc)
-      : hub
-      ? new HubObjectStore(hub)
-      : embedded.objects;
+    const nc = natsConnectionOf(plane);
+    const objects = nc ? new NatsObjectStore(nc) : hub ? new HubObjectStore(hub) : embedded.objects;
     const rt = new DistributedRuntime(
       discovery,
       plane,
@@ -166,8 +163,8 @@ export class DistributedRuntime {
       logger,
       options.connectTimeoutMs ?? 5000,
       options.events ??
-        (plane instanceof NatsRequestPlane
-          ? new NatsEventPlane(plane.nc)
+        (nc
+          ? new NatsEventPlane(nc)
           : hub
           ? hubEventPlane(new HubEventPlane(hub))
           : new LocalEventPlane(embedded.events)),

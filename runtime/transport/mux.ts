@@ -121,11 +121,15 @@ async function readExactly(conn: Deno.Conn, n: number, into?: Uint8Array): Promi
 export async function readMuxHandshake(
   conn: Deno.Conn,
 ): Promise<{ handshake: MuxHandshake } | { legacy: Uint8Array }> {
-  const head = await readExactly(conn, 24);
-  if (head.length >= 4 && (head[0]! | head[1]! | head[2]! | head[3]!) !== 0) {
-    return { legacy: head };
+  // The first word alone decides: a per-stream handshake frame may be shorter than 24 bytes.
+  const head = new Uint8Array(24);
+  const word = await readExactly(conn, 4, head);
+  if (word.length === 4 && (head[0]! | head[1]! | head[2]! | head[3]!) !== 0) {
+    return { legacy: head.slice(0, 4) };
   }
-  if (head.length < 24) throw new ProtocolError("connection closed during its handshake");
+  if ((await readExactly(conn, 20, head.subarray(4))).length < 20) {
+    throw new ProtocolError("connection closed during its handshake");
+  }
   const view = new DataView(head.buffer, head.byteOffset, 24);
   const headerLen = view.getBigUint64(0);
   const bodyLen = view.getBigUint64(8);

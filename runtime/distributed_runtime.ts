@@ -181,7 +181,8 @@ export class DistributedRuntime {
 
   /**
    * Builds a runtime from the environment: with `ETCD_ENDPOINTS` or `NATS_SERVER` set,
-   * etcd + NATS (the unset one at its local default); otherwise, with `DYN_HUB=host:port`
+   * etcd + NATS (the unset one at its local default), requests on the TCP plane unless
+   * `DYN_REQUEST_PLANE=nats` (events and objects on NATS either way); otherwise, with `DYN_HUB=host:port`
    * set, the hub at that address (`dynamo hub`, or the `dynamo serve` parent; token in
    * `DYN_HUB_TOKEN`); otherwise the embedded default. ETCD_ENDPOINTS / NATS_SERVER take
    * precedence over DYN_HUB.
@@ -197,7 +198,17 @@ export class DistributedRuntime {
     const hub = !real && Boolean(env.DYN_HUB);
     const opts: DistributedRuntimeOptions = { ...options };
     opts.discovery = real ? "etcd" : hub ? "hub" : "memory";
-    opts.requestPlane = real ? "nats" : hub ? "hub" : "local";
+    opts.requestPlane = real ? "tcp" : hub ? "hub" : "local";
+    const chosen = env.DYN_REQUEST_PLANE?.trim();
+    if (chosen) {
+      if (chosen !== "tcp" && chosen !== "nats") {
+        throw new InvalidArgumentError(
+          `DYN_REQUEST_PLANE must be "tcp" or "nats", got ${JSON.stringify(chosen)}`,
+        );
+      }
+      // The embedded default has no other process to reach; hub mode has no NATS.
+      if (real || (hub && chosen === "tcp")) opts.requestPlane = chosen;
+    }
     if (hub) {
       opts.hubAddress = env.DYN_HUB!.trim();
       if (env.DYN_HUB_TOKEN) opts.hubToken = env.DYN_HUB_TOKEN;

@@ -195,3 +195,36 @@ async function pair(): Promise<[Deno.Conn, Deno.Conn]> {
   l.close();
   return [a, b];
 }
+
+Deno.test("random bytes after the handshake end that connection only; the worker serves on", async () => {
+  const { plane: w, target } = await worker("a/ns/c/e", (conn) => {
+    void (async () => {
+      await conn.send({ type: FrameType.Sentinel, payload: new Uint8Array(0) });
+      await conn.end();
+    })();
+  });
+  const caller = new TcpRequestPlane();
+  try {
+    const { address } = parseTcpTarget(target)!;
+    const [host, port] = address.split(":");
+    const { encodeMuxHandshake } = await import("./mux.ts");
+    await fc.assert(
+      fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 600 }), async (garbage) => {
+        const conn = await Deno.connect({ hostname: host!, port: Number(port) });
+        try {
+          await conn.write(encodeMuxHandshake({ kind: "request_mux", version: 1 }));
+          await conn.write(garbage);
+        } finally {
+          conn.close();
+        }
+      }),
+      { numRuns: 50 },
+    );
+    const conn = await call(caller, target, {});
+    assert.equal((await conn.receive())?.type, FrameType.Sentinel);
+    conn.close();
+  } finally {
+    await caller.close();
+    await w.close();
+  }
+});

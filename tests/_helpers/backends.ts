@@ -95,12 +95,13 @@ export async function openHub(): Promise<Backend> {
   );
 }
 
-/** Real etcd + NATS, started on free loopback ports. */
+/** Real etcd + NATS, started on free loopback ports; requests over the NATS plane. */
 export async function openReal(): Promise<Backend> {
   const servers = await startServers();
   return tracker("etcd + NATS", (o) =>
     DistributedRuntime.connect({
       ...servers.runtimeOptions,
+      requestPlane: "nats",
       ...o,
     }), servers);
 }

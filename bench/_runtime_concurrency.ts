@@ -28,8 +28,13 @@ export async function measureConcurrency(
     },
     {
       key: "dynamo",
-      label: "dynamo hop, worker process",
+      label: "dynamo hop, NATS plane, worker process",
       fn: () => withTimeout(hop(pingClient), 20_000, "concurrent dynamo hop"),
+    },
+    {
+      key: "dynamo_tcp",
+      label: "dynamo hop, TCP plane, worker process",
+      fn: () => withTimeout(hop(f.tcpPing), 20_000, "concurrent dynamo TCP hop"),
     },
   ];
   const concurrent: ConcurrentRow[] = [];

@@ -153,6 +153,9 @@ export interface Fixture {
   worker: WorkerReady;
   pingClient: Client;
   streamClient: Client;
+  /** Clients of the worker process's endpoints on the TCP request plane. */
+  tcpPing: Client;
+  tcpStream: Client;
   samePing: Client;
   sameStream: Client;
   embPing: Client;
@@ -209,6 +212,20 @@ export async function setUpFixture(
   const streamClient = await remote.endpoint("stream").client();
   await pingClient.waitForInstances({ timeoutMs: 15_000 });
   await streamClient.waitForInstances({ timeoutMs: 15_000 });
+
+  // Caller on the TCP request plane, clients of the worker process's TCP-plane endpoints.
+  const tcpCaller = await DistributedRuntime.connect({
+    discovery: "etcd",
+    requestPlane: "tcp",
+    etcdEndpoints: etcdUrl,
+    natsServer: natsUrl,
+  });
+  cleanups.push(() => tcpCaller.shutdown());
+  const tcpRemote = tcpCaller.namespace(ns).component("worker_tcp");
+  const tcpPing = await tcpRemote.endpoint("ping").client();
+  const tcpStream = await tcpRemote.endpoint("stream").client();
+  await tcpPing.waitForInstances({ timeoutMs: 15_000 });
+  await tcpStream.waitForInstances({ timeoutMs: 15_000 });
 
   // Same-process worker on etcd + NATS (its own runtime, its own connections).
   const local = await connectReal();
@@ -332,6 +349,8 @@ export async function setUpFixture(
     worker: w,
     pingClient,
     streamClient,
+    tcpPing,
+    tcpStream,
     samePing,
     sameStream,
     embPing,

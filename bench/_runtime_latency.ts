@@ -174,6 +174,7 @@ export async function measureLatency(
       },
     },
     { name: "dynamo", once: () => withTimeout(hop(pingClient), 10_000, "dynamo hop") },
+    { name: "dynamo_tcp", once: () => withTimeout(hop(f.tcpPing), 10_000, "dynamo TCP hop") },
     callHomeCase("callhome", "first"),
     callHomeCase("callhome_after", "after"),
     callHomeCase("callhome_noack", "none"),
@@ -226,7 +227,8 @@ export async function measureLatency(
     tcpconnect: "raw TCP connect + ping-pong + close",
     rawworker: "runtime caller (openStream) + raw worker",
     traced: "runtime plane + serveRequest, step by step",
-    dynamo: "dynamo hop, etcd+NATS, worker process",
+    dynamo: "dynamo hop, NATS plane, worker process",
+    dynamo_tcp: "dynamo hop, TCP plane, worker process",
     same: "dynamo hop, etcd+NATS, same process",
     embedded: "dynamo hop, embedded (memory+local)",
   };

@@ -8,6 +8,15 @@ export const TARGET_ADDED_MS = 0.5;
 /** Target: items per second one dynamo stream carries. */
 export const TARGET_ITEMS_PER_S = 200_000;
 
+/** Target (issue 16): 64 in flight on the TCP plane, at least this times raw NATS req-reply. */
+export const TARGET_TCP_CONCURRENT_X = 1.0;
+/** Target (issue 16): 64 in flight on the NATS plane, at least this times raw NATS req-reply. */
+export const TARGET_NATS_CONCURRENT_X = 0.6;
+/** Target (issue 16): a TCP-plane hop's p50 over raw TCP ping-pong, in ms. */
+export const TARGET_TCP_ADDED_MS = 0.1;
+/** Target (issue 16): items per second one TCP-plane stream carries. */
+export const TARGET_TCP_ITEMS_PER_S = 1_000_000;
+
 /** One latency case's summary. */
 export interface LatencyRow {
   key: string;
@@ -118,10 +127,37 @@ export function printReport(
   );
   out.push("");
   out.push(`concurrent, ${result.params.concurrency} requests in flight (requests/s)`);
+  const rawNats = concurrent.find((c) => c.key === "nats")?.perSecond ?? NaN;
   for (const c of concurrent) {
     out.push(
-      `${pad(c.label, 48)}${lpad(rate(c.perSecond), 12)}  (${c.ops} in ${c.seconds.toFixed(2)} s)`,
+      `${pad(c.label, 48)}${lpad(rate(c.perSecond), 12)}${
+        lpad((c.perSecond / rawNats).toFixed(2), 7)
+      }x  (${c.ops} in ${c.seconds.toFixed(2)} s)`,
     );
   }
+  out.push("");
+  out.push("request-plane targets (issue 16)");
+  const r = result.ratios;
+  const t = result.targets;
+  const met = (ok: boolean | undefined) => (ok ? "MET" : "NOT MET");
+  out.push(
+    `TCP plane, ${result.params.concurrency} in flight: ${
+      r.concurrentTcpOverRawNats!.toFixed(2)
+    }x raw NATS (target >= ${TARGET_TCP_CONCURRENT_X}x): ${met(t.tcpConcurrentAtLeast1xNats)}`,
+  );
+  out.push(
+    `NATS plane, ${result.params.concurrency} in flight: ${
+      r.concurrentNatsPlaneOverRawNats!.toFixed(2)
+    }x raw NATS (target >= ${TARGET_NATS_CONCURRENT_X}x): ${met(t.natsConcurrentAtLeast0_6xNats)}`,
+  );
+  out.push(
+    `TCP plane hop p50 over raw TCP ping-pong: ${ms(r.tcpPlaneAddedOverRawTcpP50Ms!)} ms ` +
+      `(target <= ${TARGET_TCP_ADDED_MS} ms): ${met(t.tcpAddedAtMost0_1msOverRawTcp)}`,
+  );
+  out.push(
+    `TCP plane stream: ${rate(r.streamTcpPlaneItemsPerSecond!)} items/s (target >= ${
+      rate(TARGET_TCP_ITEMS_PER_S)
+    }): ${met(t.tcpStreamAtLeast1MItemsPerSecond)}`,
+  );
   console.log(out.join("\n"));
 }

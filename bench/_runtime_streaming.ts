@@ -70,8 +70,13 @@ export async function measureStreaming(f: Fixture, params: BenchParams): Promise
     },
     {
       key: "dynamo",
-      label: "dynamo stream, NATS+TCP, worker process",
+      label: "dynamo stream, NATS plane, worker process",
       run: (n) => dynamoStream(streamClient, n),
+    },
+    {
+      key: "dynamo_tcp",
+      label: "dynamo stream, TCP plane, worker process",
+      run: (n) => dynamoStream(f.tcpStream, n),
     },
     {
       key: "same",

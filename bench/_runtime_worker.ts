@@ -74,6 +74,22 @@ const serving = [
     for (let i = 0; i < req.n; i++) yield { i };
   }),
 ];
+// The same endpoints on the TCP request plane (its own runtime: etcd + TCP, events on NATS).
+const tcpRuntime = await DistributedRuntime.connect({
+  discovery: "etcd",
+  requestPlane: "tcp",
+  etcdEndpoints: args.etcd,
+  natsServer: args.nats,
+});
+const tcpComponent = tcpRuntime.namespace(args.namespace).component("worker_tcp");
+serving.push(
+  tcpComponent.endpoint("ping").serveEndpoint(async function* (_req: unknown) {
+    yield { ok: 1 };
+  }),
+  tcpComponent.endpoint("stream").serveEndpoint(async function* (req: { n: number }) {
+    for (let i = 0; i < req.n; i++) yield { i };
+  }),
+);
 serving.forEach((p) => p.catch(fail("serveEndpoint")));
 
 // --- raw NATS: request-reply responder, and a call-home without runtime code ----------------
@@ -292,6 +308,6 @@ await tracedSub.unsubscribe();
 await rawSendSub.unsubscribe();
 await plane.close();
 await nc.drain().catch(() => nc.close());
-await runtime.shutdown();
+await Promise.all([runtime.shutdown(), tcpRuntime.shutdown()]);
 await Promise.allSettled(serving);
 Deno.exit(0);

@@ -22,7 +22,15 @@ import {
   withTimeout,
 } from "./_runtime_fixture.ts";
 import { measureLatency } from "./_runtime_latency.ts";
-import { printReport, TARGET_ADDED_MS, TARGET_ITEMS_PER_S } from "./_runtime_report.ts";
+import {
+  printReport,
+  TARGET_ADDED_MS,
+  TARGET_ITEMS_PER_S,
+  TARGET_NATS_CONCURRENT_X,
+  TARGET_TCP_ADDED_MS,
+  TARGET_TCP_CONCURRENT_X,
+  TARGET_TCP_ITEMS_PER_S,
+} from "./_runtime_report.ts";
 import { measureStreaming } from "./_runtime_streaming.ts";
 import { flag } from "./_stats.ts";
 
@@ -89,6 +97,11 @@ async function run(etcdUrl: string, natsUrl: string, cleanups: Cleanups): Promis
   // --- report -------------------------------------------------------------------------------
   const addedP50 = lat("dynamo").p50 - lat("nats").p50;
   const dynStream = st("dynamo").median;
+  const conc = (k: string) => concurrent.find((c) => c.key === k)!.perSecond;
+  const tcpAdded = lat("dynamo_tcp").p50 - lat("tcp").p50;
+  const tcpConcX = conc("dynamo_tcp") / conc("nats");
+  const natsConcX = conc("dynamo") / conc("nats");
+  const tcpStream = st("dynamo_tcp").median;
   const result = {
     date: new Date().toISOString(),
     deno: Deno.version.deno,
@@ -120,6 +133,12 @@ async function run(etcdUrl: string, natsUrl: string, cleanups: Cleanups): Promis
       addedOverNatsP99Ms: lat("dynamo").p99 - lat("nats").p99,
       streamDynamoOverRawTcpJson: dynStream / st("tcp_json").median,
       streamDynamoOverRawTcpBare: dynStream / st("tcp_bare").median,
+      tcpPlaneAddedOverRawTcpP50Ms: tcpAdded,
+      tcpPlaneOverNatsPlaneP50: lat("dynamo_tcp").p50 / lat("dynamo").p50,
+      concurrentTcpOverRawNats: tcpConcX,
+      concurrentNatsPlaneOverRawNats: natsConcX,
+      streamTcpPlaneItemsPerSecond: tcpStream,
+      streamTcpPlaneOverRawTcpJson: tcpStream / st("tcp_json").median,
     },
     streamingItemsPerSecond: Object.fromEntries(
       streaming.map((
@@ -130,6 +149,10 @@ async function run(etcdUrl: string, natsUrl: string, cleanups: Cleanups): Promis
     targets: {
       addedLatencyUnder0_5msP50: addedP50 < TARGET_ADDED_MS,
       streamAtLeast200kItemsPerSecond: dynStream >= TARGET_ITEMS_PER_S,
+      tcpConcurrentAtLeast1xNats: tcpConcX >= TARGET_TCP_CONCURRENT_X,
+      natsConcurrentAtLeast0_6xNats: natsConcX >= TARGET_NATS_CONCURRENT_X,
+      tcpAddedAtMost0_1msOverRawTcp: tcpAdded <= TARGET_TCP_ADDED_MS,
+      tcpStreamAtLeast1MItemsPerSecond: tcpStream >= TARGET_TCP_ITEMS_PER_S,
     },
   };
   printReport(result, latency, breakdown, streaming, concurrent);

@@ -73,6 +73,30 @@ export function parseCommandArgs<T extends ParseArgsConfig["options"]>(
   }
 }
 
+/** The `--request-plane` flag of the commands that build a runtime, for parseCommandArgs. */
+export const REQUEST_PLANE_FLAG = { "request-plane": { type: "string" } } as const;
+
+/** Help line of {@linkcode REQUEST_PLANE_FLAG}. */
+export const REQUEST_PLANE_HELP =
+  `  --request-plane P   with etcd + NATS: tcp (default; persistent connections to workers)
+                      or nats (env DYN_REQUEST_PLANE; processes started here inherit it)`;
+
+/**
+ * Applies `--request-plane` as `DYN_REQUEST_PLANE`, which the runtime (and any process this
+ * one starts) reads.
+ * @throws {UsageError} a value other than tcp or nats
+ */
+export function applyRequestPlaneFlag(command: string, value: string | undefined): void {
+  if (value === undefined) return;
+  if (value !== "tcp" && value !== "nats") {
+    throw new UsageError(
+      `--request-plane must be tcp or nats, got ${JSON.stringify(value)}`,
+      command,
+    );
+  }
+  Deno.env.set("DYN_REQUEST_PLANE", value);
+}
+
 const NAME = /^[A-Za-z0-9_-]+$/;
 
 /**

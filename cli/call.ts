@@ -2,12 +2,15 @@
 
 import { type Client, DistributedRuntime, TimeoutError } from "../mod.ts";
 import {
+  applyRequestPlaneFlag,
   type Command,
   ExitCode,
   type Io,
   parseCommandArgs,
   parseMs,
   parsePath,
+  REQUEST_PLANE_FLAG,
+  REQUEST_PLANE_HELP,
   UsageError,
 } from "./_common.ts";
 
@@ -24,14 +27,17 @@ stream), 2 for a bad command line.
 Options:
   --instance ID     send to this instance (lowercase hex id, see 'dynamo instances')
   --timeout-ms N    how long to wait for an instance, in ms (default ${DEFAULT_TIMEOUT_MS})
+${REQUEST_PLANE_HELP}
   -h, --help        show this help`;
 
 async function run(args: string[], io: Io): Promise<number> {
   const { values, positionals } = parseCommandArgs("call", args, {
     instance: { type: "string" },
     "timeout-ms": { type: "string" },
+    ...REQUEST_PLANE_FLAG,
     help: { type: "boolean", short: "h" },
   });
+  applyRequestPlaneFlag("call", values["request-plane"]);
   if (values.help) {
     io.out(usage);
     return ExitCode.Ok;

@@ -3,11 +3,14 @@
 import { announceBackends } from "../runtime/backends.ts";
 import { DistributedRuntime, type KvRouterSettings, type RouterMode } from "../mod.ts";
 import {
+  applyRequestPlaneFlag,
   type Command,
   ExitCode,
   type Io,
   loggerFromEnv,
   parseCommandArgs,
+  REQUEST_PLANE_FLAG,
+  REQUEST_PLANE_HELP,
   UsageError,
 } from "./_common.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
@@ -43,6 +46,7 @@ Options:
   --cors-allow-origin LIST
                       origins browsers may call the API from, comma-separated, or * (default:
                       none, no CORS headers; env DYN_HTTP_CORS_ALLOW_ORIGIN)
+${REQUEST_PLANE_HELP}
   -h, --help          show this help`;
 
 /** The flags `frontend` and `run` share, for {@linkcode parseCommandArgs}. */
@@ -188,6 +192,7 @@ function parseGuardFlags(
 async function run(args: string[], io: Io): Promise<number> {
   const { values, positionals } = parseCommandArgs("frontend", args, {
     ...HTTP_FLAGS,
+    ...REQUEST_PLANE_FLAG,
     help: { type: "boolean", short: "h" },
   });
   if (values.help) {
@@ -198,6 +203,7 @@ async function run(args: string[], io: Io): Promise<number> {
     throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`, "frontend");
   }
   const http = parseHttpFlags("frontend", values, { host: "0.0.0.0" });
+  applyRequestPlaneFlag("frontend", values["request-plane"]);
   const logger = loggerFromEnv("frontend");
   const signals = untilSignal();
   const runtime = await DistributedRuntime.fromEnv({ logger });

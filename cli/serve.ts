@@ -22,11 +22,14 @@ import {
 } from "../runtime/sdk/mod.ts";
 import { serviceMeta } from "../runtime/sdk/service.ts";
 import {
+  applyRequestPlaneFlag,
   type Command,
   ExitCode,
   type Io,
   parseCommandArgs,
   parseMs,
+  REQUEST_PLANE_FLAG,
+  REQUEST_PLANE_HELP,
   UsageError,
 } from "./_common.ts";
 
@@ -61,6 +64,7 @@ Options:
   --ready-timeout-ms N    how long replicas may take to register (default ${DEFAULT_READY_TIMEOUT_MS});
                           with --service-name, how long its endpoints may take to
                           appear in discovery
+${REQUEST_PLANE_HELP}
   -h, --help              show this help`;
 
 /** Loads `path:Export` and returns the service class. */
@@ -161,8 +165,10 @@ async function run(args: string[], io: Io): Promise<number> {
     "dry-run": { type: "boolean" },
     "service-name": { type: "string" },
     "ready-timeout-ms": { type: "string" },
+    ...REQUEST_PLANE_FLAG,
     help: { type: "boolean", short: "h" },
   });
+  applyRequestPlaneFlag("serve", values["request-plane"]);
   if (values.help) {
     io.out(usage);
     return ExitCode.Ok;

@@ -14,6 +14,7 @@ import type { DistributedRuntimeOptions, EmbeddedCluster, TlsFiles } from "./run
 import type { RequestPlane } from "./transport/types.ts";
 import { LocalRequestPlane } from "./transport/local.ts";
 import { NatsRequestPlane } from "./transport/nats.ts";
+import { TcpRequestPlane } from "./transport/tcp.ts";
 
 /** `<PREFIX>_TLS_CA`, `_CERT`, `_KEY` as TlsFiles, or undefined when none is set. */
 export function tlsFromEnv(
@@ -117,7 +118,7 @@ export async function makePlane(
   if (p === "hub" && hub) {
     return new HubRequestPlane(hub, { tcp: { hostname: options.tcpHost ?? "127.0.0.1" } });
   }
-  if (p === "nats") {
+  const nats = async () => {
     const tls = options.natsTls ? await readTls(options.natsTls, "NATS") : undefined;
     return await NatsRequestPlane.connect({
       servers: options.natsServer ?? "nats://127.0.0.1:4222",
@@ -125,9 +126,18 @@ export async function makePlane(
       ...(tls && { tls: pemStrings(tls) }),
       tcp: { hostname: options.tcpHost ?? "127.0.0.1" },
     });
+  };
+  if (p === "nats") return await nats();
+  if (p === "tcp") {
+    // With etcd, events and objects go over NATS as on the NATS plane; requests do not.
+    return new TcpRequestPlane({
+      hostname: options.tcpHost ?? "127.0.0.1",
+      connectTimeoutMs: options.connectTimeoutMs,
+      nats: options.discovery === "etcd" ? await nats() : undefined,
+    });
   }
   throw new InvalidArgumentError(
-    `requestPlane must be "nats", "local" or "hub", got ${JSON.stringify(p)}`,
+    `requestPlane must be "tcp", "nats", "local" or "hub", got ${JSON.stringify(p)}`,
   );
 }
 

@@ -245,7 +245,11 @@ export class Endpoint {
     options.signal?.throwIfAborted();
     const ns = this.component.namespace.name;
     const key = instanceKey(ns, this.component.name, this.name, rt.instanceId);
-    const subject = this.subject;
+    // On the TCP plane the worker's listener routes by endpoint path, as the reference's does.
+    const tcp = rt.plane.kind === "tcp";
+    const subject = tcp
+      ? `${rt.instanceId}/${ns}/${this.component.name}/${this.name}`
+      : this.subject;
     const log = rt.logger.child({ endpoint: this.path });
     const inflight = new Set<Promise<void>>();
     const contexts = new Set<Context>();
@@ -262,7 +266,11 @@ export class Endpoint {
       component: this.component.name,
       endpoint: this.name,
       instance_id: rt.instanceId,
-      transport: rt.plane.kind === "nats" ? { nats_tcp: subject } : { local: subject },
+      transport: tcp
+        ? { tcp: `${sub.address}/${subject}` }
+        : rt.plane.kind === "nats"
+        ? { nats_tcp: subject }
+        : { local: subject },
     };
     try {
       await rt.registerKey(key, JSON.stringify(record));

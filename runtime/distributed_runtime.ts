@@ -8,7 +8,7 @@ import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
 import type { RequestPlane } from "./transport/types.ts";
-import { NatsRequestPlane } from "./transport/nats.ts";
+import { natsConnectionOf } from "./transport/tcp.ts";
 import type { ObjectStore } from "./objects/types.ts";
 import { NatsObjectStore } from "./objects/nats.ts";
 import type { EventPlane } from "./events/types.ts";
@@ -153,11 +153,8 @@ export class DistributedRuntime {
       await discovery.close();
       throw err;
     }
-    const objects = plane instanceof NatsRequestPlane
-      ? new NatsObjectStore(plane.nc)
-      : hub
-      ? new HubObjectStore(hub)
-      : embedded.objects;
+    const nc = natsConnectionOf(plane);
+    const objects = nc ? new NatsObjectStore(nc) : hub ? new HubObjectStore(hub) : embedded.objects;
     const rt = new DistributedRuntime(
       discovery,
       plane,
@@ -166,8 +163,8 @@ export class DistributedRuntime {
       logger,
       options.connectTimeoutMs ?? 5000,
       options.events ??
-        (plane instanceof NatsRequestPlane
-          ? new NatsEventPlane(plane.nc)
+        (nc
+          ? new NatsEventPlane(nc)
           : hub
           ? hubEventPlane(new HubEventPlane(hub))
           : new LocalEventPlane(embedded.events)),
@@ -184,7 +181,8 @@ export class DistributedRuntime {
 
   /**
    * Builds a runtime from the environment: with `ETCD_ENDPOINTS` or `NATS_SERVER` set,
-   * etcd + NATS (the unset one at its local default); otherwise, with `DYN_HUB=host:port`
+   * etcd + NATS (the unset one at its local default), requests on the TCP plane unless
+   * `DYN_REQUEST_PLANE=nats` (events and objects on NATS either way); otherwise, with `DYN_HUB=host:port`
    * set, the hub at that address (`dynamo hub`, or the `dynamo serve` parent; token in
    * `DYN_HUB_TOKEN`); otherwise the embedded default. ETCD_ENDPOINTS / NATS_SERVER take
    * precedence over DYN_HUB.
@@ -200,7 +198,17 @@ export class DistributedRuntime {
     const hub = !real && Boolean(env.DYN_HUB);
     const opts: DistributedRuntimeOptions = { ...options };
     opts.discovery = real ? "etcd" : hub ? "hub" : "memory";
-    opts.requestPlane = real ? "nats" : hub ? "hub" : "local";
+    opts.requestPlane = real ? "tcp" : hub ? "hub" : "local";
+    const chosen = env.DYN_REQUEST_PLANE?.trim();
+    if (chosen) {
+      if (chosen !== "tcp" && chosen !== "nats") {
+        throw new InvalidArgumentError(
+          `DYN_REQUEST_PLANE must be "tcp" or "nats", got ${JSON.stringify(chosen)}`,
+        );
+      }
+      // The embedded default has no other process to reach; hub mode has no NATS.
+      if (real || (hub && chosen === "tcp")) opts.requestPlane = chosen;
+    }
     if (hub) {
       opts.hubAddress = env.DYN_HUB!.trim();
       if (env.DYN_HUB_TOKEN) opts.hubToken = env.DYN_HUB_TOKEN;

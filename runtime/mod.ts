@@ -59,6 +59,8 @@ export {
   type RequestPayload,
   type RequestPlane,
   type Subscription,
+  TcpRequestPlane,
+  type TcpRequestPlaneOptions,
 } from "./transport/mod.ts";
 export type { NatsConnection } from "./nats_connection.ts";
 export type { BackendsInfo } from "./backends.ts";

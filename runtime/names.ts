@@ -40,7 +40,11 @@ export interface InstanceRecord {
   component: string;
   endpoint: string;
   instance_id: string;
-  transport: { nats_tcp: string } | { local: string };
+  /**
+   * Where requests go: a NATS subject, `host:port/<endpoint path>` of the worker's TCP
+   * listener (the reference's layout), or an in-process subject.
+   */
+  transport: { nats_tcp: string } | { tcp: string } | { local: string };
 }
 
 /** What routing needs from the value under an instance key (other fields are dropped). */
@@ -48,6 +52,7 @@ export const instanceRecordValueSchema = z.object({
   instance_id: z.string().max(MAX_NAME),
   transport: z.union([
     z.object({ nats_tcp: z.string().max(MAX_NAME) }),
+    z.object({ tcp: z.string().max(MAX_NAME) }),
     z.object({ local: z.string().max(MAX_NAME) }),
   ]),
 });
@@ -63,5 +68,6 @@ export const instanceRecordSchema = z.object({
 
 /** The subject named by an instance record. */
 export function recordSubject(r: Pick<InstanceRecord, "transport">): string {
-  return "nats_tcp" in r.transport ? r.transport.nats_tcp : r.transport.local;
+  const t = r.transport;
+  return "nats_tcp" in t ? t.nats_tcp : "tcp" in t ? t.tcp : t.local;
 }

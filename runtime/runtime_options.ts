@@ -47,8 +47,13 @@ export interface TlsFiles {
 export interface DistributedRuntimeOptions {
   /** "etcd", "memory" (default), "hub" (a `dynamo hub` server), or a Discovery of your own. */
   discovery?: "etcd" | "memory" | "hub" | Discovery;
-  /** "nats", "local" (default), "hub" (a `dynamo hub` server), or a RequestPlane of your own. */
-  requestPlane?: "nats" | "local" | "hub" | RequestPlane;
+  /**
+   * "tcp" (workers listen; callers keep persistent multiplexed connections to them; with
+   * etcd discovery, events and objects still use NATS), "nats" (requests over NATS,
+   * response streams call home over pooled TCP connections), "local" (default), "hub" (a
+   * `dynamo hub` server), or a RequestPlane of your own.
+   */
+  requestPlane?: "tcp" | "nats" | "local" | "hub" | RequestPlane;
   /** Address (`host:port`) of the hub, for the "hub" backends. */
   hubAddress?: string;
   /** The hub's shared token, when it has one. */
@@ -69,7 +74,10 @@ export interface DistributedRuntimeOptions {
   events?: EventPlane;
   /** Lease TTL in seconds (default 10). */
   leaseTtlSeconds?: number;
-  /** Host the response-stream listener binds and advertises (default "127.0.0.1"). */
+  /**
+   * Host the TCP listeners bind and advertise (default "127.0.0.1"): the TCP plane's worker
+   * listener, and the NATS and hub planes' response-stream listener.
+   */
   tcpHost?: string;
   /** Shared in-process state for memory/local backends (default: a new one). */
   embedded?: EmbeddedCluster;

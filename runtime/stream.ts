@@ -87,7 +87,8 @@ export async function openStream<T>(
   if (ctx.isStopped()) throw new CancelledError(`request ${ctx.id} was stopped before it was sent`);
   const timeoutMs = options.connectTimeoutMs ?? 5000;
   const idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS;
-  const pending = plane.expectStream(crypto.randomUUID());
+  const streamId = crypto.randomUUID();
+  const pending = plane.expectStream(streamId);
   const header: RequestHeader = {
     id: ctx.id,
     request_type: "single_in",
@@ -109,7 +110,7 @@ export async function openStream<T>(
   signal?.addEventListener("abort", onAbort, { once: true });
   const offStop = ctx.onStop(onAbort);
   try {
-    const acked = plane.request(subject, payload, { timeoutMs, signal }).then(() => {
+    const acked = plane.request(subject, payload, { timeoutMs, signal, streamId }).then(() => {
       // The ack may come after the stream already opened (or failed): then no deadline. The
       // in-process plane acks once the worker had the request, which dials back at once.
       if (settled || connected || conn !== undefined) return;

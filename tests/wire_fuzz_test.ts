@@ -31,7 +31,7 @@ Deno.test({
   ignore: !haveServers(),
   async fn(t) {
     const servers = await startServers();
-    const options = servers.runtimeOptions as DistributedRuntimeOptions;
+    const options: DistributedRuntimeOptions = { ...servers.runtimeOptions, requestPlane: "nats" };
     const worker = await DistributedRuntime.connect(options);
     const caller = await DistributedRuntime.connect(options);
     const nc = await natsConnect({ servers: servers.nats.url });

@@ -14,7 +14,7 @@ import {
 import type { NatsConnection } from "../../runtime/nats_connection.ts";
 import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
 import type { RequestPlane } from "../../runtime/transport/mod.ts";
-import { NatsRequestPlane } from "../../runtime/transport/nats.ts";
+import { natsConnectionOf } from "../../runtime/transport/tcp.ts";
 import type { DequeueOptions, PrefillQueue, QueuedItem } from "./queue.ts";
 
 /** Options of {@linkcode JetStreamPrefillQueue.open}. */
@@ -77,7 +77,8 @@ function isNoJetStream(err: unknown): boolean {
  */
 export function runtimeNatsConnection(runtime: { readonly plane: RequestPlane }): NatsConnection {
   const plane = runtime.plane;
-  if (plane instanceof NatsRequestPlane) return plane.nc;
+  const nc = natsConnectionOf(plane);
+  if (nc) return nc;
   throw new NatsUnavailableError(plane.kind);
 }
 

@@ -14,7 +14,7 @@ import type {
 } from "../transport/types.ts";
 import { encodeRequest } from "../transport/wire.ts";
 import {
-  dialTcp,
+  CallHomePool,
   TcpResponseServer,
   type TcpResponseServerOptions,
 } from "../transport/tcp_stream.ts";
@@ -46,6 +46,8 @@ export class HubRequestPlane implements RequestPlane {
   readonly #offMsg: () => void;
   readonly #offSession: () => void;
   #server: TcpResponseServer | undefined;
+  /** Worker side: pooled connections to the callers, response streams multiplexed on them. */
+  #callHome: CallHomePool | undefined;
   #closed = false;
 
   /** @param hub the process's hub connection (a reference is held until close) */
@@ -130,12 +132,14 @@ export class HubRequestPlane implements RequestPlane {
   }
 
   dial(info: ConnectionInfo): Promise<FrameConn> {
-    return dialTcp(info, this.#tcpOptions.handshakeTimeoutMs);
+    this.#callHome ??= new CallHomePool(this.#tcpOptions.handshakeTimeoutMs);
+    return this.#callHome.dial(info);
   }
 
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#callHome?.close();
     const sids = [...this.#handlers.keys()];
     this.#handlers.clear();
     if (this.hub.connected) {

@@ -1,7 +1,9 @@
 /**
  * The request plane (requests in, an acknowledgement back) and the response stream
- * (frames from the worker back to the caller). Two implementations: NATS + TCP
- * call-home ({@linkcode NatsRequestPlane}) and in-process ({@linkcode LocalRequestPlane}).
+ * (frames from the worker back to the caller). Implementations: TCP, requests and streams
+ * multiplexed on persistent caller-to-worker connections ({@linkcode TcpRequestPlane});
+ * NATS with pooled TCP call-home streams ({@linkcode NatsRequestPlane}); in-process
+ * ({@linkcode LocalRequestPlane}).
  * @module
  */
 
@@ -22,4 +24,6 @@ export {
 export { decodeRequest, encodeRequest, jsonFrame, parseFrame } from "./wire.ts";
 export { LocalHub, LocalRequestBus, LocalRequestPlane } from "./local.ts";
 export { NatsRequestPlane, type NatsRequestPlaneOptions } from "./nats.ts";
-export { TcpFrameConn, TcpResponseServer } from "./tcp_stream.ts";
+export { CallHomePool, TcpFrameConn, TcpResponseServer } from "./tcp_stream.ts";
+export { TcpRequestPlane, type TcpRequestPlaneOptions } from "./tcp.ts";
+export { MuxConnection, MuxKind, MuxStream } from "./mux.ts";

@@ -1,5 +1,6 @@
 // The request plane on NATS core: one subject per instance, the worker acknowledges each
-// request at once, and streams its answer over TCP to the caller's listener.
+// request at once, and streams its answer over TCP to the caller's listener (on a pooled
+// connection per caller that carries many streams).
 
 import { type ConnectionOptions, ErrorCode, NatsError } from "nats";
 import type { NatsConnection } from "../nats_connection.ts";
@@ -19,7 +20,7 @@ import type {
   Subscription,
 } from "./types.ts";
 import { encodeRequest } from "./wire.ts";
-import { dialTcp, TcpResponseServer, type TcpResponseServerOptions } from "./tcp_stream.ts";
+import { CallHomePool, TcpResponseServer, type TcpResponseServerOptions } from "./tcp_stream.ts";
 
 /** Options of {@linkcode NatsRequestPlane.connect}. */
 export interface NatsRequestPlaneOptions {
@@ -186,6 +187,8 @@ export class NatsRequestPlane implements RequestPlane {
   readonly nc: NatsConnection;
   readonly #tcpOptions: TcpResponseServerOptions;
   #server: TcpResponseServer | undefined;
+  /** Worker side: pooled connections to the callers, response streams multiplexed on them. */
+  readonly #callHome: CallHomePool;
   /** Set while the connection is lost and nats.js reconnects. */
   #disconnected = false;
   /** When the connection last came back (ms, performance.now()). */
@@ -198,6 +201,7 @@ export class NatsRequestPlane implements RequestPlane {
   private constructor(nc: NatsConnection, tcp: TcpResponseServerOptions) {
     this.nc = nc;
     this.#tcpOptions = tcp;
+    this.#callHome = new CallHomePool(tcp.handshakeTimeoutMs);
     void this.#watchStatus();
   }
 
@@ -355,11 +359,12 @@ export class NatsRequestPlane implements RequestPlane {
   }
 
   dial(info: ConnectionInfo): Promise<FrameConn> {
-    return dialTcp(info, this.#tcpOptions.handshakeTimeoutMs);
+    return this.#callHome.dial(info);
   }
 
   async close(): Promise<void> {
     this.#server?.close();
+    this.#callHome.close();
     if (!this.nc.isClosed()) await this.nc.drain().catch(() => this.nc.close());
   }
 }

@@ -1,8 +1,17 @@
-// Response streams over TCP: the worker dials the caller's listener ("call-home"),
-// names its stream in a handshake frame, then sends length-prefixed frames.
-// Frame: u32 BE length (of type + payload), u8 type, payload.
+// Response streams over TCP: the worker dials the caller's listener ("call-home"). A
+// worker keeps one pooled connection per caller and multiplexes its streams over it
+// (./mux.ts, opened with a "response_mux" handshake); the listener also takes the older
+// one-connection-per-stream protocol: a handshake frame naming the stream, then
+// length-prefixed frames (u32 BE length of type + payload, u8 type, payload).
 
 import { DynamoError, InvalidArgumentError, ProtocolError, TimeoutError } from "../errors.ts";
+import {
+  encodeMuxHandshake,
+  MuxConnection,
+  MuxKind,
+  muxStreamId,
+  readMuxHandshake,
+} from "./mux.ts";
 import {
   type ConnectionInfo,
   type Frame,
@@ -36,8 +45,17 @@ export class TcpFrameConn implements FrameConn {
   #drainWaiters: Array<() => void> = [];
   #idleWaiters: Array<() => void> = [];
 
-  constructor(conn: Deno.Conn) {
+  /**
+   * Takes over `conn`.
+   * @param initial bytes already read from it
+   */
+  constructor(conn: Deno.Conn, initial?: Uint8Array) {
     this.#conn = conn;
+    if (initial !== undefined && initial.length > 0) {
+      this.#buf = new Uint8Array(Math.max(READ_CHUNK, initial.length));
+      this.#buf.set(initial);
+      this.#end = initial.length;
+    }
     // Frames are coalesced here already; Nagle would only add latency.
     (conn as Deno.TcpConn).setNoDelay?.(true);
   }
@@ -186,8 +204,11 @@ export class TcpResponseServer {
   readonly address: string;
   readonly #listener: Deno.TcpListener;
   readonly #pending = new Map<string, (conn: FrameConn) => void>();
+  /** Pending UUID stream ids by their multiplexed key (32 hex digits). */
+  readonly #byKey = new Map<string, string>();
   readonly #handshakeTimeoutMs: number;
   readonly #conns = new Set<TcpFrameConn>();
+  readonly #muxes = new Set<MuxConnection>();
 
   private constructor(listener: Deno.TcpListener, advertise: string, handshakeTimeoutMs: number) {
     this.#listener = listener;
@@ -215,13 +236,49 @@ export class TcpResponseServer {
   }
 
   async #accept(raw: Deno.Conn): Promise<void> {
-    const conn = new TcpFrameConn(raw);
-    this.#conns.add(conn);
     let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<null>((
+      resolve,
+    ) => (timer = setTimeout(() => resolve(null), this.#handshakeTimeoutMs)));
+    let first: Awaited<ReturnType<typeof readMuxHandshake>> | null;
     try {
-      const timeout = new Promise<null>((
-        resolve,
-      ) => (timer = setTimeout(() => resolve(null), this.#handshakeTimeoutMs)));
+      first = await Promise.race([readMuxHandshake(raw), timeout]);
+      if (first === null) throw new ProtocolError("no handshake in time");
+      if ("handshake" in first && first.handshake.kind !== "response_mux") {
+        throw new ProtocolError(`a ${first.handshake.kind} connection on a response listener`);
+      }
+    } catch {
+      clearTimeout(timer);
+      try {
+        raw.close();
+      } catch {
+        // already closed
+      }
+      return;
+    }
+    if ("handshake" in first) {
+      clearTimeout(timer);
+      const mux = new MuxConnection(raw, {
+        onUnknown: (c, kind, key, id) => {
+          if (kind !== MuxKind.Open) return; // a late frame of a stream already over
+          const streamId = this.#byKey.get(key);
+          const deliver = streamId === undefined ? undefined : this.#pending.get(streamId);
+          if (deliver === undefined) {
+            void c.sendFrame(MuxKind.Reset, id, encoder.encode("unknown stream"));
+            return;
+          }
+          this.#pending.delete(streamId!);
+          this.#byKey.delete(key);
+          deliver(c.openStream(key, id));
+        },
+        onClose: (c) => this.#muxes.delete(c),
+      });
+      this.#muxes.add(mux);
+      return;
+    }
+    const conn = new TcpFrameConn(raw, first.legacy);
+    this.#conns.add(conn);
+    try {
       const frame = await Promise.race([conn.receive(), timeout]);
       if (frame?.type !== FrameType.Handshake) {
         throw new ProtocolError("expected a handshake frame");
@@ -245,11 +302,14 @@ export class TcpResponseServer {
     let deliver!: (conn: FrameConn) => void;
     const connection = new Promise<FrameConn>((resolve) => (deliver = resolve));
     this.#pending.set(streamId, deliver);
+    const key = muxStreamId(streamId)?.key;
+    if (key !== undefined) this.#byKey.set(key, streamId);
     return {
       connectionInfo: { tcp: { address: this.address, stream_id: streamId } },
       connection,
       cancel: () => {
         this.#pending.delete(streamId);
+        if (key !== undefined) this.#byKey.delete(key);
       },
     };
   }
@@ -262,7 +322,9 @@ export class TcpResponseServer {
       // already closed
     }
     for (const c of this.#conns) c.close();
+    for (const m of [...this.#muxes]) m.close();
     this.#pending.clear();
+    this.#byKey.clear();
   }
 }
 
@@ -294,4 +356,93 @@ export async function dialTcp(info: ConnectionInfo, timeoutMs = 5000): Promise<F
   const conn = new TcpFrameConn(raw);
   await conn.send({ type: FrameType.Handshake, payload: encoder.encode(stream_id) });
   return conn;
+}
+
+const RESPONSE_MUX_HANDSHAKE = encodeMuxHandshake({ kind: "response_mux", version: 1 });
+
+/**
+ * Worker side of call-home response streams: one pooled, multiplexed connection per caller
+ * address; streams whose id is not a UUID fall back to a connection of their own.
+ */
+export class CallHomePool {
+  readonly #timeoutMs: number;
+  readonly #pool = new Map<string, Promise<MuxConnection>>();
+  #closed = false;
+
+  /** @param timeoutMs deadline for dialling a caller (default 5000) */
+  constructor(timeoutMs = 5000) {
+    this.#timeoutMs = timeoutMs;
+  }
+
+  /**
+   * Opens the stream `info` names on the pooled connection to its caller.
+   * @throws {TimeoutError} the caller did not accept within the deadline
+   */
+  async dial(info: ConnectionInfo): Promise<FrameConn> {
+    if (!("tcp" in info)) {
+      throw new InvalidArgumentError(`not a TCP connection info: ${JSON.stringify(info)}`);
+    }
+    const ids = muxStreamId(info.tcp.stream_id);
+    if (ids === undefined || this.#closed) return await dialTcp(info, this.#timeoutMs);
+    const address = info.tcp.address;
+    // A pooled connection may have just closed (the caller restarted): then dial again, once.
+    for (let attempt = 0;; attempt++) {
+      let conn = this.#pool.get(address);
+      if (conn === undefined) {
+        conn = this.#connect(address);
+        this.#pool.set(address, conn);
+        conn.catch(() => {
+          if (this.#pool.get(address) === conn) this.#pool.delete(address);
+        });
+      }
+      const mux = await conn;
+      if (mux.closed && attempt === 0) {
+        if (this.#pool.get(address) === conn) this.#pool.delete(address);
+        continue;
+      }
+      const stream = mux.openStream(ids.key, ids.bytes);
+      stream.sendRaw(MuxKind.Open);
+      return stream;
+    }
+  }
+
+  async #connect(address: string): Promise<MuxConnection> {
+    const raw = await connectWithin(address, this.#timeoutMs);
+    let off = 0;
+    while (off < RESPONSE_MUX_HANDSHAKE.length) {
+      off += await raw.write(RESPONSE_MUX_HANDSHAKE.subarray(off));
+    }
+    const pooled = this.#pool.get(address);
+    return new MuxConnection(raw, {
+      onClose: () => {
+        if (this.#pool.get(address) === pooled) this.#pool.delete(address);
+      },
+    });
+  }
+
+  /** Closes every pooled connection (their streams end). */
+  close(): void {
+    this.#closed = true;
+    for (const p of this.#pool.values()) void p.then((m) => m.close(), () => {});
+    this.#pool.clear();
+  }
+}
+
+async function connectWithin(address: string, timeoutMs: number): Promise<Deno.TcpConn> {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address);
+  if (!m) throw new InvalidArgumentError(`bad response address "${address}"`);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const connecting = Deno.connect({ hostname: m[1]!, port: Number(m[2]), transport: "tcp" });
+  return await Promise.race([
+    connecting,
+    new Promise<never>((_, reject) =>
+      timer = setTimeout(
+        () => reject(new TimeoutError(`dialling ${address} took over ${timeoutMs} ms`)),
+        timeoutMs,
+      )
+    ),
+  ]).finally(() => clearTimeout(timer)).catch((err) => {
+    connecting.then((c) => c.close(), () => {});
+    throw err;
+  });
 }

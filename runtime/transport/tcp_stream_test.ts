@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { FrameType } from "./mod.ts";
-import { dialTcp, TcpFrameConn, TcpResponseServer } from "./tcp_stream.ts";
+import { CallHomePool, dialTcp, TcpFrameConn, TcpResponseServer } from "./tcp_stream.ts";
+import { MuxStream } from "./mux.ts";
 import { DynamoError, ProtocolError } from "../errors.ts";
 
 Deno.test("TCP frames of any size arrive intact and in order through the call-home listener", async () => {
@@ -83,4 +84,40 @@ Deno.test("dialling a closed port fails instead of hanging", async () => {
   const started = Date.now();
   await assert.rejects(dialTcp({ tcp: { address: `127.0.0.1:${port}`, stream_id: "x" } }, 1000));
   assert.ok(Date.now() - started < 1000, "refused at once, not after the deadline");
+});
+
+Deno.test("a worker's call-home streams share one pooled connection to their caller", async () => {
+  const server = TcpResponseServer.listen();
+  const pool = new CallHomePool(2000);
+  try {
+    const pendings = Array.from({ length: 5 }, () => server.expect(crypto.randomUUID()));
+    const workers = await Promise.all(pendings.map((p) => pool.dial(p.connectionInfo)));
+    const callers = await Promise.all(pendings.map((p) => p.connection));
+    assert.ok(workers.every((w) => w instanceof MuxStream));
+    assert.equal(new Set(workers.map((w) => (w as MuxStream).connection)).size, 1);
+    await Promise.all(workers.map(async (w, i) => {
+      for (let n = 0; n < 3; n++) {
+        await w.send({ type: FrameType.Data, payload: new Uint8Array([i, n]) });
+      }
+      await w.send({ type: FrameType.Sentinel, payload: new Uint8Array(0) });
+      await w.end();
+    }));
+    for (const [i, c] of callers.entries()) {
+      const got: number[][] = [];
+      for (let f = await c.receive(); f?.type === FrameType.Data; f = await c.receive()) {
+        got.push([...f.payload]);
+      }
+      assert.deepEqual(got, [[i, 0], [i, 1], [i, 2]]);
+      c.close();
+    }
+    // A stream the caller gave up on is reset: the worker sees its stream closed.
+    const gone = server.expect(crypto.randomUUID());
+    gone.cancel();
+    const orphan = await pool.dial(gone.connectionInfo);
+    assert.equal(await orphan.receive(), null);
+    assert.ok(orphan.closed);
+  } finally {
+    pool.close();
+    server.close();
+  }
 });

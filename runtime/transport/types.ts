@@ -57,6 +57,7 @@ export interface FrameConn {
 /** Where a worker sends a request's response stream; travels in the request header. */
 export type ConnectionInfo =
   | { tcp: { address: string; stream_id: string } }
+  | { mux: { stream_id: string } }
   | { local: { stream_id: string } };
 
 /** A reserved, not yet connected, response stream on the caller. */
@@ -99,6 +100,8 @@ export type RawRequestHandler = (payload: RequestPayload) => void;
 export interface Subscription {
   /** Stops receiving; requests already delivered are not affected. */
   unsubscribe(): Promise<void>;
+  /** `host:port` callers connect to, on planes where the worker listens (TCP). */
+  readonly address?: string;
 }
 
 /** Options of {@linkcode RequestPlane.request}. */
@@ -107,12 +110,17 @@ export interface RequestOptions {
   timeoutMs?: number;
   /** Cancels waiting for the acknowledgement. */
   signal?: AbortSignal;
+  /**
+   * The response stream reserved for this request ({@linkcode RequestPlane.expectStream}):
+   * planes that carry a request and its stream on one connection attach it there.
+   */
+  streamId?: string;
 }
 
 /** Requests in, acknowledgements back, and the response streams' connections. */
 export interface RequestPlane {
   /** Which backend this is. */
-  readonly kind: "nats" | "local" | "hub";
+  readonly kind: "nats" | "tcp" | "local" | "hub";
   /** True when requests may be sent as values ({@linkcode RequestMessage}), in process. */
   readonly carriesValues?: boolean;
   /** Delivers every request sent to `subject` to `handler`; the plane acknowledges it. */

@@ -1,6 +1,7 @@
 // The backends the contract suite runs against: the embedded default (memory + local),
-// the hub (a HubServer in the test process, runtimes connected over loopback TCP), and
-// etcd + NATS on real servers started for the test.
+// the hub (a HubServer in the test process, runtimes connected over loopback TCP), memory
+// discovery with the TCP request plane, and etcd + NATS (requests on the NATS plane or on
+// the TCP plane) on real servers started for the test.
 
 import { DistributedRuntime, type DistributedRuntimeOptions, EmbeddedCluster } from "../../mod.ts";
 import { HubServer } from "../../runtime/hub/mod.ts";
@@ -21,7 +22,9 @@ export interface Backend {
 export const BACKENDS: { name: string; available: boolean; open: () => Promise<Backend> }[] = [
   { name: "embedded (memory + local)", available: true, open: openEmbedded },
   { name: "hub", available: true, open: openHub },
+  { name: "memory + TCP", available: true, open: openMemoryTcp },
   { name: "etcd + NATS", available: haveServers(), open: openReal },
+  { name: "etcd + TCP (events on NATS)", available: haveServers(), open: openRealTcp },
 ];
 
 function tracker(
@@ -60,6 +63,20 @@ export function openEmbedded(): Promise<Backend> {
   );
 }
 
+/** In-process discovery, requests over the TCP plane on loopback. */
+export function openMemoryTcp(): Promise<Backend> {
+  const cluster = new EmbeddedCluster();
+  return Promise.resolve(
+    tracker("memory + TCP", (o) =>
+      DistributedRuntime.connect({
+        discovery: "memory",
+        requestPlane: "tcp",
+        embedded: cluster,
+        ...o,
+      })),
+  );
+}
+
 /** A hub on a free loopback port; every runtime connects to it over TCP. */
 export async function openHub(): Promise<Backend> {
   const hub = await HubServer.start({ token: "contract-test" });
@@ -78,12 +95,24 @@ export async function openHub(): Promise<Backend> {
   );
 }
 
-/** Real etcd + NATS, started on free loopback ports. */
+/** Real etcd + NATS, started on free loopback ports; requests over the NATS plane. */
 export async function openReal(): Promise<Backend> {
   const servers = await startServers();
   return tracker("etcd + NATS", (o) =>
     DistributedRuntime.connect({
       ...servers.runtimeOptions,
+      requestPlane: "nats",
+      ...o,
+    }), servers);
+}
+
+/** Real etcd + NATS, started on free loopback ports; requests over the TCP plane. */
+export async function openRealTcp(): Promise<Backend> {
+  const servers = await startServers();
+  return tracker("etcd + TCP", (o) =>
+    DistributedRuntime.connect({
+      ...servers.runtimeOptions,
+      requestPlane: "tcp",
       ...o,
     }), servers);
 }

@@ -330,10 +330,13 @@ export interface Servers {
   nats: ServerProcess;
   /** The environment that points a worker process (`DistributedRuntime.fromEnv`) at them. */
   env: { ETCD_ENDPOINTS: string; NATS_SERVER: string };
-  /** `DistributedRuntime.connect` options for them. */
+  /**
+   * `DistributedRuntime.connect` options for them: the TCP request plane, as
+   * `DistributedRuntime.fromEnv` picks with `env` (events and objects on NATS).
+   */
   runtimeOptions: {
     discovery: "etcd";
-    requestPlane: "nats";
+    requestPlane: "tcp";
     etcdEndpoints: string;
     natsServer: string;
   };
@@ -349,7 +352,7 @@ export async function startServers(): Promise<Servers> {
     env: { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
     runtimeOptions: {
       discovery: "etcd",
-      requestPlane: "nats",
+      requestPlane: "tcp",
       etcdEndpoints: etcd.url,
       natsServer: nats.url,
     },

@@ -1,0 +1,442 @@
+// The request plane on TCP: every worker listens; a caller keeps a persistent connection to
+// each worker it talks to and multiplexes its requests and their response streams over it
+// (./mux.ts). An instance record names the worker as `host:port/<endpoint path>`.
+
+import type { NatsConnection } from "../nats_connection.ts";
+import {
+  DynamoError,
+  InvalidArgumentError,
+  NoInstancesError,
+  ProtocolError,
+  TimeoutError,
+} from "../errors.ts";
+import {
+  encodeMuxHandshake,
+  MuxConnection,
+  MuxKind,
+  type MuxStream,
+  muxStreamId,
+  readMuxHandshake,
+} from "./mux.ts";
+import { NatsRequestPlane } from "./nats.ts";
+import type {
+  ConnectionInfo,
+  FrameConn,
+  PendingStream,
+  RawRequestHandler,
+  RequestOptions,
+  RequestPayload,
+  RequestPlane,
+  Subscription,
+} from "./types.ts";
+import { encodeRequest } from "./wire.ts";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const HANDSHAKE = encodeMuxHandshake({ kind: "request_mux", version: 1 });
+const NO_HEADERS = encoder.encode("{}");
+/** Longest endpoint path a request may name. */
+const MAX_PATH = 1024;
+
+/** Options of {@linkcode TcpRequestPlane}. */
+export interface TcpRequestPlaneOptions {
+  /** Interface the worker's listener binds (default "127.0.0.1"). */
+  hostname?: string;
+  /** Port of the worker's listener (default 0: any free port). */
+  port?: number;
+  /** Host callers should dial (default: `hostname`, or loopback when bound to all interfaces). */
+  advertiseHost?: string;
+  /** Deadline of a connection's set-up (dial, or an accepted peer's handshake) in ms (default 5000). */
+  connectTimeoutMs?: number;
+  /**
+   * A NATS connection the plane owns and closes with it, for the event plane and the object
+   * store of an etcd + NATS deployment whose requests go over TCP.
+   */
+  nats?: NatsRequestPlane;
+}
+
+/**
+ * Encodes a request as the reference's TCP request message: u16 BE endpoint path length,
+ * the path, u16 BE headers length, headers JSON, u32 BE payload length, the payload.
+ */
+export function encodeMuxRequest(path: string, payload: Uint8Array): Uint8Array {
+  const p = encoder.encode(path);
+  const out = new Uint8Array(2 + p.length + 2 + NO_HEADERS.length + 4 + payload.length);
+  const view = new DataView(out.buffer);
+  view.setUint16(0, p.length);
+  out.set(p, 2);
+  let at = 2 + p.length;
+  view.setUint16(at, NO_HEADERS.length);
+  out.set(NO_HEADERS, at + 2);
+  at += 2 + NO_HEADERS.length;
+  view.setUint32(at, payload.length);
+  out.set(payload, at + 4);
+  return out;
+}
+
+/**
+ * Decodes {@linkcode encodeMuxRequest}'s output (the headers are skipped).
+ * @throws {ProtocolError} lengths that do not fit the message
+ */
+export function decodeMuxRequest(msg: Uint8Array): { path: string; payload: Uint8Array } {
+  const view = new DataView(msg.buffer, msg.byteOffset, msg.byteLength);
+  if (msg.length < 2) throw new ProtocolError("request message too short");
+  const pathLen = view.getUint16(0);
+  if (pathLen > MAX_PATH || msg.length < 2 + pathLen + 2) {
+    throw new ProtocolError(`bad endpoint path length ${pathLen}`);
+  }
+  const path = decoder.decode(msg.subarray(2, 2 + pathLen));
+  let at = 2 + pathLen;
+  const headersLen = view.getUint16(at);
+  at += 2 + headersLen;
+  if (msg.length < at + 4) throw new ProtocolError(`bad headers length ${headersLen}`);
+  const len = view.getUint32(at);
+  if (msg.length !== at + 4 + len) throw new ProtocolError(`bad payload length ${len}`);
+  return { path, payload: msg.subarray(at + 4) };
+}
+
+/** `host:port/path` of an instance record, split; undefined when it is not one. */
+export function parseTcpTarget(target: string): { address: string; path: string } | undefined {
+  const m = /^(\[[0-9a-fA-F:.]+\]|[^/:\[\]]+):(\d{1,5})\/(.+)$/.exec(target);
+  if (!m) return undefined;
+  return { address: `${m[1]}:${m[2]}`, path: m[3]! };
+}
+
+function hostPort(address: string): { hostname: string; port: number } {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address);
+  if (!m) throw new InvalidArgumentError(`bad address "${address}"`);
+  return { hostname: m[1]!, port: Number(m[2]) };
+}
+
+/** A reserved stream: attached to a connection when its request is sent. */
+interface Reserved {
+  key: string;
+  bytes: Uint8Array;
+  stream?: MuxStream;
+  deliver(conn: FrameConn): void;
+  cancelled: boolean;
+}
+
+/** Requests and their response streams on persistent, multiplexed TCP connections. */
+export class TcpRequestPlane implements RequestPlane {
+  readonly kind = "tcp";
+  readonly #options: TcpRequestPlaneOptions;
+  readonly #timeoutMs: number;
+  readonly #nats: NatsRequestPlane | undefined;
+  // Worker side.
+  #listener: Deno.TcpListener | undefined;
+  #address: string | undefined;
+  readonly #handlers = new Map<string, RawRequestHandler>();
+  readonly #served = new Set<MuxConnection>();
+  /** The stream of the request being handed to its handler now (claimed by `dial`). */
+  #current: MuxStream | undefined;
+  // Caller side.
+  readonly #pool = new Map<string, Promise<MuxConnection>>();
+  readonly #reserved = new Map<string, Reserved>();
+  #closed = false;
+
+  /** Creates the plane; the worker's listener opens with the first `serve`. */
+  constructor(options: TcpRequestPlaneOptions = {}) {
+    this.#options = options;
+    this.#timeoutMs = options.connectTimeoutMs ?? 5000;
+    this.#nats = options.nats;
+  }
+
+  /** The NATS connection given in the options (events and objects travel there), if any. */
+  get nc(): NatsConnection | undefined {
+    return this.#nats?.nc;
+  }
+
+  /** `host:port` of the worker's listener, once something is served. */
+  get address(): string | undefined {
+    return this.#address;
+  }
+
+  #listen(): string {
+    if (this.#address !== undefined) return this.#address;
+    const hostname = this.#options.hostname ?? "127.0.0.1";
+    const listener = Deno.listen({ hostname, port: this.#options.port ?? 0, transport: "tcp" });
+    const advertise = this.#options.advertiseHost ??
+      (hostname === "0.0.0.0" ? "127.0.0.1" : hostname === "::" ? "::1" : hostname);
+    this.#listener = listener;
+    const port = (listener.addr as Deno.NetAddr).port;
+    this.#address = `${advertise.includes(":") ? `[${advertise}]` : advertise}:${port}`;
+    void this.#acceptLoop(listener);
+    return this.#address;
+  }
+
+  async #acceptLoop(listener: Deno.TcpListener): Promise<void> {
+    try {
+      for await (const conn of listener) void this.#accept(conn);
+    } catch {
+      // listener closed
+    }
+  }
+
+  async #accept(raw: Deno.Conn): Promise<void> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      const timeout = new Promise<never>((_, reject) =>
+        timer = setTimeout(() => reject(new TimeoutError("handshake timed out")), this.#timeoutMs)
+      );
+      const h = await Promise.race([readMuxHandshake(raw), timeout]);
+      if (!("handshake" in h) || h.handshake.kind !== "request_mux") {
+        throw new ProtocolError("expected a request_mux handshake");
+      }
+    } catch {
+      try {
+        raw.close();
+      } catch {
+        // already closed
+      }
+      return;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (this.#closed) return raw.close();
+    const mux = new MuxConnection(raw, {
+      onUnknown: (c, kind, key, id, payload) => this.#onRequest(c, kind, key, id, payload),
+      onClose: (c) => this.#served.delete(c),
+    });
+    this.#served.add(mux);
+  }
+
+  /** Worker side: a frame for a stream not open here, a new request if it is one. */
+  #onRequest(
+    mux: MuxConnection,
+    kind: number,
+    key: string,
+    id: Uint8Array,
+    payload: Uint8Array,
+  ): void {
+    if (kind !== MuxKind.Request) return; // a late frame of a stream already over
+    let path: string;
+    let body: Uint8Array;
+    try {
+      ({ path, payload: body } = decodeMuxRequest(payload));
+    } catch (err) {
+      void mux.sendFrame(MuxKind.Refused, id, encoder.encode((err as Error).message));
+      return;
+    }
+    const handler = this.#handlers.get(path);
+    if (handler === undefined) {
+      void mux.sendFrame(MuxKind.Refused, id, encoder.encode(`no endpoint ${path} here`));
+      return;
+    }
+    const stream = mux.openStream(key, id);
+    stream.sendRaw(MuxKind.Accepted);
+    this.#current = stream;
+    try {
+      handler(body);
+    } finally {
+      this.#current = undefined;
+    }
+    // A request its handler never claimed (malformed): the caller hears the stream is gone.
+    if (!claimed.has(stream)) stream.close();
+    claimed.delete(stream);
+  }
+
+  serve(subject: string, handler: RawRequestHandler): Promise<Subscription & { address: string }> {
+    this.#open();
+    const address = this.#listen();
+    this.#handlers.set(subject, handler);
+    return Promise.resolve({
+      address,
+      unsubscribe: () => {
+        if (this.#handlers.get(subject) === handler) this.#handlers.delete(subject);
+        return Promise.resolve();
+      },
+    });
+  }
+
+  /** Caller side: the pooled connection to `address`, dialled on first use. */
+  #connection(address: string, deadline: number): Promise<MuxConnection> {
+    let conn = this.#pool.get(address);
+    if (conn === undefined) {
+      conn = this.#dial(address, deadline);
+      this.#pool.set(address, conn);
+      conn.catch(() => {
+        if (this.#pool.get(address) === conn) this.#pool.delete(address);
+      });
+    }
+    return conn;
+  }
+
+  async #dial(address: string, deadline: number): Promise<MuxConnection> {
+    const { hostname, port } = hostPort(address);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const connecting = Deno.connect({ hostname, port, transport: "tcp" });
+    let raw: Deno.TcpConn;
+    try {
+      raw = await Promise.race([
+        connecting,
+        new Promise<never>((_, reject) =>
+          timer = setTimeout(
+            () => reject(new TimeoutError(`connecting to ${address} took too long`)),
+            Math.max(1, deadline - performance.now()),
+          )
+        ),
+      ]);
+    } catch (err) {
+      connecting.then((c) => c.close(), () => {});
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+    let off = 0;
+    while (off < HANDSHAKE.length) off += await raw.write(HANDSHAKE.subarray(off));
+    const mux = new MuxConnection(raw, {
+      onClose: (c) => {
+        const pooled = this.#pool.get(address);
+        void pooled?.then((p) => {
+          if (p === c && this.#pool.get(address) === pooled) this.#pool.delete(address);
+        }, () => {});
+      },
+    });
+    if (this.#closed) mux.close();
+    return mux;
+  }
+
+  async request(
+    target: string,
+    message: RequestPayload,
+    options: RequestOptions = {},
+  ): Promise<void> {
+    this.#open();
+    const { signal } = options;
+    signal?.throwIfAborted();
+    const parsed = parseTcpTarget(target);
+    if (parsed === undefined) throw new NoInstancesError(target);
+    const payload = message instanceof Uint8Array
+      ? message
+      : encodeRequest(message.header, message.body);
+    const timeoutMs = options.timeoutMs ?? 5000;
+    const deadline = performance.now() + timeoutMs;
+    const reserved = options.streamId === undefined
+      ? undefined
+      : this.#reserved.get(muxStreamId(options.streamId)?.key ?? "");
+    let mux: MuxConnection;
+    try {
+      mux = await this.#connection(parsed.address, deadline);
+    } catch (err) {
+      if (err instanceof TimeoutError) throw err;
+      // Refused or unreachable: nobody serves there (a worker gone before discovery noticed).
+      throw new NoInstancesError(target);
+    }
+    if (mux.closed) throw new NoInstancesError(target);
+    const ids = reserved ?? { ...muxStreamId(crypto.randomUUID())!, cancelled: false };
+    if (reserved?.cancelled) throw new DynamoError(`stream ${options.streamId} was given up`);
+    const stream = mux.openStream(ids.key, ids.bytes);
+    if (reserved) reserved.stream = stream;
+    const answered = new Promise<number>((resolve) => {
+      stream.onAnswer = (kind) => resolve(kind);
+    });
+    stream.sendRaw(MuxKind.Request, encodeMuxRequest(parsed.path, payload));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onAbort: (() => void) | undefined;
+    try {
+      const kind = await Promise.race([
+        answered,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () =>
+              reject(new TimeoutError(`no acknowledgement from ${target} within ${timeoutMs} ms`)),
+            Math.max(1, deadline - performance.now()),
+          );
+          if (signal) {
+            onAbort = () => reject(signal.reason);
+            signal.addEventListener("abort", onAbort, { once: true });
+          }
+        }),
+      ]);
+      if (kind === MuxKind.Refused || kind === MuxKind.Reset) throw new NoInstancesError(target);
+      stream.onAnswer = undefined;
+      if (reserved) {
+        this.#reserved.delete(reserved.key);
+        reserved.deliver(stream);
+      } else {
+        stream.close();
+      }
+    } catch (err) {
+      stream.onAnswer = undefined;
+      stream.close();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  expectStream(streamId: string): PendingStream {
+    this.#open();
+    const ids = muxStreamId(streamId);
+    if (ids === undefined) {
+      throw new InvalidArgumentError(`a TCP-plane stream id must be a UUID, got "${streamId}"`);
+    }
+    let deliver!: (conn: FrameConn) => void;
+    const connection = new Promise<FrameConn>((resolve) => (deliver = resolve));
+    const reserved: Reserved = { ...ids, deliver, cancelled: false };
+    this.#reserved.set(ids.key, reserved);
+    return {
+      connectionInfo: { mux: { stream_id: streamId } },
+      connection,
+      cancel: () => {
+        reserved.cancelled = true;
+        this.#reserved.delete(ids.key);
+        reserved.stream?.close();
+      },
+    };
+  }
+
+  dial(info: ConnectionInfo): Promise<FrameConn> {
+    const current = this.#current;
+    if (!("mux" in info) || current === undefined) {
+      return Promise.reject(
+        new InvalidArgumentError(
+          `not the stream of the request being served: ${JSON.stringify(info)}`,
+        ),
+      );
+    }
+    if (muxStreamId(info.mux.stream_id)?.key !== current.key) {
+      return Promise.reject(
+        new ProtocolError(`request names stream ${info.mux.stream_id}, not its own`),
+      );
+    }
+    claimed.add(current);
+    return Promise.resolve(current);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    try {
+      this.#listener?.close();
+    } catch {
+      // already closed
+    }
+    this.#handlers.clear();
+    for (const c of [...this.#served]) c.close();
+    for (const p of [...this.#pool.values()]) void p.then((c) => c.close(), () => {});
+    this.#pool.clear();
+    for (const r of this.#reserved.values()) r.stream?.close();
+    this.#reserved.clear();
+    await this.#nats?.close();
+  }
+
+  #open(): void {
+    if (this.#closed) throw new DynamoError("TCP request plane is closed");
+  }
+}
+
+/** Streams their request's handler claimed with `dial` (checked right after the handler). */
+const claimed = new WeakSet<MuxStream>();
+
+/**
+ * The NATS connection behind a request plane: the NATS plane's own, or the one a TCP plane
+ * was given for events and objects; undefined on the other planes.
+ */
+export function natsConnectionOf(plane: RequestPlane): NatsConnection | undefined {
+  if (plane instanceof NatsRequestPlane) return plane.nc;
+  if (plane instanceof TcpRequestPlane) return plane.nc;
+  return undefined;
+}

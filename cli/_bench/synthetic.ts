@@ -56,12 +56,12 @@ export const MULTI_TENANT: Omit<SyntheticTraceOptions, "seed"> = {
 export const NO_SHARING: Omit<SyntheticTraceOptions, "seed"> = {
   tenants: 0,
   systemTokens: 0,
-  usersPerTenant: 128,
+  usersPerTenant: 1000,
   turns: 1,
   userTokens: 1500,
   outputTokens: 150,
   thinkS: 0,
-  sessionsPerS: 4,
+  sessionsPerS: 8,
   burstiness: 2,
 };
 

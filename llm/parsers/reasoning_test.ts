@@ -4,7 +4,7 @@ import {
   ChatOutputParser,
   type IndexedToolCall,
   reasoningFormat,
-  ReasoningParser,
+  type ReasoningParser,
   reasoningParser,
   startsInReasoning,
   toolCallParser,

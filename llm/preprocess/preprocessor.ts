@@ -40,7 +40,7 @@ export interface PreprocessorOptions {
   /** The model's tokenizer. */
   tokenizer: Tokenizer;
   /**
-   * Render `tools` into the chat template (the default of {@linkcode ChatOptions.renderTools}).
+   * Render `tools` into the chat template (the default of {@linkcode ChatPreprocessOptions.renderTools}).
    * The caller must then parse tool calls out of the output. Default false: requests with
    * tools get a 400.
    */
@@ -48,7 +48,7 @@ export interface PreprocessorOptions {
 }
 
 /** Options of one {@linkcode Preprocessor.chat} call. */
-export interface ChatOptions {
+export interface ChatPreprocessOptions {
   /**
    * Render the request's `tools` into the template: the caller parses tool calls out of the
    * answer. Default: the preprocessor's `renderTools`.
@@ -110,7 +110,7 @@ export class Preprocessor {
    * @returns The engine request, the prompt token count and the number of choices.
    * @throws {RequestError} 400 for what the model cannot do or a prompt over the context.
    */
-  chat(req: ChatCompletionRequest, options: ChatOptions = {}): PreprocessResult {
+  chat(req: ChatCompletionRequest, options: ChatPreprocessOptions = {}): PreprocessResult {
     if (this.#template === undefined) {
       throw new RequestError(
         400,

@@ -26,6 +26,11 @@ export interface ToolCallFormat {
   /** Characters that open a section when they start the answer (or follow a section). */
   readonly leading?: string;
   /**
+   * Its markers are special tokens of its models' vocabularies (`<|python_tag|>`,
+   * `[TOOL_CALLS]`): answers must be decoded with special tokens kept, or the markers vanish.
+   */
+  readonly specialMarkers?: boolean;
+  /**
    * Reads the section at the start of `section` (a marker or leading character first).
    * Returns undefined while a later delta may change the reading (never when `final`);
    * `{kind: "text", skip}` when it holds no calls: the first `skip` characters are content.
@@ -85,6 +90,7 @@ const PYTHON_TAG = "<|python_tag|>";
  */
 export const llama3JsonFormat: ToolCallFormat = {
   markers: [PYTHON_TAG],
+  specialMarkers: true,
   leading: "{",
   scan(s, final) {
     const head = s.startsWith(PYTHON_TAG) ? PYTHON_TAG.length : 0;
@@ -120,6 +126,7 @@ const MISTRAL_ARGS = "[ARGS]";
  */
 export const mistralFormat: ToolCallFormat = {
   markers: [MISTRAL_TAG],
+  specialMarkers: true,
   scan(s, final) {
     const head = MISTRAL_TAG.length;
     const pos = skipSpace(s, head);
@@ -155,6 +162,7 @@ const PYTHON_END = "<|python_end|>";
 /** Pythonic (Llama 3.2 / 4): `[get_weather(city="Paris"), f(x=1)]`. */
 export const pythonicFormat: ToolCallFormat = {
   markers: [PYTHON_START],
+  specialMarkers: true,
   leading: "[",
   scan(s, final) {
     const head = s.startsWith(PYTHON_START) ? PYTHON_START.length : 0;

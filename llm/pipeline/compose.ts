@@ -94,6 +94,13 @@ function modelParsers(
   }
 }
 
+/** Whether a request's answer is decoded with special tokens kept: its calls are made of them. */
+function keepsSpecialTokens(req: OpenAIRequest, tools: ToolCallFormat | undefined): boolean {
+  const chat = req as ChatCompletionRequest;
+  return tools?.specialMarkers === true && (chat.tools?.length ?? 0) > 0 &&
+    chat.tool_choice !== "none";
+}
+
 /**
  * Each choice's output parser for a chat request, or undefined when nothing is parsed: no
  * reasoning parser, and no tool-call parser or no tools asked for.
@@ -179,7 +186,7 @@ export function tokensPipeline(
         promptTokens,
         series,
         admission.started,
-        parsers,
+        parsers && { parsers, keepSpecialTokens: keepsSpecialTokens(req, formats.tools) },
       );
       const base = chunkBase(kind, ctx.id, name);
       const includeUsage = req.stream_options?.include_usage === true;

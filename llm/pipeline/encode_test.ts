@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Context } from "../../runtime/context.ts";
-import { QWEN3_IM_END, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
+import { QWEN3_IM_END, QWEN3_IM_START, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
 import { FrontendMetrics } from "../http/metrics.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import { admit } from "./admit.ts";
@@ -202,13 +202,15 @@ function parsedChoices(): TokenChoices {
   const items: LLMEngineOutput[] = ids.map((id) => ({ token_ids: [id] }));
   items.push({ token_ids: [QWEN3_IM_END], finish_reason: "eos" });
   let n = 0;
-  return new TokenChoices(tok, [request], [outputs(items)], 2, series, performance.now(), [
-    new ChatOutputParser({
-      reasoning: reasoningParser("qwen3"),
-      tools: toolCallParser("hermes"),
-      newId: () => `call_${n++}`,
-    }),
-  ]);
+  return new TokenChoices(tok, [request], [outputs(items)], 2, series, performance.now(), {
+    parsers: [
+      new ChatOutputParser({
+        reasoning: reasoningParser("qwen3"),
+        tools: toolCallParser("hermes"),
+        newId: () => `call_${n++}`,
+      }),
+    ],
+  });
 }
 
 Deno.test("a parsed choice streams reasoning, content, then the call's id and name before its arguments", async () => {
@@ -242,4 +244,23 @@ Deno.test("a parsed choice's whole response carries content, reasoning_content a
       function: { name: "get_weather", arguments: '{"city":"Paris"}' },
     }],
   });
+});
+
+Deno.test("a tool-call syntax made of special tokens keeps them in the text its parser reads", async () => {
+  const [hello] = tok.encode("Hello", { addSpecialTokens: false });
+  const items = (): LLMEngineOutput[] => [
+    { token_ids: [QWEN3_IM_START] },
+    { token_ids: [hello!], finish_reason: "stop" },
+  ];
+  const answer = async (keepSpecialTokens: boolean) => {
+    const choices = new TokenChoices(tok, [request], [outputs(items())], 2, series, 0, {
+      parsers: [new ChatOutputParser({})],
+      keepSpecialTokens,
+    });
+    let text = "";
+    for await (const ev of choices.events()) text += ev.text;
+    return text;
+  };
+  assert.equal(await answer(true), "<|im_start|>Hello");
+  assert.equal(await answer(false), "Hello");
 });

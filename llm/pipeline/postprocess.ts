@@ -82,7 +82,8 @@ export class TokenChoices {
    * @param promptTokens the prompt's length in tokens
    * @param series where token timings and output lengths are observed
    * @param started when the request arrived (`performance.now()`)
-   * @param parsers each choice's output parser (none: the text is all content)
+   * @param output each choice's output parser (none: the text is all content), and whether
+   *   special tokens stay in the text (a tool-call syntax made of them)
    */
   constructor(
     tokenizer: Tokenizer,
@@ -91,12 +92,15 @@ export class TokenChoices {
     promptTokens: number,
     series: TokenSeries,
     started: number,
-    parsers?: readonly ChatOutputParser[],
+    output?: { parsers: readonly ChatOutputParser[]; keepSpecialTokens?: boolean },
   ) {
     this.n = streams.length;
-    this.parsers = parsers;
+    this.parsers = output?.parsers;
     this.streams = streams;
-    this.processors = requests.map((r) => OutputProcessor.forRequest(tokenizer, r));
+    const skipSpecialTokens = output?.keepSpecialTokens === true ? false : undefined;
+    this.processors = requests.map((r) =>
+      OutputProcessor.forRequest(tokenizer, r, { skipSpecialTokens })
+    );
     this.promptTokens = promptTokens;
     this.#series = series;
     this.#started = started;

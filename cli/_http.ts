@@ -31,6 +31,10 @@ export interface ServeFrontendOptions {
   checkHealth?: () => Promise<string | undefined>;
   /** Origins browsers may call the API from (CORS); none: no CORS headers. */
   corsAllowOrigins?: readonly string[];
+  /** The tool-call parser of models whose card names none (`--dyn-tool-call-parser`). */
+  toolCallParser?: string;
+  /** The reasoning parser of models whose card names none (`--dyn-reasoning-parser`). */
+  reasoningParser?: string;
 }
 
 /** A running frontend. */
@@ -59,6 +63,8 @@ export async function serveFrontend(
     logger: options.logger,
     backends: backendsInfo(runtime),
     checkHealth: options.checkHealth,
+    toolCallParser: options.toolCallParser,
+    reasoningParser: options.reasoningParser,
   });
   frontend.metrics.registry.setDefaultLabels({
     dynamo_namespace: "dynamo",

@@ -15,6 +15,8 @@ import {
 } from "./_common.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
 import type { GuardOptions } from "../llm/http/guard.ts";
+import { REASONING_PARSER_NAMES } from "../llm/parsers/reasoning.ts";
+import { TOOL_CALL_PARSER_NAMES } from "../llm/parsers/tool_calls.ts";
 
 const usage =
   `Usage: dynamo frontend [--http-port 8000] [--http-host 0.0.0.0] [--router-mode round-robin|random|kv]
@@ -46,6 +48,15 @@ Options:
   --cors-allow-origin LIST
                       origins browsers may call the API from, comma-separated, or * (default:
                       none, no CORS headers; env DYN_HTTP_CORS_ALLOW_ORIGIN)
+  --dyn-tool-call-parser NAME
+                      read tool calls out of chat answers, for models whose card names
+                      none (without one, requests with \`tools\` get a 400); one of:
+                      ${TOOL_CALL_PARSER_NAMES.join(", ")}
+  --dyn-reasoning-parser NAME
+                      split reasoning into \`reasoning_content\` (${
+    REASONING_PARSER_NAMES.join(", ")
+  })
+                      for models whose card names none
 ${REQUEST_PLANE_HELP}
   -h, --help          show this help`;
 
@@ -62,6 +73,8 @@ export const HTTP_FLAGS = {
   "queue-timeout-ms": { type: "string" },
   "api-key": { type: "string" },
   "cors-allow-origin": { type: "string" },
+  "dyn-tool-call-parser": { type: "string" },
+  "dyn-reasoning-parser": { type: "string" },
 } as const;
 
 /** The environment variables behind the admission flags (a flag wins over its variable). */
@@ -90,6 +103,8 @@ export function parseHttpFlags(
   kvRouter: KvRouterSettings;
   guard: Omit<GuardOptions, "metrics">;
   corsAllowOrigins: string[];
+  toolCallParser?: string;
+  reasoningParser?: string;
 } {
   const port = Number(values["http-port"] ?? 8000);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
@@ -137,7 +152,22 @@ export function parseHttpFlags(
       );
     }
   }
+  const parser = (
+    flag: "dyn-tool-call-parser" | "dyn-reasoning-parser",
+    known: readonly string[],
+  ) => {
+    const name = values[flag];
+    if (name !== undefined && !known.includes(name)) {
+      throw new UsageError(
+        `--${flag} must be one of ${known.join(", ")}, got ${JSON.stringify(name)}`,
+        command,
+      );
+    }
+    return name;
+  };
   return {
+    toolCallParser: parser("dyn-tool-call-parser", TOOL_CALL_PARSER_NAMES),
+    reasoningParser: parser("dyn-reasoning-parser", REASONING_PARSER_NAMES),
     port,
     hostname: values["http-host"] ?? defaults.host,
     routerMode,

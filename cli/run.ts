@@ -32,6 +32,8 @@ import { HTTP_FLAGS, parseHttpFlags } from "./frontend.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
 import { huggingFaceOptionsFromEnv } from "./_huggingface.ts";
 import { downloadGguf, parseGgufRef } from "../llm/model/huggingface.ts";
+import { REASONING_PARSER_NAMES } from "../llm/parsers/reasoning.ts";
+import { TOOL_CALL_PARSER_NAMES } from "../llm/parsers/tool_calls.ts";
 
 const usage = `Usage: dynamo run in=http out=ENGINE [MODEL] [options]
 
@@ -73,6 +75,15 @@ Options:
                            flags show in ps)
   --cors-allow-origin LIST origins browsers may call the API from, comma-separated, or *
                            (default: none; env DYN_HTTP_CORS_ALLOW_ORIGIN)
+  --dyn-tool-call-parser NAME
+                           read tool calls out of chat answers (${
+  TOOL_CALL_PARSER_NAMES.join(", ")
+});
+                           without one, requests with \`tools\` get a 400 (out=openai:
+                           the upstream server parses)
+  --dyn-reasoning-parser NAME
+                           split reasoning into \`reasoning_content\`
+                           (${REASONING_PARSER_NAMES.join(", ")})
   --model-name NAME        name clients use (default: from MODEL)
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)

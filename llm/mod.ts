@@ -56,6 +56,7 @@ export {
   ChatTemplateError,
 } from "./preprocess/chat_template.ts";
 export {
+  type ChatPreprocessOptions,
   Preprocessor,
   type PreprocessorOptions,
   type PreprocessResult,
@@ -209,3 +210,4 @@ export {
   type KvMetricsAggregatorOptions,
   KvMetricsPublisher,
 } from "./kv_router/metrics.ts";
+export * from "./parsers/mod.ts";

@@ -142,8 +142,18 @@ export interface ModelDeploymentCard {
   bos_token?: string;
   /** The end-of-sequence token's text. */
   eos_token?: string;
+  /** How the engine runs the model, as the worker reports it. */
+  runtime_config?: ModelRuntimeConfig;
   /** sha256 over the canonical card (without this field): equal cards, equal sums. */
   mdcsum: string;
+}
+
+/** What a worker reports about how its engine runs the model (the reference's names). */
+export interface ModelRuntimeConfig {
+  /** The tool-call parser of the model's answers (`--dyn-tool-call-parser`: hermes, ...). */
+  tool_call_parser?: string;
+  /** The reasoning parser of the model's answers (`--dyn-reasoning-parser`: qwen3, ...). */
+  reasoning_parser?: string;
 }
 
 /** The discovery record that makes a model routable: `v1/models/{namespace}/{component}/{endpoint}/{instance}`. */

@@ -14,6 +14,8 @@ import { jsonResponse, sseResponse } from "../pipeline/encode.ts";
 import { errorResponse } from "../pipeline/error_boundary.ts";
 import { type EndpointKind, parseRequest } from "../pipeline/parse.ts";
 import { resolveModel } from "../pipeline/resolve.ts";
+import { reasoningFormat } from "../parsers/reasoning.ts";
+import { toolCallFormat } from "../parsers/tool_calls.ts";
 import { routePath } from "./guard.ts";
 import { FrontendMetrics } from "./metrics.ts";
 
@@ -39,6 +41,14 @@ export interface FrontendOptions {
    * the service is unhealthy, or undefined when it is healthy.
    */
   checkHealth?: () => Promise<string | undefined>;
+  /**
+   * The tool-call parser of chat answers (hermes, llama3_json, mistral, pythonic,
+   * deepseek_v3, deepseek_v3_1) for models whose card names none: requests with `tools` are
+   * then served. Without one, such requests get a 400.
+   */
+  toolCallParser?: string;
+  /** The reasoning parser (basic, qwen3, deepseek_r1) for models whose card names none. */
+  reasoningParser?: string;
 }
 
 /** The frontend: a fetch handler and its metrics. */
@@ -52,6 +62,7 @@ export interface Frontend {
 /**
  * Builds the OpenAI frontend over a {@linkcode ModelManager}.
  *
+ * @throws {UnknownParserError} `toolCallParser` or `reasoningParser` is not a known name
  * @example
  * ```ts
  * import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
@@ -73,7 +84,15 @@ export function createFrontend(options: FrontendOptions): Frontend {
   const metrics = options.metrics ?? new FrontendMetrics();
   const log = options.logger ?? silentLogger;
   const maxBody = options.maxBodyBytes ?? 32 * 1024 * 1024;
-  const pipelines = new ModelPipelines({ metrics, logger: log });
+  // An unknown name fails here, not at the first request.
+  if (options.toolCallParser !== undefined) toolCallFormat(options.toolCallParser);
+  if (options.reasoningParser !== undefined) reasoningFormat(options.reasoningParser);
+  const pipelines = new ModelPipelines({
+    metrics,
+    logger: log,
+    toolCallParser: options.toolCallParser,
+    reasoningParser: options.reasoningParser,
+  });
 
   async function route(request: Request): Promise<Response> {
     const path = routePath(request.url);

@@ -330,3 +330,19 @@ globalThis.addEventListener("unload", () => {
     // already gone
   }
 });
+
+Deno.test("loadModelSource() writes the parsers to the card's runtime_config, known names only", async () => {
+  const dir = await builtinTestModel();
+  const { card } = await loadModelSource(dir, {
+    toolCallParser: "hermes",
+    reasoningParser: "qwen3",
+  });
+  assert.deepEqual(card.runtime_config, { tool_call_parser: "hermes", reasoning_parser: "qwen3" });
+  assert.equal((await loadModelSource(dir)).card.runtime_config, undefined);
+  await assert.rejects(
+    loadModelSource(dir, { reasoningParser: "qwen4" }),
+    (err: unknown) =>
+      err instanceof InvalidArgumentError &&
+      /reasoningParser must be one of basic/.test(err.message),
+  );
+});

@@ -1,6 +1,8 @@
 // Loads a model deployment card (without its checksum) and the files it names from a model
 // folder, a Hugging Face repo or a GGUF file.
 
+import { REASONING_PARSER_NAMES } from "../parsers/reasoning.ts";
+import { TOOL_CALL_PARSER_NAMES } from "../parsers/tool_calls.ts";
 import { basename, resolve } from "node:path";
 import { DynamoError, InvalidArgumentError } from "../../runtime/errors.ts";
 import { type CardFile, type ModelDeploymentCard, ModelInput, ModelType } from "../protocols.ts";
@@ -58,6 +60,14 @@ export interface LoadModelOptions {
   migrationLimit?: number;
   /** Free-form data for the worker's users (e.g. LoRA settings). */
   userData?: Record<string, unknown>;
+  /**
+   * The tool-call parser frontends read this model's chat answers with (the card's
+   * `runtime_config.tool_call_parser`): hermes, llama3_json, mistral, pythonic, deepseek_v3,
+   * deepseek_v3_1.
+   */
+  toolCallParser?: string;
+  /** The reasoning parser of its chat answers (`runtime_config.reasoning_parser`): basic, qwen3, deepseek_r1. */
+  reasoningParser?: string;
   /** Where and how to download repo ids. */
   huggingFace?: HuggingFaceOptions;
   /** Cancels the load (and its download). */
@@ -99,6 +109,19 @@ function checkOptions(o: LoadModelOptions): void {
     throw new InvalidArgumentError(
       `modelName must be a non-empty string, got ${JSON.stringify(o.modelName)}`,
     );
+  }
+  for (
+    const [key, known] of [
+      ["toolCallParser", TOOL_CALL_PARSER_NAMES],
+      ["reasoningParser", REASONING_PARSER_NAMES],
+    ] as const
+  ) {
+    const name = o[key];
+    if (name !== undefined && !known.includes(name)) {
+      throw new InvalidArgumentError(
+        `${key} must be one of ${known.join(", ")}, got ${JSON.stringify(name)}`,
+      );
+    }
   }
   const u = o.userData;
   if (u !== undefined) {
@@ -257,6 +280,14 @@ function baseCard(
   };
   if (options.userData !== undefined) {
     card.user_data = JSON.parse(JSON.stringify(options.userData));
+  }
+  if (options.toolCallParser !== undefined || options.reasoningParser !== undefined) {
+    card.runtime_config = {
+      ...(options.toolCallParser === undefined ? {} : { tool_call_parser: options.toolCallParser }),
+      ...(options.reasoningParser === undefined
+        ? {}
+        : { reasoning_parser: options.reasoningParser }),
+    };
   }
   return card;
 }

@@ -92,6 +92,8 @@ export async function registerLlm(
     kvCacheBlockSize: options.kvCacheBlockSize,
     migrationLimit: options.migrationLimit,
     userData: options.userData,
+    toolCallParser: options.toolCallParser,
+    reasoningParser: options.reasoningParser,
     huggingFace: options.huggingFace,
     signal: options.signal,
   });

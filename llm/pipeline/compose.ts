@@ -4,10 +4,21 @@
 // resolves the model and calls `start`.
 
 import type { Context } from "../../runtime/context.ts";
+import { DynamoError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import type { FrontendMetrics, ModelMetrics } from "../http/metrics.ts";
 import type { ModelPipeline } from "../model/loader.ts";
 import type { ServedModel } from "../model/served_model.ts";
+import type { ChatCompletionRequest } from "../openai/types.ts";
+import { ChatOutputParser } from "../parsers/chat_output.ts";
+import {
+  type ReasoningFormat,
+  reasoningFormat,
+  ReasoningParser,
+  startsInReasoning,
+} from "../parsers/reasoning.ts";
+import { type ToolCallFormat, toolCallFormat, ToolCallParser } from "../parsers/tool_calls.ts";
+import { UnknownParserError } from "../parsers/types.ts";
 import {
   type LLMEngineOutput,
   type ModelDeploymentCard,
@@ -54,11 +65,75 @@ export interface ServingPipeline {
 export interface ComposeOptions {
   metrics: FrontendMetrics;
   logger: Logger;
+  /**
+   * The tool-call parser of models whose card names none (`runtime_config.tool_call_parser`);
+   * a name from llm/parsers (hermes, llama3_json, ...).
+   */
+  toolCallParser?: string;
+  /** The reasoning parser of models whose card names none (qwen3, deepseek_r1, ...). */
+  reasoningParser?: string;
+}
+
+/** A model's parsers: the card's names first, then the frontend's. */
+function modelParsers(
+  card: ModelDeploymentCard,
+  options: ComposeOptions,
+): { tools?: ToolCallFormat; reasoning?: ReasoningFormat } {
+  const pick = (fromCard: unknown, fallback: string | undefined) =>
+    typeof fromCard === "string" && fromCard !== "" ? fromCard : fallback;
+  const tools = pick(card.runtime_config?.tool_call_parser, options.toolCallParser);
+  const reasoning = pick(card.runtime_config?.reasoning_parser, options.reasoningParser);
+  try {
+    return {
+      tools: tools === undefined ? undefined : toolCallFormat(tools),
+      reasoning: reasoning === undefined ? undefined : reasoningFormat(reasoning),
+    };
+  } catch (err) {
+    if (!(err instanceof UnknownParserError)) throw err;
+    throw new DynamoError(`model ${card.display_name}: ${err.message}`, { cause: err });
+  }
+}
+
+/** Whether a request's answer is decoded with special tokens kept: its calls are made of them. */
+function keepsSpecialTokens(req: OpenAIRequest, tools: ToolCallFormat | undefined): boolean {
+  const chat = req as ChatCompletionRequest;
+  return tools?.specialMarkers === true && (chat.tools?.length ?? 0) > 0 &&
+    chat.tool_choice !== "none";
 }
 
 /**
- * A tokens model's pipeline, over its loaded card, tokenizer and preprocessor.
+ * Each choice's output parser for a chat request, or undefined when nothing is parsed: no
+ * reasoning parser, and no tool-call parser or no tools asked for.
+ */
+function outputParsers(
+  req: ChatCompletionRequest,
+  n: number,
+  promptText: string | undefined,
+  formats: { tools?: ToolCallFormat; reasoning?: ReasoningFormat },
+): ChatOutputParser[] | undefined {
+  const toolsFormat = (req.tools?.length ?? 0) > 0 && req.tool_choice !== "none"
+    ? formats.tools
+    : undefined;
+  const reasoning = formats.reasoning;
+  if (toolsFormat === undefined && reasoning === undefined) return undefined;
+  const inReasoning = reasoning !== undefined &&
+    startsInReasoning(reasoning, {
+      prompt: promptText,
+      templateKwargs: { ...req.chat_template_args, ...req.chat_template_kwargs },
+    });
+  return Array.from({ length: n }, () =>
+    new ChatOutputParser({
+      reasoning: reasoning && new ReasoningParser(reasoning, inReasoning),
+      tools: toolsFormat && new ToolCallParser(toolsFormat),
+      singleCall: req.parallel_tool_calls === false,
+    }));
+}
+
+/**
+ * A tokens model's pipeline, over its loaded card, tokenizer and preprocessor. Chat answers
+ * go through the model's output parsers (reasoning, tool calls) when it has them.
  *
+ * @throws {DynamoError} the card names a parser that does not exist
  * @example
  * ```ts ignore
  * const pipeline = tokensPipeline(model, await model.pipeline(), { metrics, logger });
@@ -90,9 +165,16 @@ export function tokensPipeline(
     }),
   };
   const migrate = (r: PreprocessedRequest, ctx: Context) => openMigrating(send, r, ctx, migration);
+  const formats = modelParsers(card, options);
+  const renderTools = formats.tools !== undefined;
   return {
     async start(kind, req, ctx, admission) {
-      const { choices, promptTokens } = preprocess(preprocessor, kind, req);
+      const { choices, promptTokens, promptText } = preprocess(preprocessor, kind, req, {
+        renderTools,
+      });
+      const parsers = kind === "chat"
+        ? outputParsers(req as ChatCompletionRequest, choices.length, promptText, formats)
+        : undefined;
       series.inputTokens.observe(promptTokens);
       const streams = choices.length === 1
         ? [await migrate(choices[0]!, ctx)]
@@ -104,6 +186,7 @@ export function tokensPipeline(
         promptTokens,
         series,
         admission.started,
+        parsers && { parsers, keepSpecialTokens: keepsSpecialTokens(req, formats.tools) },
       );
       const base = chunkBase(kind, ctx.id, name);
       const includeUsage = req.stream_options?.include_usage === true;

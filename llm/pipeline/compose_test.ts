@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Context } from "../../runtime/context.ts";
-import { StreamIncompleteError } from "../../runtime/errors.ts";
+import { DynamoError, StreamIncompleteError } from "../../runtime/errors.ts";
 import { silentLogger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { QWEN3_IM_END, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
@@ -121,4 +121,21 @@ Deno.test("a text model fails over only while opening, and its chunks are folded
   const body = await run.collect() as { choices: { text: string }[] };
   assert.equal(body.choices[0]!.text, "ab");
   assert.match(await metrics.render(), /dynamo_frontend_model_migration_total\{model="m"\} 1/);
+});
+
+Deno.test("a card naming an unknown parser fails its model's requests, saying which name", async () => {
+  const pipelines = new ModelPipelines({ metrics: new FrontendMetrics(), logger: silentLogger });
+  const bad = { ...card, runtime_config: { tool_call_parser: "hermes3" } };
+  const model = {
+    name: "m",
+    modelInput: ModelInput.Tokens,
+    cardKey: "k",
+    pipeline: () =>
+      Promise.resolve({ card: bad, tokenizer: tok, preprocessor: {} as Preprocessor }),
+  } as unknown as ServedModel;
+  await assert.rejects(pipelines.get(model), (err: unknown) => {
+    assert.ok(err instanceof DynamoError);
+    assert.match(err.message, /model m: unknown tool call parser "hermes3"; known: hermes,/);
+    return true;
+  });
 });

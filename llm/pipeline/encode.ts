@@ -5,11 +5,17 @@
 
 import { WorkerOutputError } from "./engine_output.ts";
 import type { Context } from "../../runtime/context.ts";
-import { choiceJson } from "../http/sse_choice.ts";
+import { choiceJson, parsedChoiceJsons } from "../http/sse_choice.ts";
 import type { FinishReason, LLMEngineOutput } from "../protocols.ts";
 import type { Admission } from "./admit.ts";
 import { MigrationExhaustedError } from "./migration.ts";
-import { type ChoiceEvent, openaiReason, type TokenChoices } from "./postprocess.ts";
+import {
+  type ChoiceEvent,
+  type ChoiceFinish,
+  openaiReason,
+  type TokenChoices,
+} from "./postprocess.ts";
+import type { IndexedToolCall } from "../parsers/chat_output.ts";
 import type { EndpointKind } from "./parse.ts";
 
 /** The next SSE text of a stream; `last` once it ends with `data: [DONE]`. */
@@ -143,7 +149,7 @@ export function chunkBase(kind: EndpointKind, requestId: string, model: string):
  * the usage chunk, then [DONE], the last three in one step.
  */
 export function tokenSse(choices: TokenChoices, base: ChunkBase, includeUsage: boolean): SseSource {
-  return choices.n === 1
+  return choices.n === 1 && choices.parsers === undefined
     ? new SingleChoiceSse(choices, base, includeUsage)
     : new MergedChoicesSse(choices, base, includeUsage);
 }
@@ -171,8 +177,17 @@ abstract class ChoiceSse implements SseSource {
   /** Stops reading the engine (the stream is over, or nobody reads it any more). */
   protected abstract stop(): void;
 
-  protected chunk(index: number, text: string, reason: FinishReason | null, first: boolean) {
+  protected chunk(index: number, text: string, reason: ChoiceFinish | null, first: boolean) {
     return this.#head + choiceJson(this.#chat, index, text, reason, first) + "]}\n\n";
+  }
+
+  /** The chunks of a parsed event (reasoning, content, tool calls): "" when it adds nothing. */
+  protected parsedChunks(ev: ChoiceEvent, first: boolean): string {
+    let out = "";
+    for (const choice of parsedChoiceJsons(ev.index, ev, ev.reason, first)) {
+      out += this.#head + choice + "]}\n\n";
+    }
+    return out;
   }
 
   /** The stream's last step: `last` (the final chunk, or ""), usage, [DONE]. */
@@ -251,17 +266,23 @@ class MergedChoicesSse extends ChoiceSse {
   }
 
   async next(): Promise<SseStep> {
-    const r = await this.#events.next();
-    if (r.done) return this.end("");
-    const ev = r.value;
-    const first = !this.#started.has(ev.index);
-    if (first) this.#started.add(ev.index);
-    const text = this.chunk(ev.index, ev.text, ev.reason, first);
-    if (ev.reason !== null && --this.#open === 0) {
-      closeQuietly(this.#events);
-      return this.end(text);
+    const parsed = this.choices.parsers !== undefined;
+    for (;;) {
+      const r = await this.#events.next();
+      if (r.done) return this.end("");
+      const ev = r.value;
+      const first = !this.#started.has(ev.index);
+      const text = parsed
+        ? this.parsedChunks(ev, first)
+        : this.chunk(ev.index, ev.text, ev.reason, first);
+      if (text === "") continue;
+      if (first) this.#started.add(ev.index);
+      if (ev.reason !== null && --this.#open === 0) {
+        closeQuietly(this.#events);
+        return this.end(text);
+      }
+      return { text, last: false };
     }
-    return { text, last: false };
   }
 
   protected stop(): void {
@@ -291,16 +312,21 @@ export async function tokenResponse(
 ): Promise<Record<string, unknown>> {
   const n = choices.n;
   const texts = Array.from({ length: n }, () => "");
-  const reasons: (FinishReason | null)[] = Array.from({ length: n }, () => null);
+  const reasonings = Array.from({ length: n }, () => "");
+  const calls = Array.from({ length: n }, (): IndexedToolCall[] => []);
+  const reasons: (ChoiceFinish | null)[] = Array.from({ length: n }, () => null);
   try {
     for await (const ev of choices.events()) {
       texts[ev.index] += ev.text;
+      if (ev.reasoning) reasonings[ev.index] += ev.reasoning;
+      if (ev.calls) calls[ev.index]!.push(...ev.calls);
       if (ev.reason) reasons[ev.index] = ev.reason;
     }
   } finally {
     choices.observeOutput();
   }
   const chat = base.object === "chat.completion.chunk";
+  const parsers = choices.parsers;
   return {
     id: base.id,
     object: chat ? "chat.completion" : "text_completion",
@@ -310,13 +336,41 @@ export async function tokenResponse(
       chat
         ? {
           index,
-          message: { role: "assistant", content: text },
+          message: parsers === undefined ? { role: "assistant", content: text } : parsedMessage(
+            text,
+            reasonings[index]!,
+            calls[index]!,
+            parsers[index]!.splitsReasoning,
+          ),
           logprobs: null,
           finish_reason: reasons[index],
         }
         : { index, text, logprobs: null, finish_reason: reasons[index] }
     ),
     usage: choices.usage(),
+  };
+}
+
+/** A parsed answer's message: content (null when it only calls tools), reasoning, calls. */
+function parsedMessage(
+  content: string,
+  reasoning: string,
+  calls: readonly IndexedToolCall[],
+  splitsReasoning: boolean,
+): Record<string, unknown> {
+  return {
+    role: "assistant",
+    content: content === "" && calls.length > 0 ? null : content,
+    ...(splitsReasoning ? { reasoning_content: reasoning === "" ? null : reasoning } : {}),
+    ...(calls.length > 0
+      ? {
+        tool_calls: calls.map((c) => ({
+          id: c.id,
+          type: "function",
+          function: { name: c.name, arguments: c.arguments },
+        })),
+      }
+      : {}),
   };
 }
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Context } from "../../runtime/context.ts";
-import { QWEN3_IM_END, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
+import { QWEN3_IM_END, QWEN3_IM_START, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
 import { FrontendMetrics } from "../http/metrics.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import { admit } from "./admit.ts";
@@ -16,6 +16,7 @@ import {
 } from "./encode.ts";
 import { MigrationExhaustedError } from "./migration.ts";
 import { TokenChoices } from "./postprocess.ts";
+import { ChatOutputParser, reasoningParser, toolCallParser } from "../parsers/mod.ts";
 
 const tok = qwen3Tokenizer();
 const [HELLO, WORLD] = tok.encode("Hello world", { addSpecialTokens: false });
@@ -191,4 +192,75 @@ Deno.test("sseResponse() kills the request when the client goes away", async () 
   const text = await metrics.render();
   assert.match(text, /status="cancelled"\} 1/);
   assert.match(text, /dynamo_frontend_disconnected_clients\{model="m"\} 1/);
+});
+
+const ANSWER = "<think>Need the weather.</think>\n\nChecking.\n<tool_call>\n" +
+  '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
+
+function parsedChoices(): TokenChoices {
+  const ids = tok.encode(ANSWER, { addSpecialTokens: false });
+  const items: LLMEngineOutput[] = ids.map((id) => ({ token_ids: [id] }));
+  items.push({ token_ids: [QWEN3_IM_END], finish_reason: "eos" });
+  let n = 0;
+  return new TokenChoices(tok, [request], [outputs(items)], 2, series, performance.now(), {
+    parsers: [
+      new ChatOutputParser({
+        reasoning: reasoningParser("qwen3"),
+        tools: toolCallParser("hermes"),
+        newId: () => `call_${n++}`,
+      }),
+    ],
+  });
+}
+
+Deno.test("a parsed choice streams reasoning, content, then the call's id and name before its arguments", async () => {
+  const all = (await steps(tokenSse(parsedChoices(), chunkBase("chat", "r1", "m"), false)))
+    .flatMap((s) => data(s.text)).filter((d) => d !== "[DONE]").map((d) => JSON.parse(d));
+  const deltas = all.map((c) => c.choices[0].delta);
+  assert.equal(deltas[0].role, "assistant");
+  assert.equal(deltas.map((d) => d.reasoning_content ?? "").join(""), "Need the weather.");
+  assert.equal(deltas.map((d) => d.content ?? "").join(""), "Checking.");
+  const calls = deltas.filter((d) => d.tool_calls).map((d) => d.tool_calls[0]);
+  assert.deepEqual(calls, [
+    { index: 0, id: "call_0", type: "function", function: { name: "get_weather", arguments: "" } },
+    { index: 0, function: { arguments: '{"city":"Paris"}' } },
+  ]);
+  const reasons = all.map((c) => c.choices[0].finish_reason);
+  assert.deepEqual(reasons.filter((r) => r !== null), ["tool_calls"]);
+  assert.equal(reasons.at(-1), "tool_calls", "on the last chunk");
+});
+
+Deno.test("a parsed choice's whole response carries content, reasoning_content and tool_calls", async () => {
+  const r = await tokenResponse(parsedChoices(), chunkBase("chat", "r1", "m"));
+  const choice = (r.choices as Record<string, unknown>[])[0]!;
+  assert.equal(choice.finish_reason, "tool_calls");
+  assert.deepEqual(choice.message, {
+    role: "assistant",
+    content: "Checking.",
+    reasoning_content: "Need the weather.",
+    tool_calls: [{
+      id: "call_0",
+      type: "function",
+      function: { name: "get_weather", arguments: '{"city":"Paris"}' },
+    }],
+  });
+});
+
+Deno.test("a tool-call syntax made of special tokens keeps them in the text its parser reads", async () => {
+  const [hello] = tok.encode("Hello", { addSpecialTokens: false });
+  const items = (): LLMEngineOutput[] => [
+    { token_ids: [QWEN3_IM_START] },
+    { token_ids: [hello!], finish_reason: "stop" },
+  ];
+  const answer = async (keepSpecialTokens: boolean) => {
+    const choices = new TokenChoices(tok, [request], [outputs(items())], 2, series, 0, {
+      parsers: [new ChatOutputParser({})],
+      keepSpecialTokens,
+    });
+    let text = "";
+    for await (const ev of choices.events()) text += ev.text;
+    return text;
+  };
+  assert.equal(await answer(true), "<|im_start|>Hello");
+  assert.equal(await answer(false), "Hello");
 });

@@ -3,15 +3,24 @@
 // the usage the response reports.
 
 import { DynamoError } from "../../runtime/errors.ts";
+import type { ChatOutput, ChatOutputParser, IndexedToolCall } from "../parsers/chat_output.ts";
 import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import type { Tokenizer } from "../preprocess/tokenizer.ts";
 import { OutputProcessor } from "./postprocessor.ts";
 
+/** Why a choice ended: the engine's reasons, and "tool_calls" when the answer called tools. */
+export type ChoiceFinish = FinishReason | "tool_calls";
+
 /** One piece of one choice's answer. */
 export interface ChoiceEvent {
   index: number;
+  /** New answer text (`content`). */
   text: string;
-  reason: FinishReason | null;
+  reason: ChoiceFinish | null;
+  /** New reasoning text (`reasoning_content`), when a reasoning parser runs. */
+  reasoning?: string;
+  /** Tool calls completed, when a tool-call parser runs. */
+  calls?: IndexedToolCall[];
 }
 
 /** The OpenAI `usage` of a response. */
@@ -56,6 +65,8 @@ export class TokenChoices {
   readonly streams: readonly AsyncIterable<LLMEngineOutput>[];
   readonly processors: readonly OutputProcessor[];
   readonly promptTokens: number;
+  /** Each choice's output parser, when the answer is parsed (reasoning, tool calls). */
+  readonly parsers: readonly ChatOutputParser[] | undefined;
   readonly #series: TokenSeries;
   readonly #started: number;
   /** Prompt tokens served from an engine's prefix cache (choice 0's: all share the prompt). */
@@ -71,6 +82,8 @@ export class TokenChoices {
    * @param promptTokens the prompt's length in tokens
    * @param series where token timings and output lengths are observed
    * @param started when the request arrived (`performance.now()`)
+   * @param output each choice's output parser (none: the text is all content), and whether
+   *   special tokens stay in the text (a tool-call syntax made of them)
    */
   constructor(
     tokenizer: Tokenizer,
@@ -79,10 +92,15 @@ export class TokenChoices {
     promptTokens: number,
     series: TokenSeries,
     started: number,
+    output?: { parsers: readonly ChatOutputParser[]; keepSpecialTokens?: boolean },
   ) {
     this.n = streams.length;
+    this.parsers = output?.parsers;
     this.streams = streams;
-    this.processors = requests.map((r) => OutputProcessor.forRequest(tokenizer, r));
+    const skipSpecialTokens = output?.keepSpecialTokens === true ? false : undefined;
+    this.processors = requests.map((r) =>
+      OutputProcessor.forRequest(tokenizer, r, { skipSpecialTokens })
+    );
     this.promptTokens = promptTokens;
     this.#series = series;
     this.#started = started;
@@ -106,21 +124,53 @@ export class TokenChoices {
   /** One choice's (delta, finish) events. */
   async *choiceEvents(index: number): AsyncGenerator<ChoiceEvent> {
     const proc = this.processors[index]!;
+    const parser = this.parsers?.[index];
     for await (const out of this.streams[index]!) {
       this.observe(index, out);
       const delta = proc.push(out);
       if (delta.finishReason) {
-        yield { index, text: delta.text, reason: openaiReason(delta.finishReason) };
+        yield this.#event(index, delta.text, openaiReason(delta.finishReason), parser);
         return;
       }
-      if (delta.text !== "") yield { index, text: delta.text, reason: null };
+      if (delta.text === "") continue;
+      if (parser === undefined) {
+        yield { index, text: delta.text, reason: null };
+        continue;
+      }
+      const parsed = parser.push(delta.text);
+      if (parsed.content !== "" || parsed.reasoning !== "" || parsed.calls.length > 0) {
+        yield parsedEvent(index, parsed, null);
+      }
     }
     const tail = proc.finish();
-    yield {
+    yield this.#event(
       index,
-      text: tail.text,
-      reason: tail.finishReason ? openaiReason(tail.finishReason) : "stop",
+      tail.text,
+      tail.finishReason ? openaiReason(tail.finishReason) : "stop",
+      parser,
+    );
+  }
+
+  /** A choice's last event: the parser's held-back text, and "tool_calls" for a call. */
+  #event(
+    index: number,
+    text: string,
+    reason: FinishReason,
+    parser: ChatOutputParser | undefined,
+  ): ChoiceEvent {
+    if (parser === undefined) return { index, text, reason };
+    const a = parser.push(text);
+    const b = parser.finish();
+    const parsed = {
+      content: a.content + b.content,
+      reasoning: a.reasoning + b.reasoning,
+      calls: [...a.calls, ...b.calls],
     };
+    return parsedEvent(
+      index,
+      parsed,
+      parser.callCount > 0 && reason === "stop" ? "tool_calls" : reason,
+    );
   }
 
   /** All choices' events, merged in arrival order (one choice: its own events, no merging). */
@@ -150,6 +200,16 @@ export class TokenChoices {
     this.#outputObserved = true;
     this.#series.outputTokens.observe(this.usage().completion_tokens);
   }
+}
+
+function parsedEvent(index: number, parsed: ChatOutput, reason: ChoiceFinish | null): ChoiceEvent {
+  return {
+    index,
+    text: parsed.content,
+    reason,
+    reasoning: parsed.reasoning,
+    calls: parsed.calls,
+  };
 }
 
 /**

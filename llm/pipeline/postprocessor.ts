@@ -189,9 +189,14 @@ export class OutputProcessor {
    * @param request The request sent to the engine.
    * @returns The processor.
    */
-  static forRequest(tokenizer: Tokenizer, request: PreprocessedRequest): OutputProcessor {
+  static forRequest(
+    tokenizer: Tokenizer,
+    request: PreprocessedRequest,
+    options: { skipSpecialTokens?: boolean } = {},
+  ): OutputProcessor {
     const stop = request.stop_conditions;
     return new OutputProcessor({
+      skipSpecialTokens: options.skipSpecialTokens,
       tokenizer,
       stopStrings: stop.stop,
       maxTokens: stop.max_tokens,

@@ -12,6 +12,14 @@ export interface Preprocessed {
   choices: PreprocessedRequest[];
   /** The prompt's length in tokens. */
   promptTokens: number;
+  /** The rendered chat prompt or the completion's text prompt. */
+  promptText?: string;
+}
+
+/** Options of {@linkcode preprocess}. */
+export interface PreprocessOptions {
+  /** Render a chat request's tools (a tool-call parser will read the answer). */
+  renderTools?: boolean;
 }
 
 /**
@@ -27,13 +35,14 @@ export function preprocess(
   preprocessor: Preprocessor,
   kind: EndpointKind,
   req: OpenAIRequest,
+  options: PreprocessOptions = {},
 ): Preprocessed {
-  const { request, promptTokens, n } = kind === "chat"
-    ? preprocessor.chat(req as ChatCompletionRequest)
+  const { request, promptTokens, n, promptText } = kind === "chat"
+    ? preprocessor.chat(req as ChatCompletionRequest, { renderTools: options.renderTools })
     : preprocessor.completion(req as CompletionRequest);
   // Each choice its own seed when one is given.
   const choices = n === 1
     ? [request]
     : Array.from({ length: n }, (_, i) => choiceRequest(request, i));
-  return { choices, promptTokens };
+  return { choices, promptTokens, promptText };
 }

@@ -6,10 +6,13 @@
 //   no field to ask the engine for them.
 // - `response_format` other than "text": no guided decoding.
 // - `logit_bias`: no wire field.
-// - `tools` (unless tool_choice is "none"): no tool-call parser turns the model's output into
-//   `tool_calls`. With `renderTools: true` tools are rendered into the template ("auto" only)
-//   and parsing the output is the caller's job. Tool messages and earlier tool calls in the
-//   conversation are always rendered.
+// - `tools` (unless tool_choice is "none") when the caller has no tool-call parser for the
+//   model (`renderTools` false): nothing would turn the model's output into `tool_calls`.
+//   With `renderTools` the tools are rendered into the template and parsing the output is
+//   the caller's job (llm/parsers/). `tool_choice: "required"` renders every tool and a named
+//   choice only the named one: without grammar-guided decoding neither is enforced, the model
+//   is only steered. Tool messages and earlier tool calls in the conversation are always
+//   rendered.
 // - completions `echo`, `suffix`, `best_of` > n, and prompt lists with more than one entry.
 // - non-text content parts (the chat template only takes text).
 // `n` is not sent to the engine: PreprocessResult.n tells the caller how many requests to
@@ -37,8 +40,18 @@ export interface PreprocessorOptions {
   /** The model's tokenizer. */
   tokenizer: Tokenizer;
   /**
-   * Render `tools` into the chat template for `tool_choice` "auto" (or unset). The caller
-   * must then parse tool calls out of the output. Default false: such requests get a 400.
+   * Render `tools` into the chat template (the default of {@linkcode ChatPreprocessOptions.renderTools}).
+   * The caller must then parse tool calls out of the output. Default false: requests with
+   * tools get a 400.
+   */
+  renderTools?: boolean;
+}
+
+/** Options of one {@linkcode Preprocessor.chat} call. */
+export interface ChatPreprocessOptions {
+  /**
+   * Render the request's `tools` into the template: the caller parses tool calls out of the
+   * answer. Default: the preprocessor's `renderTools`.
    */
   renderTools?: boolean;
 }
@@ -93,10 +106,11 @@ export class Preprocessor {
    * Pre-processes a chat request.
    *
    * @param req A request from {@linkcode validateChatRequest}.
+   * @param options Whether tools are rendered.
    * @returns The engine request, the prompt token count and the number of choices.
    * @throws {RequestError} 400 for what the model cannot do or a prompt over the context.
    */
-  chat(req: ChatCompletionRequest): PreprocessResult {
+  chat(req: ChatCompletionRequest, options: ChatPreprocessOptions = {}): PreprocessResult {
     if (this.#template === undefined) {
       throw new RequestError(
         400,
@@ -119,7 +133,7 @@ export class Preprocessor {
         { param: "response_format" },
       );
     }
-    const tools = this.#toolsToRender(req);
+    const tools = this.#toolsToRender(req, options.renderTools ?? this.#renderTools);
     const kwargs = { ...req.chat_template_args, ...req.chat_template_kwargs };
     const prompt = this.#template.render({
       ...kwargs,
@@ -175,25 +189,23 @@ export class Preprocessor {
     return result;
   }
 
-  #toolsToRender(req: ChatCompletionRequest): ChatCompletionRequest["tools"] {
+  #toolsToRender(
+    req: ChatCompletionRequest,
+    render: boolean,
+  ): ChatCompletionRequest["tools"] {
     const tools = req.tools ?? [];
     const choice = req.tool_choice;
     if (tools.length === 0 || choice === "none") return undefined;
-    if (!this.#renderTools) {
+    if (!render) {
       throw new RequestError(
         400,
-        'Tool calling is not supported by this server: send `tools` with `tool_choice: "none"` or without `tools`.',
+        `Tool calling is not supported for the model \`${this.#card.display_name}\`: no tool-call parser is configured for it (--dyn-tool-call-parser); send \`tools\` with \`tool_choice: "none"\` or without \`tools\`.`,
         { param: "tools" },
       );
     }
-    if (choice !== undefined && choice !== "auto") {
-      throw new RequestError(
-        400,
-        `\`tool_choice\` ${
-          JSON.stringify(choice)
-        } is not supported: this server cannot force a tool call; use "auto" or "none".`,
-        { param: "tool_choice" },
-      );
+    // A named choice: only that tool is offered (validation checked that it is in `tools`).
+    if (typeof choice === "object") {
+      return tools.filter((t) => t.function.name === choice.function.name);
     }
     return tools;
   }

@@ -233,10 +233,54 @@ Deno.test("Preprocessor refuses tools unless told to render them", () => {
     .chat(chat({ tools: [weatherTool] })).promptText ?? "";
   assert.ok(rendered.includes("# Tools"), rendered);
   assert.ok(rendered.includes('"name": "get_weather"'), rendered);
-  rejects(
-    () => preprocessor({}, true).chat(chat({ tools: [weatherTool], tool_choice: "required" })),
-    "tool_choice",
-    "cannot force a tool call",
+});
+
+const timeTool = { type: "function", function: { name: "get_time", parameters: {} } };
+
+Deno.test("Preprocessor renders every tool for required and only the named one for a named choice", () => {
+  const pre = preprocessor({ context_length: 4096 });
+  const tools = [weatherTool, timeTool];
+  const required = pre.chat(chat({ tools, tool_choice: "required" }), { renderTools: true })
+    .promptText!;
+  assert.ok(required.includes('"name": "get_weather"') && required.includes('"name": "get_time"'));
+  const named = pre.chat(
+    chat({ tools, tool_choice: { type: "function", function: { name: "get_time" } } }),
+    { renderTools: true },
+  ).promptText!;
+  assert.ok(named.includes('"name": "get_time"'), named);
+  assert.ok(!named.includes("get_weather"), "the other tools are not offered");
+  rejects(() => pre.chat(chat({ tools })), "tools", "no tool-call parser is configured");
+});
+
+Deno.test("Preprocessor renders tool calls and tool results of the history through the template", () => {
+  const pre = preprocessor({ context_length: 4096 });
+  const { promptText } = pre.chat(
+    validateChatRequest({
+      model: "m",
+      tools: [weatherTool],
+      messages: [
+        { role: "user", content: "Weather in Paris?" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: "call_1",
+            type: "function",
+            function: { name: "get_weather", arguments: '{"city": "Paris"}' },
+          }],
+        },
+        { role: "tool", tool_call_id: "call_1", content: "sunny, 21C" },
+      ],
+    }),
+    { renderTools: true },
+  );
+  assert.ok(
+    promptText!.includes('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'),
+    promptText ?? "",
+  );
+  assert.ok(
+    promptText!.includes("<tool_response>\nsunny, 21C\n</tool_response>"),
+    promptText ?? "",
   );
 });
 

@@ -32,12 +32,28 @@ Options:
   --router-mode MODE  round-robin (default), random, or kv (KV-cache aware: to the worker
                       holding the longest prefix of the prompt, weighed against its load)
   --kv-overlap-score-weight W
-                      kv: weight of uncached prefill blocks against decode load (default 1)
+                      kv: weight of uncached prefill blocks against decode load (gives
+                      the reference's weighted cost; default: none)
   --router-temperature T
                       kv: 0 (default) takes the cheapest worker; above 0 samples
   --kv-queued-prefill-weight Q
                       kv: weight of prompts already queued for prefill on a worker
-                      (default 1); below 1 keeps more requests on their cached prefix
+                      (weighted cost; 1 when only the other weight is given); below 1
+                      keeps more requests on their cached prefix. Without either
+                      weight, the kv cost is the predicted time to first token,
+                      learned from the TTFTs the router sees (no weight to tune)
+  --router-load-bound F
+                      kv: a worker past F times the mean requests in flight (plus 2)
+                      takes none while another is under (default 1.5)
+  --active-decode-blocks-threshold F
+                      kv: skip workers whose KV cache is fuller than F (0..1) while
+                      others are not (default off)
+  --active-prefill-tokens-threshold N
+                      kv: skip workers with more than N prompt tokens queued for
+                      prefill while others are not (default off)
+  --router-replica-sync
+                      kv: share the router's load book with other frontends' routers
+                      over the event plane, and book theirs
   --max-inflight N    generation requests handled at once, streams until their last byte
                       (default 1024; env DYN_HTTP_MAX_INFLIGHT); past it: 429 + Retry-After
   --max-queued N      requests that may wait for a slot (default 0; env DYN_HTTP_MAX_QUEUED)
@@ -68,6 +84,10 @@ export const HTTP_FLAGS = {
   "kv-overlap-score-weight": { type: "string" },
   "router-temperature": { type: "string" },
   "kv-queued-prefill-weight": { type: "string" },
+  "router-load-bound": { type: "string" },
+  "active-decode-blocks-threshold": { type: "string" },
+  "active-prefill-tokens-threshold": { type: "string" },
+  "router-replica-sync": { type: "boolean" },
   "max-inflight": { type: "string" },
   "max-queued": { type: "string" },
   "queue-timeout-ms": { type: "string" },
@@ -93,7 +113,10 @@ const GUARD_ENV = {
  */
 export function parseHttpFlags(
   command: string,
-  values: { [K in keyof typeof HTTP_FLAGS]?: string },
+  values: {
+    [K in keyof typeof HTTP_FLAGS]?: typeof HTTP_FLAGS[K]["type"] extends "boolean" ? boolean
+      : string;
+  },
   defaults: { host: string },
   env: (name: string) => string | undefined = (name) => Deno.env.get(name),
 ): {
@@ -126,6 +149,9 @@ export function parseHttpFlags(
       ["kv-overlap-score-weight", "overlapScoreWeight"],
       ["router-temperature", "temperature"],
       ["kv-queued-prefill-weight", "queuedPrefillWeight"],
+      ["router-load-bound", "loadBound"],
+      ["active-decode-blocks-threshold", "activeDecodeBlocksThreshold"],
+      ["active-prefill-tokens-threshold", "activePrefillTokensThreshold"],
     ] as const
   ) {
     const raw = values[flag];
@@ -140,7 +166,22 @@ export function parseHttpFlags(
     if (routerMode !== "kv") {
       throw new UsageError(`--${flag} applies to --router-mode kv only`, command);
     }
+    if (key === "loadBound" && n < 1) {
+      throw new UsageError(`--${flag} must be >= 1, got ${JSON.stringify(raw)}`, command);
+    }
+    if (key === "activeDecodeBlocksThreshold" && n > 1) {
+      throw new UsageError(
+        `--${flag} must be a fraction in [0, 1], got ${JSON.stringify(raw)}`,
+        command,
+      );
+    }
     kvRouter[key] = n;
+  }
+  if (values["router-replica-sync"]) {
+    if (routerMode !== "kv") {
+      throw new UsageError("--router-replica-sync applies to --router-mode kv only", command);
+    }
+    kvRouter.replicaSync = true;
   }
   const cors = values["cors-allow-origin"] ?? env("DYN_HTTP_CORS_ALLOW_ORIGIN") ?? "";
   const corsAllowOrigins = cors.split(",").map((s) => s.trim()).filter(Boolean);

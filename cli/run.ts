@@ -59,10 +59,15 @@ Options:
   --http-host HOST         interface (default 127.0.0.1)
   --router-mode MODE       round-robin (default), random, or kv (KV-cache aware)
   --kv-overlap-score-weight W
-                           kv: weight of uncached prefill blocks (default 1)
+                           kv: weight of uncached prefill blocks (default: none, the
+                           cost is the predicted TTFT)
   --router-temperature T   kv: 0 (default) cheapest worker; above 0 samples
   --kv-queued-prefill-weight Q
-                           kv: weight of prompts queued for prefill on a worker (default 1)
+                           kv: weight of prompts queued for prefill on a worker
+  --router-load-bound F, --active-decode-blocks-threshold F,
+  --active-prefill-tokens-threshold N, --router-replica-sync
+                           kv: bounded load, busy thresholds, replica sync (see
+                           'dynamo help frontend')
   --max-inflight N         generation requests handled at once, streams until their
                            last byte (default 1024; env DYN_HTTP_MAX_INFLIGHT); past it
                            and the queue: 429 with Retry-After

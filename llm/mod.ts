@@ -114,10 +114,12 @@ export {
 export {
   ActiveSequences,
   type ActiveSequencesOptions,
+  type BookingEvent,
   type CostFunction,
   type CostFunctionInput,
   defaultCosts,
   pickByCost,
+  REMOTE_BOOKING_PREFIX,
   type WorkerBook,
   type WorkerCandidate,
 } from "./kv_router/scheduler.ts";
@@ -128,6 +130,11 @@ export {
   RoutingPolicy,
   type RoutingPolicyOptions,
 } from "./kv_router/policy.ts";
+export {
+  ACTIVE_SEQUENCES_EVENTS,
+  ReplicaSync,
+  type ReplicaSyncOptions,
+} from "./kv_router/replica_sync.ts";
 export {
   type TtftCoefficients,
   type TtftFeatures,

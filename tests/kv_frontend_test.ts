@@ -202,6 +202,12 @@ Deno.test("bad router flags exit 2 with a message naming the flag", async (t) =>
     ],
     [["--router-mode", "bogus"], /--router-mode.*"bogus"/],
     [["--router-temperature", "0.5"], /--router-temperature applies to --router-mode kv only/],
+    [["--router-mode", "kv", "--router-load-bound", "0.5"], /--router-load-bound must be >= 1/],
+    [
+      ["--router-mode", "kv", "--active-decode-blocks-threshold", "1.5"],
+      /--active-decode-blocks-threshold must be a fraction/,
+    ],
+    [["--router-replica-sync"], /--router-replica-sync applies to --router-mode kv only/],
   ];
   for (const [flags, message] of cases) {
     await t.step(flags.join(" "), async () => {

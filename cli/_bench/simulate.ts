@@ -40,6 +40,13 @@ export interface SimulateOptions {
   maxNumBatchedTokens?: number;
   /** The kv mode's policy (default: the router's defaults). */
   policy?: RoutingPolicyOptions;
+  /**
+   * Routers (frontends) taking turns with the requests, each with its own book and TTFT model
+   * (default 1). All see the same KV events.
+   */
+  routers?: number;
+  /** Routers share their books (the router's `replicaSync`; default false). */
+  replicaSync?: boolean;
   /** Seed of random picks (random mode, ties). */
   seed?: number;
   /** Period of the per-worker load samples in simulated ms (default 1000). */
@@ -98,18 +105,27 @@ export function simulate(
     });
     return { id, blocks, scheduler };
   });
-  const policy = new RoutingPolicy(bs, { random: rnd, ...options.policy });
-  const book = new ActiveSequences(bs, {
-    now: () => now,
-    onFirstOutput: (routedWith, ttftMs) => policy.ttftModel.observe(routedWith, ttftMs),
+  const routers = Array.from({ length: options.routers ?? 1 }, () => {
+    const policy = new RoutingPolicy(bs, { random: rnd, ...options.policy, ttftModel: undefined });
+    const book = new ActiveSequences(bs, {
+      now: () => now,
+      onFirstOutput: (routedWith, ttftMs) => policy.ttftModel.observe(routedWith, ttftMs),
+    });
+    return { policy, book };
   });
+  // The books a router's booking lands in: its own, and with replica sync every other's (as
+  // remote bookings: they teach no TTFT model).
+  const booksOf = (r: number) =>
+    routers.map((x, k) => ({ book: x.book, key: (id: string) => k === r ? id : `remote:${id}` }))
+      .filter((_, k) => k === r || options.replicaSync);
   const results: RequestResult[] = new Array(requests.length);
   const load: number[][] = [];
   const sampleMs = options.sampleMs ?? 1000;
   let nextSample = 0;
   let rr = 0;
 
-  const pick = (tokens: number[]): { worker: Worker; overlap: number } => {
+  const pick = (tokens: number[], r: number): { worker: Worker; overlap: number } => {
+    const { policy, book } = routers[r]!;
     if (options.mode === "round-robin") {
       return { worker: workers[rr++ % workers.length]!, overlap: 0 };
     }
@@ -149,7 +165,9 @@ export function simulate(
   const arrive = (i: number) => {
     const req = requests[i]!;
     const tokens = promptTokens(req);
-    const { worker, overlap } = pick(tokens);
+    const r = i % routers.length;
+    const { worker, overlap } = pick(tokens, r);
+    const books = options.mode === "kv" ? booksOf(r) : [];
     const key = String(i);
     const sent = now;
     const result: RequestResult = {
@@ -161,7 +179,7 @@ export function simulate(
     };
     results[i] = result;
     // Counted like the live replay: only the router's own book, as the frontend keeps it.
-    if (options.mode === "kv") book.add(key, worker.id, tokens.length, overlap);
+    for (const b of books) b.book.add(b.key(key), worker.id, tokens.length, overlap);
     let last = 0;
     let seq: Sequence | undefined = undefined;
     seq = worker.scheduler.add({
@@ -177,11 +195,11 @@ export function simulate(
           result.cachedTokens = seq?.cachedTokens ?? 0;
         } else result.itlMs.push(now - last);
         last = now;
-        if (options.mode === "kv") book.progress(key, 1);
+        for (const b of books) b.book.progress(b.key(key), 1);
         if (finished) {
           result.ok = true;
           result.latencyMs = now - sent;
-          if (options.mode === "kv") book.free(key);
+          for (const b of books) b.book.free(b.key(key));
         }
       },
     });

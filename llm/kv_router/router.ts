@@ -19,6 +19,7 @@ import type { ResponseStream } from "../../runtime/stream.ts";
 import { KvIndexer } from "./indexer.ts";
 import { KvMetricsAggregator } from "./metrics.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "./policy.ts";
+import { ReplicaSync } from "./replica_sync.ts";
 import {
   ActiveSequences,
   type CostFunction,
@@ -72,6 +73,12 @@ export interface KvRouterOptions extends RoutingPolicyOptions {
    * `--active-prefill-tokens-threshold`.
    */
   activePrefillTokensThreshold?: number;
+  /**
+   * Share this router's load book with the other routers of the same workers (other
+   * frontends) and book theirs, over the event plane (default false). As the reference's
+   * `--router-replica-sync`.
+   */
+  replicaSync?: boolean;
 }
 
 /** What {@linkcode KvRouter.findBestMatch} decided. */
@@ -168,6 +175,7 @@ export class KvRouter {
   readonly #decodeThreshold: number | undefined;
   readonly #prefillThreshold: number | undefined;
   readonly #metrics: KvMetricsAggregator | undefined;
+  readonly #sync: ReplicaSync | undefined;
   readonly #indexer: OverlapLookup;
   readonly #client: Promise<Client>;
   readonly #ownsClient: boolean;
@@ -194,6 +202,18 @@ export class KvRouter {
     // Weights, temperature and bound are checked by the policy.
     this.#policy = new RoutingPolicy(blockSize, options);
     this.queuedPrefillWeight = this.#policy.queuedPrefillWeight;
+    const decode = options.activeDecodeBlocksThreshold;
+    if (decode !== undefined && !(decode >= 0 && decode <= 1)) {
+      throw new InvalidArgumentError(
+        `activeDecodeBlocksThreshold must be a fraction in [0, 1], got ${decode}`,
+      );
+    }
+    const prefill = options.activePrefillTokensThreshold;
+    if (prefill !== undefined && !(prefill >= 0 && prefill < Infinity)) {
+      throw new InvalidArgumentError(
+        `activePrefillTokensThreshold must be a number of tokens >= 0, got ${prefill}`,
+      );
+    }
     const unreadMs = options.unreadStreamTimeoutMs ?? 60_000;
     if (!(unreadMs > 0)) {
       throw new InvalidArgumentError(`unreadStreamTimeoutMs must be > 0, got ${unreadMs}`);
@@ -213,7 +233,9 @@ export class KvRouter {
     this.#random = options.random ?? Math.random;
     const model = this.#policy.ttftModel;
     this.ttftModel = model;
+    let sync: ReplicaSync | undefined;
     this.#active = new ActiveSequences(blockSize, {
+      onBooking: options.replicaSync ? (e) => sync?.publish(e) : undefined,
       onFirstOutput: (routedWith, ttftMs) => {
         model.observe(routedWith, ttftMs);
         if (model.observations % 256 === 0) {
@@ -222,22 +244,19 @@ export class KvRouter {
       },
     });
     this.loadBound = this.#policy.loadBound;
-    const decode = options.activeDecodeBlocksThreshold;
-    if (decode !== undefined && !(decode >= 0 && decode <= 1)) {
-      throw new InvalidArgumentError(
-        `activeDecodeBlocksThreshold must be a fraction in [0, 1], got ${decode}`,
-      );
-    }
-    const prefill = options.activePrefillTokensThreshold;
-    if (prefill !== undefined && !(prefill >= 0 && prefill < Infinity)) {
-      throw new InvalidArgumentError(
-        `activePrefillTokensThreshold must be a number of tokens >= 0, got ${prefill}`,
-      );
-    }
     this.#decodeThreshold = decode;
     this.#prefillThreshold = prefill;
+    if (options.replicaSync) {
+      sync = new ReplicaSync(endpoint.component, this.#active, { logger: this.#log });
+    }
+    this.#sync = sync;
     // The workers' own KV usage, only when a threshold needs it.
     this.#metrics = decode === undefined ? undefined : new KvMetricsAggregator(endpoint.component);
+  }
+
+  /** Resolves once replica sync (when on) receives the other routers' bookings. */
+  get ready(): Promise<void> {
+    return this.#sync?.ready ?? Promise.resolve();
   }
 
   /** The predicted load of a worker, from the router's own book. */
@@ -501,6 +520,7 @@ export class KvRouter {
     this.#unread.clear();
     await this.#indexer.close?.();
     await this.#metrics?.close();
+    await this.#sync?.close();
     if (this.#ownsClient) await (await this.#client).close();
   }
 }

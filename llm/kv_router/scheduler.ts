@@ -136,6 +136,8 @@ interface ActiveRequest {
   tokens: number;
   /** When it was booked (ms, the book's clock), until its first output. */
   bookedAt?: number;
+  /** Whether its first output came. */
+  started?: boolean;
   /** The worker's load it was routed with: prefill tokens ahead (its own too), KV blocks. */
   routedWith?: { prefillTokens: number; activeBlocks: number };
 }
@@ -152,7 +154,27 @@ export interface ActiveSequencesOptions {
   ) => void;
   /** The clock, ms (default performance.now). */
   now?: () => number;
+  /**
+   * Told of every booking made here (not of those whose id starts with `remote:`, which other
+   * routers made): what a replica shares with the others.
+   */
+  onBooking?: (event: BookingEvent) => void;
 }
+
+/** A change in a router's book, as replicas share it. */
+export type BookingEvent =
+  | {
+    kind: "add";
+    request_id: string;
+    worker_id: string;
+    prompt_tokens: number;
+    overlap_blocks: number;
+  }
+  | { kind: "prefill_done"; request_id: string }
+  | { kind: "free"; request_id: string };
+
+/** Book ids of requests other routers booked (their changes are not shared again). */
+export const REMOTE_BOOKING_PREFIX = "remote:";
 
 /** A worker's predicted load in the router's book. */
 export interface WorkerBook {
@@ -174,6 +196,7 @@ export class ActiveSequences {
   readonly #workers = new Map<string, WorkerBook>();
   readonly #onFirstOutput: ActiveSequencesOptions["onFirstOutput"];
   readonly #now: () => number;
+  readonly #onBooking: ActiveSequencesOptions["onBooking"];
   #total = 0;
 
   /** Creates an empty book for workers with blocks of `blockSize` tokens. */
@@ -184,6 +207,11 @@ export class ActiveSequences {
     this.#blockSize = blockSize;
     this.#onFirstOutput = options.onFirstOutput;
     this.#now = options.now ?? (() => performance.now());
+    this.#onBooking = options.onBooking;
+  }
+
+  #share(requestId: string, event: () => BookingEvent): void {
+    if (this.#onBooking && !requestId.startsWith(REMOTE_BOOKING_PREFIX)) this.#onBooking(event());
   }
 
   /** Requests in flight on every worker together. */
@@ -239,6 +267,13 @@ export class ActiveSequences {
     book.prefillBlocks += prefillBlocks;
     book.requests++;
     this.#total++;
+    this.#share(requestId, () => ({
+      kind: "add",
+      request_id: requestId,
+      worker_id: workerId,
+      prompt_tokens: promptTokens,
+      overlap_blocks: overlapBlocks,
+    }));
   }
 
   /** The request produced output: its prefill is done; `newTokens` grow its blocks. */
@@ -254,6 +289,10 @@ export class ActiveSequences {
       const ttft = this.#now() - req.bookedAt;
       req.bookedAt = undefined;
       this.#onFirstOutput?.(req.routedWith!, ttft);
+    }
+    if (!req.started) {
+      req.started = true;
+      this.#share(requestId, () => ({ kind: "prefill_done", request_id: requestId }));
     }
     if (newTokens > 0) {
       req.tokens += newTokens;
@@ -274,6 +313,7 @@ export class ActiveSequences {
     book.requests--;
     this.#total--;
     if (book.requests === 0) this.#workers.delete(req.workerId);
+    this.#share(requestId, () => ({ kind: "free", request_id: requestId }));
   }
 
   /** Forgets a worker that left, and its requests. */

@@ -4,18 +4,20 @@
 import type { Client } from "../../runtime/client.ts";
 import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
-import { KvRouter } from "../kv_router/router.ts";
+import { KvRouter, type KvRouterOptions } from "../kv_router/router.ts";
 import { type EndpointId, endpointPath } from "./endpoints.ts";
 
-/** The KV router's settings (router mode "kv"). */
-export interface KvRouterSettings {
-  /** Weight of uncached prefill blocks against decode load (default 1). */
-  overlapScoreWeight?: number;
-  /** 0 (default): the cheapest worker; above 0: sampling. */
-  temperature?: number;
-  /** Weight of blocks other requests still prefill on a worker (default 1). */
-  queuedPrefillWeight?: number;
-}
+/** The KV router's settings (router mode "kv"); see {@linkcode KvRouterOptions}. */
+export type KvRouterSettings = Pick<
+  KvRouterOptions,
+  | "overlapScoreWeight"
+  | "temperature"
+  | "queuedPrefillWeight"
+  | "loadBound"
+  | "activeDecodeBlocksThreshold"
+  | "activePrefillTokensThreshold"
+  | "replicaSync"
+>;
 
 /** Makes and keeps one {@linkcode KvRouter} per endpoint and block size. */
 export class KvRouters {

@@ -1,0 +1,52 @@
+import assert from "node:assert/strict";
+import { summarizeMode } from "./report.ts";
+import { simulate } from "./simulate.ts";
+import { synthesizeTrace, SYNTHETIC_PRESETS } from "./synthetic.ts";
+
+// A small multi-tenant trace: 4 tenants, 6 users each.
+const trace = synthesizeTrace({
+  ...SYNTHETIC_PRESETS["multi-tenant"]!,
+  seed: 5,
+  tenants: 4,
+  usersPerTenant: 6,
+});
+
+Deno.test("simulate: every request completes with its tokens; the same inputs give the same figures", () => {
+  const a = simulate(trace, { workers: 4, mode: "kv", load: 4, blockSize: 16 });
+  const b = simulate(trace, { workers: 4, mode: "kv", load: 4, blockSize: 16 });
+  assert.ok(a.results.every((r) => r.ok));
+  assert.deepEqual(
+    a.results.map((r) => r.outputTokens),
+    trace.map((r) => r.outputLength),
+  );
+  assert.ok(a.results.every((r) => r.ttftMs! > 0 && r.itlMs.length === r.outputTokens - 1));
+  assert.deepEqual(a.results, b.results);
+  assert.ok(a.load.length > 0 && a.load.every((s) => s.length === 5));
+});
+
+Deno.test("simulate: the kv router hits more of the prefix cache than round-robin on shared prompts", () => {
+  const kv = summarizeMode(...run("kv"));
+  const rr = summarizeMode(...run("round-robin"));
+  assert.ok(
+    kv.prefix_hit_rate > rr.prefix_hit_rate + 0.05,
+    `kv ${kv.prefix_hit_rate} vs round-robin ${rr.prefix_hit_rate}`,
+  );
+  function run(mode: "kv" | "round-robin") {
+    const r = simulate(trace, { workers: 4, mode, load: 4, blockSize: 16 });
+    return [r.results, r.seconds] as const;
+  }
+});
+
+Deno.test("simulate: two routers with replica sync route as one", () => {
+  const one = simulate(trace, { workers: 4, mode: "kv", load: 4, blockSize: 16 });
+  const two = simulate(trace, {
+    workers: 4,
+    mode: "kv",
+    load: 4,
+    blockSize: 16,
+    routers: 2,
+    replicaSync: true,
+  });
+  const hit = (r: typeof one) => summarizeMode(r.results, r.seconds).prefix_hit_rate;
+  assert.ok(hit(two) >= 0.95 * hit(one), `${hit(two)} vs ${hit(one)}`);
+});

@@ -1,0 +1,65 @@
+import assert from "node:assert/strict";
+import { InvalidArgumentError } from "../../runtime/errors.ts";
+import { RoutingPolicy } from "./policy.ts";
+import type { WorkerCandidate } from "./scheduler.ts";
+
+const worker = (id: string, o: Partial<WorkerCandidate> = {}): WorkerCandidate => ({
+  workerId: id,
+  overlapBlocks: 0,
+  requestBlocks: 128,
+  activeBlocks: 0,
+  prefillBlocks: 0,
+  activeRequests: 0,
+  ...o,
+});
+
+Deno.test("RoutingPolicy's default cost keeps a prompt on the worker caching it despite its decode load", () => {
+  const policy = new RoutingPolicy(16);
+  assert.equal(policy.weighted, false);
+  // a holds 120 of 128 blocks and runs requests holding 1,500 blocks; b is idle.
+  const all = [
+    worker("a", { overlapBlocks: 120, activeBlocks: 1500, activeRequests: 6 }),
+    worker("b"),
+  ];
+  assert.equal(policy.choose(all, { totalRequests: 6 }).workerId, "a");
+  // The reference's weighted cost at weight 1 sends it away: decode blocks count as much as prefill.
+  const weighted = new RoutingPolicy(16, { overlapScoreWeight: 1 });
+  assert.equal(weighted.choose(all, { totalRequests: 6 }).workerId, "b");
+});
+
+Deno.test("RoutingPolicy sends a prompt elsewhere when the holder's prefill queue outweighs the hit", () => {
+  const policy = new RoutingPolicy(16);
+  const all = [
+    worker("a", { overlapBlocks: 64, prefillBlocks: 2000, activeRequests: 3 }),
+    worker("b"),
+  ];
+  assert.equal(policy.choose(all, { totalRequests: 3 }).workerId, "b");
+});
+
+Deno.test("RoutingPolicy: bounded load, then busy workers, leave the pool only while others remain", () => {
+  const policy = new RoutingPolicy(16, { loadBound: 1.5 });
+  // 8 workers, 16 in flight: mean 17/8, bound 1.5 * 2.125 + 2 = 5.19; a has 6.
+  const all = [
+    worker("a", { overlapBlocks: 128, activeRequests: 6 }),
+    ...Array.from({ length: 7 }, (_, i) => worker(`w${i}`, { activeRequests: 1 })),
+  ];
+  assert.equal(policy.eligible(all, { totalRequests: 16 }).some((c) => c.workerId === "a"), false);
+  const unbounded = new RoutingPolicy(16, { loadBound: Infinity });
+  assert.equal(unbounded.choose(all, { totalRequests: 16 }).workerId, "a");
+  // Everyone over the bound: nobody is left out.
+  const crowded = all.map((c) => ({ ...c, activeRequests: 9 }));
+  assert.equal(policy.eligible(crowded, { totalRequests: 16 }).length, 8);
+  // Busy: skipped while another is free; all busy: all stay.
+  const busy = (c: WorkerCandidate) => c.workerId !== "w3";
+  assert.deepEqual(policy.eligible(all, { totalRequests: 16, busy }).map((c) => c.workerId), [
+    "w3",
+  ]);
+  assert.equal(policy.eligible(all, { totalRequests: 16, busy: () => true }).length, 7);
+});
+
+Deno.test("RoutingPolicy refuses options out of range", () => {
+  assert.throws(() => new RoutingPolicy(0), InvalidArgumentError);
+  assert.throws(() => new RoutingPolicy(16, { loadBound: 0.5 }), InvalidArgumentError);
+  assert.throws(() => new RoutingPolicy(16, { overlapScoreWeight: -1 }), InvalidArgumentError);
+  assert.throws(() => new RoutingPolicy(16, { temperature: -1 }), InvalidArgumentError);
+});

@@ -8,7 +8,8 @@
 // p90 (found by bisection), "moderate" half of that. Nothing about the router changes per trace.
 //
 // Flags: --seeds N (default 5), --workers N (default 8), --mooncake-requests N (default 3000),
-// --json PATH, --quick (2 seeds, 1000 Mooncake requests).
+// --json PATH, --quick (2 seeds, 1000 Mooncake requests), --reference-cost (the kv side with the
+// reference's weighted cost at weight 1, the default before the predicted-TTFT cost).
 
 import { simulate } from "../cli/_bench/simulate.ts";
 import { synthesizeTrace, SYNTHETIC_PRESETS } from "../cli/_bench/synthetic.ts";
@@ -21,6 +22,8 @@ const SEEDS = Number(flag("--seeds") ?? (quick ? 2 : 5));
 const WORKERS = Number(flag("--workers") ?? 8);
 const MOONCAKE = Number(flag("--mooncake-requests") ?? (quick ? 1000 : 3000));
 const jsonPath = flag("--json");
+// --reference-cost: the kv side uses the reference's weighted cost at weight 1 (the old default).
+const policy = Deno.args.includes("--reference-cost") ? { overlapScoreWeight: 1 } : undefined;
 
 interface Row {
   trace: string;
@@ -32,7 +35,7 @@ interface Row {
 }
 
 function run(trace: TraceRequest[], mode: "kv" | "round-robin", load: number): ModeSummary {
-  const r = simulate(trace, { workers: WORKERS, mode, load, blockSize: 16 });
+  const r = simulate(trace, { workers: WORKERS, mode, load, blockSize: 16, policy });
   return summarizeMode(r.results, r.seconds);
 }
 

@@ -3,7 +3,6 @@
 // its memory in one batched WRITE and notify it.
 
 import type { DlistHandle, MemoryRegion, TransferAgent } from "../../native/mod.ts";
-import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import { fillKvBlock, splitBlocks } from "./kv_bytes.ts";
 import {
@@ -12,12 +11,9 @@ import {
   prefillSkippedNotif,
   type RemotePrefillRequest,
 } from "./protocol.ts";
-import {
-  checkDecodeMemoryInfo,
-  checkPrefillRequest,
-  InvalidPrefillRequestError,
-} from "./prefill_request.ts";
+import { checkPrefillRequest, InvalidPrefillRequestError } from "./prefill_request.ts";
 import { runPrefillLoop } from "./prefill_loop.ts";
+import { DecodePeers } from "./_decode_peers.ts";
 import type { PrefillQueue } from "./queue.ts";
 
 /** Options of {@linkcode PrefillWorker}. */
@@ -61,11 +57,6 @@ export interface PrefillResult {
   skipped: boolean;
 }
 
-interface Peer {
-  info: DecodeMemoryInfo;
-  remote: DlistHandle;
-}
-
 /**
  * A prefill worker around a {@linkcode TransferAgent}.
  *
@@ -82,7 +73,7 @@ export class PrefillWorker {
   readonly #opts: PrefillWorkerOptions;
   readonly #staging: MemoryRegion;
   readonly #local: DlistHandle;
-  readonly #peers = new Map<string, Promise<Peer>>();
+  readonly #peers: DecodePeers;
   readonly #now: () => number;
   readonly #maxBlocks: number;
 
@@ -95,6 +86,7 @@ export class PrefillWorker {
   constructor(agent: TransferAgent, options: PrefillWorkerOptions) {
     this.agent = agent;
     this.#opts = options;
+    this.#peers = new DecodePeers(agent, options.resolveDecode, options.blockBytes, "block");
     this.#now = options.now ?? Date.now;
     const maxBlocks = this.#maxBlocks = options.maxBlocks ?? 1024;
     this.#staging = agent.allocate("DRAM", maxBlocks * options.blockBytes);
@@ -129,7 +121,7 @@ export class PrefillWorker {
       // blocks. Never fails: an expired request must leave the queue.
       this.#opts.logger?.warn("skipping an expired remote prefill", { request_id: req.request_id });
       try {
-        const peer = await this.#peer(req.engine_agent);
+        const peer = await this.#peers.get(req.engine_agent);
         this.agent.sendNotif(peer.info.agent_name, prefillSkippedNotif(req.request_id));
       } catch (e) {
         this.#opts.logger?.warn("cannot tell the decode worker", {
@@ -143,7 +135,7 @@ export class PrefillWorker {
     // The decode worker holds the blocks before `first` in its prefix cache already.
     const first = req.first_block ?? 0;
     const count = blocks.length - first; // the door saw to 0 <= count <= maxBlocks
-    const peer = await this.#peer(req.engine_agent);
+    const peer = await this.#peers.get(req.engine_agent);
     const descs = peer.info.descs.descs.length;
     for (let j = 0; j < count; j++) {
       if (req.block_ids[j]! >= descs) {
@@ -208,24 +200,5 @@ export class PrefillWorker {
   close(): void {
     this.agent.releaseDlistHandle(this.#local);
     this.agent.releaseMemory(this.#staging);
-  }
-
-  #peer(name: string): Promise<Peer> {
-    let p = this.#peers.get(name);
-    if (!p) {
-      p = (async () => {
-        const info = checkDecodeMemoryInfo(await this.#opts.resolveDecode(name), name);
-        if (info.block_bytes !== this.#opts.blockBytes) {
-          throw new InvalidArgumentError(
-            `decode ${name} has ${info.block_bytes}-byte blocks, this worker ${this.#opts.blockBytes}`,
-          );
-        }
-        const added = this.agent.addRemoteAgent(info.metadata);
-        return { info, remote: this.agent.prepXferDlist(added, info.descs) };
-      })();
-      p.catch(() => this.#peers.delete(name));
-      this.#peers.set(name, p);
-    }
-    return p;
   }
 }

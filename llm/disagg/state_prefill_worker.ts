@@ -6,11 +6,7 @@ import type { DlistHandle, MemoryRegion, TransferAgent } from "../../native/mod.
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import { runPrefillLoop } from "./prefill_loop.ts";
-import {
-  checkDecodeMemoryInfo,
-  checkStatePrefillRequest,
-  InvalidPrefillRequestError,
-} from "./prefill_request.ts";
+import { checkStatePrefillRequest, InvalidPrefillRequestError } from "./prefill_request.ts";
 import {
   type DecodeMemoryInfo,
   prefillDoneNotif,
@@ -18,6 +14,7 @@ import {
   type RemoteStatePrefillRequest,
   STATE_FRAME_BYTES,
 } from "./protocol.ts";
+import { DecodePeers } from "./_decode_peers.ts";
 import type { PrefillQueue } from "./queue.ts";
 
 /** Options of {@linkcode StatePrefillWorker}. */
@@ -65,11 +62,6 @@ export interface StatePrefillResult {
   reason?: string;
 }
 
-interface Peer {
-  info: DecodeMemoryInfo;
-  remote: DlistHandle;
-}
-
 /**
  * A prefill worker for engines whose prefill result is one state blob.
  *
@@ -87,7 +79,7 @@ export class StatePrefillWorker {
   readonly #opts: StatePrefillWorkerOptions;
   readonly #staging: MemoryRegion;
   readonly #local: DlistHandle;
-  readonly #peers = new Map<string, Promise<Peer>>();
+  readonly #peers: DecodePeers;
   readonly #now: () => number;
 
   /**
@@ -107,6 +99,7 @@ export class StatePrefillWorker {
     }
     this.agent = agent;
     this.#opts = options;
+    this.#peers = new DecodePeers(agent, options.resolveDecode, options.chunkBytes, "chunk");
     this.#now = options.now ?? Date.now;
     this.#staging = agent.allocate("DRAM", maxChunks * chunkBytes);
     agent.registerMemory(this.#staging);
@@ -142,7 +135,7 @@ export class StatePrefillWorker {
       });
       // Best effort: the decode worker falls back to local prefill at its deadline anyway.
       try {
-        const peer = await this.#peer(req.engine_agent);
+        const peer = await this.#peers.get(req.engine_agent);
         this.agent.sendNotif(peer.info.agent_name, prefillSkippedNotif(req.request_id));
       } catch (e) {
         this.#opts.logger?.warn("cannot tell the decode worker", {
@@ -153,7 +146,7 @@ export class StatePrefillWorker {
       return { requestId: req.request_id, bytes: 0, chunks: 0, skipped: true, reason };
     };
     if (req.expires_at <= this.#now()) return await skip();
-    const peer = await this.#peer(req.engine_agent);
+    const peer = await this.#peers.get(req.engine_agent);
     const descs = peer.info.descs.descs.length;
     if (req.first_chunk + req.chunk_count > descs) {
       throw new InvalidPrefillRequestError(
@@ -223,24 +216,5 @@ export class StatePrefillWorker {
   close(): void {
     this.agent.releaseDlistHandle(this.#local);
     this.agent.releaseMemory(this.#staging);
-  }
-
-  #peer(name: string): Promise<Peer> {
-    let p = this.#peers.get(name);
-    if (!p) {
-      p = (async () => {
-        const info = checkDecodeMemoryInfo(await this.#opts.resolveDecode(name), name);
-        if (info.block_bytes !== this.#opts.chunkBytes) {
-          throw new InvalidArgumentError(
-            `decode ${name} has ${info.block_bytes}-byte chunks, this worker ${this.#opts.chunkBytes}`,
-          );
-        }
-        const added = this.agent.addRemoteAgent(info.metadata);
-        return { info, remote: this.agent.prepXferDlist(added, info.descs) };
-      })();
-      p.catch(() => this.#peers.delete(name));
-      this.#peers.set(name, p);
-    }
-    return p;
   }
 }

@@ -107,6 +107,7 @@ async function serveItems(
   }
   try {
     const byValue = conn.carriesValues === true;
+    const sendText = typeof conn.sendDataText === "function";
     const p = conn.send(byValue ? PROLOGUE_OK_VALUE : jsonFrame(FrameType.Prologue, {}));
     if (p) await p;
     while (!step.done) {
@@ -115,11 +116,14 @@ async function serveItems(
         ctx.kill(); // the caller hung up (checked here: a throw per abandoned stream is costly)
         break;
       }
-      const sent = conn.send(
-        byValue
-          ? { type: FrameType.Data, payload: EMPTY, value: step.value ?? null }
-          : { type: FrameType.Data, payload: encoder.encode(JSON.stringify(step.value ?? null)) },
-      );
+      const sent = byValue
+        ? conn.send({ type: FrameType.Data, payload: EMPTY, value: step.value ?? null })
+        : sendText
+        ? conn.sendDataText!(JSON.stringify(step.value ?? null))
+        : conn.send({
+          type: FrameType.Data,
+          payload: encoder.encode(JSON.stringify(step.value ?? null)),
+        });
       if (beat) beat.lastSent = livenessClock.tick;
       if (sent) await sent;
       step = await iterator.next();

@@ -40,12 +40,25 @@ export function jsonFrame(type: number, value: unknown): Frame {
 }
 
 /**
+ * UTF-8 bytes as text; short ASCII (most frames) by hand, cheaper than a call into the
+ * decoder.
+ */
+export function utf8Text(bytes: Uint8Array): string {
+  const n = bytes.length;
+  if (n > 128) return decoder.decode(bytes);
+  let ascii = 0;
+  for (let i = 0; i < n; i++) ascii |= bytes[i]!;
+  if (ascii >= 0x80) return decoder.decode(bytes);
+  return String.fromCharCode.apply(null, bytes as unknown as number[]);
+}
+
+/**
  * Parses a JSON frame's payload.
  * @throws {ProtocolError} the payload is not JSON (a broken or foreign peer)
  */
 export function parseFrame(frame: Frame): unknown {
   try {
-    return JSON.parse(decoder.decode(frame.payload));
+    return JSON.parse(utf8Text(frame.payload));
   } catch (err) {
     throw new ProtocolError(
       `malformed frame of type ${frame.type} (${frame.payload.length} bytes): ${

@@ -16,6 +16,7 @@ import {
   EMPTY,
   encoder,
   HEARTBEAT,
+  PROLOGUE_OK,
   PROLOGUE_OK_VALUE,
   SENTINEL,
   wireError,
@@ -108,7 +109,7 @@ async function serveItems(
   try {
     const byValue = conn.carriesValues === true;
     const sendText = typeof conn.sendDataText === "function";
-    const p = conn.send(byValue ? PROLOGUE_OK_VALUE : jsonFrame(FrameType.Prologue, {}));
+    const p = conn.send(byValue ? PROLOGUE_OK_VALUE : PROLOGUE_OK);
     if (p) await p;
     while (!step.done) {
       if (ctx.isKilled()) break;

@@ -655,7 +655,7 @@ export class MuxStream implements FrameConn {
     if (this.#head < this.#queue.length) {
       const f = this.#queue[this.#head++]!;
       if (this.#head === this.#queue.length) {
-        this.#queue = [];
+        this.#queue.length = 0;
         this.#head = 0;
       }
       this.#taken(f);

@@ -29,11 +29,10 @@ import type {
   RequestPlane,
   Subscription,
 } from "./types.ts";
-import { encodeRequest } from "./wire.ts";
+import { encodeRequest, utf8Text } from "./wire.ts";
 import { addDeadline, type Deadline, removeDeadline } from "./_deadlines.ts";
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 const HANDSHAKE = encodeMuxHandshake({ kind: "request_mux", version: 1 });
 const NO_HEADERS = encoder.encode("{}");
 /** Longest endpoint path a request may name. */
@@ -91,7 +90,7 @@ export function decodeMuxRequest(msg: Uint8Array): { path: string; payload: Uint
   if (pathLen > MAX_PATH || msg.length < 2 + pathLen + 2) {
     throw new ProtocolError(`bad endpoint path length ${pathLen}`);
   }
-  const path = decoder.decode(msg.subarray(2, 2 + pathLen));
+  const path = utf8Text(msg.subarray(2, 2 + pathLen));
   let at = 2 + pathLen;
   const headersLen = view.getUint16(at);
   at += 2 + headersLen;

@@ -95,7 +95,12 @@ async function serveItems(
   let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined;
   let step: IteratorResult<unknown>;
   try {
-    const produced = await handler(body, ctx);
+    const result = handler(body, ctx);
+    // Most handlers are generators: no wait (a turn of the microtask queue) for those.
+    const produced: AsyncIterable<unknown> | Iterable<unknown> =
+      typeof (result as Partial<PromiseLike<unknown>>).then === "function"
+        ? await result
+        : result as AsyncIterable<unknown> | Iterable<unknown>;
     iterator = isAsyncIterable(produced)
       ? produced[Symbol.asyncIterator]()
       : produced[Symbol.iterator]();

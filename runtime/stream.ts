@@ -113,7 +113,7 @@ export async function openStream<T>(
   signal?.addEventListener("abort", onAbort, { once: true });
   const offStop = ctx.onStop(onAbort);
   try {
-    const acked = plane.request(subject, payload, { timeoutMs, signal, streamId }).then(() => {
+    void plane.request(subject, payload, { timeoutMs, signal, streamId }).then(() => {
       // The ack may come after the stream already opened (or failed): then no deadline. The
       // in-process plane acks once the worker had the request, which dials back at once.
       if (settled || connected || conn !== undefined) return;
@@ -126,8 +126,7 @@ export async function openStream<T>(
           ),
         timeoutMs,
       );
-    });
-    acked.catch(rejectWait);
+    }, rejectWait);
     const connection = pending.connection.then((c) => (conn = c));
     await Promise.race([connection, interrupted]);
     // Connected: the worker is alive. Its first item may take as long as the engine needs

@@ -8,6 +8,11 @@ export const encoder = new TextEncoder();
 export const EMPTY = new Uint8Array(0);
 export const SENTINEL: Frame = { type: FrameType.Sentinel, payload: EMPTY };
 export const HEARTBEAT: Frame = { type: FrameType.Heartbeat, payload: EMPTY };
+/** The "accepted" prologue, `{}` (read, never changed). */
+export const PROLOGUE_OK: Frame = Object.freeze({
+  type: FrameType.Prologue,
+  payload: encoder.encode("{}"),
+});
 /** The "accepted" prologue on connections that carry values (read, never changed). */
 export const PROLOGUE_OK_VALUE: Frame = Object.freeze({
   type: FrameType.Prologue,

@@ -259,6 +259,18 @@ export class Client {
     // request, never accepted by anyone, goes to another one.
     const tried = new Set<string>();
     const allowed = options.instances === undefined ? undefined : new Set(options.instances);
+    if (allowed === undefined) {
+      // The first try, without the bookkeeping of retries (most requests need no other).
+      const ids = this.#available();
+      if (ids.length === 0) throw new NoInstancesError(this.path);
+      const id = pick(ids);
+      tried.add(id);
+      try {
+        return await this.#send<T>(this.#instances.get(id)!, id, request, options);
+      } catch (err) {
+        if (!(err instanceof NoInstancesError)) throw err;
+      }
+    }
     for (;;) {
       const ids = this.#available().filter((id) =>
         !tried.has(id) && (allowed === undefined || allowed.has(id))

@@ -257,8 +257,10 @@ export class Endpoint {
     const onRequest = (payload: RequestPayload) => {
       const task = this.#handle(payload, handler as Handler, log, contexts);
       inflight.add(task);
-      task.catch((err) => log.error("request handling failed", { error: String(err) }))
-        .finally(() => inflight.delete(task));
+      task.then(() => inflight.delete(task), (err) => {
+        inflight.delete(task);
+        log.error("request handling failed", { error: String(err) });
+      });
     };
     const sub = await rt.plane.serve(subject, onRequest);
     const record: InstanceRecord = {

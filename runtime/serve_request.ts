@@ -16,6 +16,7 @@ import {
   EMPTY,
   encoder,
   HEARTBEAT,
+  PROLOGUE_OK,
   PROLOGUE_OK_VALUE,
   SENTINEL,
   wireError,
@@ -94,7 +95,12 @@ async function serveItems(
   let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined;
   let step: IteratorResult<unknown>;
   try {
-    const produced = await handler(body, ctx);
+    const result = handler(body, ctx);
+    // Most handlers are generators: no wait (a turn of the microtask queue) for those.
+    const produced: AsyncIterable<unknown> | Iterable<unknown> =
+      typeof (result as Partial<PromiseLike<unknown>>).then === "function"
+        ? await result
+        : result as AsyncIterable<unknown> | Iterable<unknown>;
     iterator = isAsyncIterable(produced)
       ? produced[Symbol.asyncIterator]()
       : produced[Symbol.iterator]();
@@ -107,7 +113,8 @@ async function serveItems(
   }
   try {
     const byValue = conn.carriesValues === true;
-    const p = conn.send(byValue ? PROLOGUE_OK_VALUE : jsonFrame(FrameType.Prologue, {}));
+    const sendText = typeof conn.sendDataText === "function";
+    const p = conn.send(byValue ? PROLOGUE_OK_VALUE : PROLOGUE_OK);
     if (p) await p;
     while (!step.done) {
       if (ctx.isKilled()) break;
@@ -115,11 +122,14 @@ async function serveItems(
         ctx.kill(); // the caller hung up (checked here: a throw per abandoned stream is costly)
         break;
       }
-      const sent = conn.send(
-        byValue
-          ? { type: FrameType.Data, payload: EMPTY, value: step.value ?? null }
-          : { type: FrameType.Data, payload: encoder.encode(JSON.stringify(step.value ?? null)) },
-      );
+      const sent = byValue
+        ? conn.send({ type: FrameType.Data, payload: EMPTY, value: step.value ?? null })
+        : sendText
+        ? conn.sendDataText!(JSON.stringify(step.value ?? null))
+        : conn.send({
+          type: FrameType.Data,
+          payload: encoder.encode(JSON.stringify(step.value ?? null)),
+        });
       if (beat) beat.lastSent = livenessClock.tick;
       if (sent) await sent;
       step = await iterator.next();

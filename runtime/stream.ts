@@ -54,8 +54,11 @@ export interface OpenStreamOptions {
   onEnd?: () => void;
 }
 
-/** The receivers behind the streams openStream returned (for {@linkcode hurryStream}). */
-const receivers = new WeakMap<object, { hurry(ms: number): void }>();
+/**
+ * The receiver behind a stream openStream returned (for {@linkcode hurryStream}): a property
+ * under a private symbol, cheaper per request than a WeakMap entry.
+ */
+const RECEIVER = Symbol("receiver");
 
 /**
  * Shortens a stream's idle deadline to `ms` (never lengthens it). For an instance that left
@@ -67,7 +70,7 @@ const receivers = new WeakMap<object, { hurry(ms: number): void }>();
  * @param ms the new idle deadline
  */
 export function hurryStream(stream: ResponseStream<unknown>, ms: number): void {
-  receivers.get(stream)?.hurry(ms);
+  (stream as { [RECEIVER]?: { hurry(ms: number): void } })[RECEIVER]?.hurry(ms);
 }
 
 /**
@@ -110,7 +113,7 @@ export async function openStream<T>(
   signal?.addEventListener("abort", onAbort, { once: true });
   const offStop = ctx.onStop(onAbort);
   try {
-    const acked = plane.request(subject, payload, { timeoutMs, signal, streamId }).then(() => {
+    void plane.request(subject, payload, { timeoutMs, signal, streamId }).then(() => {
       // The ack may come after the stream already opened (or failed): then no deadline. The
       // in-process plane acks once the worker had the request, which dials back at once.
       if (settled || connected || conn !== undefined) return;
@@ -123,35 +126,44 @@ export async function openStream<T>(
           ),
         timeoutMs,
       );
-    });
-    acked.catch(rejectWait);
+    }, rejectWait);
     const connection = pending.connection.then((c) => (conn = c));
     await Promise.race([connection, interrupted]);
     // Connected: the worker is alive. Its first item may take as long as the engine needs
     // (a queue, a long prefill); a worker that dies meanwhile closes the connection.
     connected = true;
     if (timer !== undefined) clearTimeout(timer);
-    if (!conn!.carriesValues) {
-      // The worker heartbeats while its handler works on the first item: silence is a hang.
-      prologueWait = {
-        waitingSince: livenessClock.tick,
-        idleTicks: livenessTicks(idleTimeoutMs),
-        stall: () =>
-          rejectWait(
-            new StreamStalledError(
-              `${subject} sent nothing for request ${ctx.id} in ${idleTimeoutMs} ms before its first item`,
-              0,
-              idleTimeoutMs,
+    // Usually the prologue came with the acknowledgement: then no wait (and no watch) at all.
+    const poll = (conn as Partial<PollingConn>).poll;
+    let prologue: Frame | null | undefined = typeof poll === "function"
+      ? poll.call(conn)
+      : undefined;
+    if (prologue != null && prologue.type !== FrameType.Heartbeat) {
+      if (signal?.aborted || ctx.isStopped()) {
+        throw new CancelledError(`request ${ctx.id} cancelled`);
+      }
+    } else if (prologue !== null) {
+      if (!conn!.carriesValues) {
+        // The worker heartbeats while its handler works on the first item: silence is a hang.
+        prologueWait = {
+          waitingSince: livenessClock.tick,
+          idleTicks: livenessTicks(idleTimeoutMs),
+          stall: () =>
+            rejectWait(
+              new StreamStalledError(
+                `${subject} sent nothing for request ${ctx.id} in ${idleTimeoutMs} ms before its first item`,
+                0,
+                idleTimeoutMs,
+              ),
             ),
-          ),
-      };
-      watchStream(prologueWait);
+        };
+        watchStream(prologueWait);
+      }
+      do {
+        prologue = await Promise.race([conn!.receive(), interrupted]);
+        if (prologueWait) prologueWait.waitingSince = livenessClock.tick;
+      } while (prologue?.type === FrameType.Heartbeat);
     }
-    let prologue: Frame | null;
-    do {
-      prologue = await Promise.race([conn!.receive(), interrupted]);
-      if (prologueWait) prologueWait.waitingSince = livenessClock.tick;
-    } while (prologue?.type === FrameType.Heartbeat);
     if (prologue === null) {
       throw new StreamIncompleteError(`${subject} closed request ${ctx.id} before its prologue`);
     }
@@ -182,12 +194,12 @@ export async function openStream<T>(
   // Listening from here on, not from the first read: a stop or kill before anyone reads
   // the stream still reaches the worker.
   const items = new ItemReceiver<T>(conn!, ctx, subject, signal, idleTimeoutMs, options.onEnd);
-  const stream: ResponseStream<T> = {
+  const stream: ResponseStream<T> & { [RECEIVER]: ItemReceiver<T> } = {
     context: ctx,
     instanceId,
     [Symbol.asyncIterator]: () => items,
+    [RECEIVER]: items,
   };
-  receivers.set(stream, items);
   return stream;
 }
 

@@ -29,14 +29,16 @@ import type {
   RequestPlane,
   Subscription,
 } from "./types.ts";
-import { encodeRequest } from "./wire.ts";
+import { encodeRequest, utf8Text } from "./wire.ts";
+import { addDeadline, type Deadline, removeDeadline } from "./_deadlines.ts";
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 const HANDSHAKE = encodeMuxHandshake({ kind: "request_mux", version: 1 });
 const NO_HEADERS = encoder.encode("{}");
 /** Longest endpoint path a request may name. */
 const MAX_PATH = 1024;
+/** Parsed targets kept by a caller. */
+const MAX_TARGETS = 1024;
 
 /** Options of {@linkcode TcpRequestPlane}. */
 export interface TcpRequestPlaneOptions {
@@ -60,7 +62,10 @@ export interface TcpRequestPlaneOptions {
  * the path, u16 BE headers length, headers JSON, u32 BE payload length, the payload.
  */
 export function encodeMuxRequest(path: string, payload: Uint8Array): Uint8Array {
-  const p = encoder.encode(path);
+  return muxRequest(encoder.encode(path), payload);
+}
+
+function muxRequest(p: Uint8Array, payload: Uint8Array): Uint8Array {
   const out = new Uint8Array(2 + p.length + 2 + NO_HEADERS.length + 4 + payload.length);
   const view = new DataView(out.buffer);
   view.setUint16(0, p.length);
@@ -85,7 +90,7 @@ export function decodeMuxRequest(msg: Uint8Array): { path: string; payload: Uint
   if (pathLen > MAX_PATH || msg.length < 2 + pathLen + 2) {
     throw new ProtocolError(`bad endpoint path length ${pathLen}`);
   }
-  const path = decoder.decode(msg.subarray(2, 2 + pathLen));
+  const path = utf8Text(msg.subarray(2, 2 + pathLen));
   let at = 2 + pathLen;
   const headersLen = view.getUint16(at);
   at += 2 + headersLen;
@@ -110,6 +115,8 @@ function hostPort(address: string): { hostname: string; port: number } {
 
 /** A reserved stream: attached to a connection when its request is sent. */
 interface Reserved {
+  /** The stream id as the caller named it. */
+  name: string;
   key: string;
   bytes: Uint8Array;
   stream?: MuxStream;
@@ -132,7 +139,11 @@ export class TcpRequestPlane implements RequestPlane {
   #current: MuxStream | undefined;
   // Caller side.
   readonly #pool = new Map<string, Promise<MuxConnection>>();
+  /** Reserved streams by the id their caller gave. */
   readonly #reserved = new Map<string, Reserved>();
+  /** Connections of `#pool` once established. */
+  readonly #ready = new Map<string, MuxConnection>();
+  readonly #targets = new Map<string, { address: string; pathBytes: Uint8Array }>();
   #closed = false;
 
   /** Creates the plane; the worker's listener opens with the first `serve`. */
@@ -287,6 +298,7 @@ export class TcpRequestPlane implements RequestPlane {
     while (off < HANDSHAKE.length) off += await raw.write(HANDSHAKE.subarray(off));
     const mux = new MuxConnection(raw, {
       onClose: (c) => {
+        if (this.#ready.get(address) === c) this.#ready.delete(address);
         const pooled = this.#pool.get(address);
         void pooled?.then((p) => {
           if (p === c && this.#pool.get(address) === pooled) this.#pool.delete(address);
@@ -294,6 +306,7 @@ export class TcpRequestPlane implements RequestPlane {
       },
     });
     if (this.#closed) mux.close();
+    else this.#ready.set(address, mux);
     return mux;
   }
 
@@ -305,8 +318,7 @@ export class TcpRequestPlane implements RequestPlane {
     this.#open();
     const { signal } = options;
     signal?.throwIfAborted();
-    const parsed = parseTcpTarget(target);
-    if (parsed === undefined) throw new NoInstancesError(target);
+    const parsed = this.#target(target);
     const payload = message instanceof Uint8Array
       ? message
       : encodeRequest(message.header, message.body);
@@ -314,10 +326,13 @@ export class TcpRequestPlane implements RequestPlane {
     const deadline = performance.now() + timeoutMs;
     const reserved = options.streamId === undefined
       ? undefined
-      : this.#reserved.get(muxStreamId(options.streamId)?.key ?? "");
+      : this.#reserved.get(options.streamId);
     let mux: MuxConnection;
     try {
-      mux = await this.#connection(parsed.address, deadline);
+      const pooled = this.#ready.get(parsed.address);
+      mux = pooled !== undefined && !pooled.closed
+        ? pooled
+        : await this.#connection(parsed.address, deadline);
     } catch (err) {
       if (err instanceof TimeoutError) throw err;
       // Refused or unreachable: nobody serves there (a worker gone before discovery noticed).
@@ -328,31 +343,28 @@ export class TcpRequestPlane implements RequestPlane {
     if (reserved?.cancelled) throw new DynamoError(`stream ${options.streamId} was given up`);
     const stream = mux.openStream(ids.key, ids.bytes);
     if (reserved) reserved.stream = stream;
-    const answered = new Promise<number>((resolve) => {
-      stream.onAnswer = (kind) => resolve(kind);
-    });
-    stream.sendRaw(MuxKind.Request, encodeMuxRequest(parsed.path, payload));
-    let timer: ReturnType<typeof setTimeout> | undefined;
+    // One promise per request: the answer, the deadline (on the shared coarse timer) and the
+    // signal all settle it.
+    const answer = Promise.withResolvers<number>();
+    stream.onAnswer = answer.resolve;
+    stream.sendRaw(MuxKind.Request, muxRequest(parsed.pathBytes, payload));
+    const timeout: Deadline = {
+      at: deadline,
+      fire: () =>
+        answer.reject(new TimeoutError(`no acknowledgement from ${target} within ${timeoutMs} ms`)),
+    };
+    addDeadline(timeout);
     let onAbort: (() => void) | undefined;
+    if (signal) {
+      onAbort = () => answer.reject(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+    }
     try {
-      const kind = await Promise.race([
-        answered,
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () =>
-              reject(new TimeoutError(`no acknowledgement from ${target} within ${timeoutMs} ms`)),
-            Math.max(1, deadline - performance.now()),
-          );
-          if (signal) {
-            onAbort = () => reject(signal.reason);
-            signal.addEventListener("abort", onAbort, { once: true });
-          }
-        }),
-      ]);
+      const kind = await answer.promise;
       if (kind === MuxKind.Refused || kind === MuxKind.Reset) throw new NoInstancesError(target);
       stream.onAnswer = undefined;
       if (reserved) {
-        this.#reserved.delete(reserved.key);
+        this.#reserved.delete(reserved.name);
         reserved.deliver(stream);
       } else {
         stream.close();
@@ -362,9 +374,25 @@ export class TcpRequestPlane implements RequestPlane {
       stream.close();
       throw err;
     } finally {
-      clearTimeout(timer);
+      removeDeadline(timeout);
       if (onAbort) signal?.removeEventListener("abort", onAbort);
     }
+  }
+
+  /** A target's address and encoded path, parsed once per target. */
+  #target(target: string): { address: string; pathBytes: Uint8Array } {
+    let t = this.#targets.get(target);
+    if (t === undefined) {
+      const parsed = parseTcpTarget(target);
+      if (parsed === undefined) throw new NoInstancesError(target);
+      const pathBytes = encoder.encode(parsed.path);
+      if (pathBytes.length > 0xffff) throw new InvalidArgumentError("endpoint path too long");
+      t = { address: parsed.address, pathBytes };
+      // Bounded: instance records come and go over a long-lived caller.
+      if (this.#targets.size >= MAX_TARGETS) this.#targets.clear();
+      this.#targets.set(target, t);
+    }
+    return t;
   }
 
   expectStream(streamId: string): PendingStream {
@@ -375,14 +403,14 @@ export class TcpRequestPlane implements RequestPlane {
     }
     let deliver!: (conn: FrameConn) => void;
     const connection = new Promise<FrameConn>((resolve) => (deliver = resolve));
-    const reserved: Reserved = { ...ids, deliver, cancelled: false };
-    this.#reserved.set(ids.key, reserved);
+    const reserved: Reserved = { ...ids, name: streamId, deliver, cancelled: false };
+    this.#reserved.set(streamId, reserved);
     return {
       connectionInfo: { mux: { stream_id: streamId } },
       connection,
       cancel: () => {
         reserved.cancelled = true;
-        this.#reserved.delete(ids.key);
+        if (this.#reserved.get(streamId) === reserved) this.#reserved.delete(streamId);
         reserved.stream?.close();
       },
     };
@@ -418,6 +446,7 @@ export class TcpRequestPlane implements RequestPlane {
     for (const c of [...this.#served]) c.close();
     for (const p of [...this.#pool.values()]) void p.then((c) => c.close(), () => {});
     this.#pool.clear();
+    this.#ready.clear();
     for (const r of this.#reserved.values()) r.stream?.close();
     this.#reserved.clear();
     await this.#nats?.close();

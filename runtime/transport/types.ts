@@ -52,6 +52,11 @@ export interface FrameConn {
   readonly closed: boolean;
   /** True when Data frames may carry `value` instead of JSON bytes (same process). */
   readonly carriesValues?: boolean;
+  /**
+   * Queues a Data frame whose payload is `json`, already JSON text, as UTF-8 (where a
+   * connection can encode it straight into its output buffer); otherwise like `send`.
+   */
+  sendDataText?(json: string): Promise<void> | void;
 }
 
 /** Where a worker sends a request's response stream; travels in the request header. */

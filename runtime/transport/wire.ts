@@ -8,13 +8,23 @@ const decoder = new TextDecoder();
 
 /** Encodes a request: u32 BE header length, header JSON, body JSON. */
 export function encodeRequest(header: RequestHeader, body: unknown): Uint8Array {
-  const h = encoder.encode(JSON.stringify(header));
-  const b = encoder.encode(JSON.stringify(body ?? null));
-  const out = new Uint8Array(4 + h.length + b.length);
-  new DataView(out.buffer).setUint32(0, h.length);
-  out.set(h, 4);
-  out.set(b, 4 + h.length);
-  return out;
+  const h = JSON.stringify(header);
+  const b = JSON.stringify(body ?? null);
+  if (h.length + b.length > 4096) {
+    const he = encoder.encode(h);
+    const be = encoder.encode(b);
+    const whole = new Uint8Array(4 + he.length + be.length);
+    new DataView(whole.buffer).setUint32(0, he.length);
+    whole.set(he, 4);
+    whole.set(be, 4 + he.length);
+    return whole;
+  }
+  // A small request: one array, encoded into (room for the worst case; the bytes written).
+  const out = new Uint8Array(4 + 3 * (h.length + b.length));
+  const hLen = encoder.encodeInto(h, out.subarray(4)).written;
+  const bLen = encoder.encodeInto(b, out.subarray(4 + hLen)).written;
+  new DataView(out.buffer).setUint32(0, hLen);
+  return out.subarray(0, 4 + hLen + bLen);
 }
 
 /** Decodes {@linkcode encodeRequest}'s output (values pass through); throws on malformed input. */
@@ -40,12 +50,25 @@ export function jsonFrame(type: number, value: unknown): Frame {
 }
 
 /**
+ * UTF-8 bytes as text; short ASCII (most frames) by hand, cheaper than a call into the
+ * decoder.
+ */
+export function utf8Text(bytes: Uint8Array): string {
+  const n = bytes.length;
+  if (n > 128) return decoder.decode(bytes);
+  let ascii = 0;
+  for (let i = 0; i < n; i++) ascii |= bytes[i]!;
+  if (ascii >= 0x80) return decoder.decode(bytes);
+  return String.fromCharCode.apply(null, bytes as unknown as number[]);
+}
+
+/**
  * Parses a JSON frame's payload.
  * @throws {ProtocolError} the payload is not JSON (a broken or foreign peer)
  */
 export function parseFrame(frame: Frame): unknown {
   try {
-    return JSON.parse(decoder.decode(frame.payload));
+    return JSON.parse(utf8Text(frame.payload));
   } catch (err) {
     throw new ProtocolError(
       `malformed frame of type ${frame.type} (${frame.payload.length} bytes): ${

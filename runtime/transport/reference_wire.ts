@@ -147,7 +147,10 @@ export class TcpRequestDecoder {
   #consumed = 0;
   readonly #maxPayload: number;
 
-  /** @param maxPayload longest payload accepted (default {@linkcode MAX_TWO_PART_PART}) */
+  /**
+   * Creates a decoder.
+   * @param maxPayload longest payload accepted (default {@linkcode MAX_TWO_PART_PART})
+   */
   constructor(maxPayload = MAX_TWO_PART_PART) {
     this.#maxPayload = maxPayload;
   }

@@ -34,6 +34,7 @@ export class TwoPartReader {
   async next(timeoutMs: number, what: string): Promise<TwoPartMessage | undefined> {
     const deadline = Date.now() + timeoutMs;
     while (this.#ready.length === 0) {
+      if (this.#decoder.failure) throw this.#decoder.failure;
       const left = deadline - Date.now();
       const n = await withDeadline(
         this.#conn.read(this.#buf),

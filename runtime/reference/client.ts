@@ -13,7 +13,7 @@ import {
   TimeoutError,
 } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { encodeTwoPart } from "../transport/reference_wire.ts";
+import { encodeTwoPart, ReferenceWireError } from "../transport/reference_wire.ts";
 import { writeAll } from "./_io.ts";
 import { type CallHomeConnection, CallHomeServer } from "./call_home.ts";
 import type { ReferenceInstance } from "./instances.ts";
@@ -207,6 +207,9 @@ export class ReferenceClient {
         } catch (err) {
           if (signal?.aborted) throw new CancelledError("request cancelled", { cause: err });
           if (err instanceof TimeoutError || err instanceof ProtocolError) throw err;
+          if (err instanceof ReferenceWireError) {
+            throw new ProtocolError(`${where}: malformed frame: ${err.message}`, { cause: err });
+          }
           throw new StreamIncompleteError(
             `${where}: response connection broke: ${(err as Error).message}`,
             items,

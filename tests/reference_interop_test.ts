@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { EtcdDiscovery } from "../runtime/discovery/etcd.ts";
 import {
   listReferenceInstances,
+  listReferenceModels,
   ReferenceClient,
   referenceTokensRequest,
   ReferenceWorkerRefusedError,
@@ -42,8 +43,6 @@ const python = haveServers() ? await referencePython() : undefined;
 Deno.test({
   name: "a reference mocker found through etcd streams max_tokens tokens to our client",
   ignore: python === undefined,
-  sanitizeResources: false,
-  sanitizeOps: false,
   fn: async (t) => {
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
     const mocker = new Deno.Command(python!, {
@@ -81,6 +80,21 @@ Deno.test({
       assert.equal(worker.hostname, "127.0.0.1");
       assert.equal(worker.codec, "msgpack");
 
+      await t.step("its model card names the model and the endpoint that serves it", async () => {
+        const deadline = Date.now() + 20_000;
+        let models = await listReferenceModels(discovery);
+        while (models.length === 0 && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 200));
+          models = await listReferenceModels(discovery);
+        }
+        assert.equal(models.length, 1, "one model card within 20 s");
+        const [model] = models;
+        assert.equal(model!.name, MODEL);
+        assert.equal(model!.instanceId, worker.instanceId);
+        assert.equal(model!.endpoint, "generate");
+        assert.equal(model!.modelInput, "Tokens");
+      });
+
       await t.step("max_tokens tokens come back and the stream ends cleanly", async () => {
         const request = referenceTokensRequest({
           model: MODEL,
@@ -95,7 +109,7 @@ Deno.test({
         assert.equal(outputs.at(-1)!.finish_reason, "length");
       });
 
-      await t.step("requests share the worker's request connection, concurrently", async () => {
+      await t.step("concurrent requests to one worker each get their own stream", async () => {
         const runs = await Promise.all([3, 4, 5].map(async (maxTokens) => {
           const request = referenceTokensRequest({
             model: MODEL,

@@ -17,6 +17,13 @@ export {
   type WaitForReferenceInstancesOptions,
 } from "./instances.ts";
 export {
+  listReferenceModels,
+  type ListReferenceModelsOptions,
+  parseReferenceModel,
+  REFERENCE_MODELS_PREFIX,
+  type ReferenceModel,
+} from "./models.ts";
+export {
   parseReferenceStreamItem,
   type ReferenceEngineOutput,
   type ReferencePreprocessedRequest,

@@ -15,6 +15,10 @@ import {
   ReferenceWorkerRefusedError,
   waitForReferenceInstances,
 } from "../runtime/reference/mod.ts";
+import { CallHomeServer } from "../runtime/reference/call_home.ts";
+import { RequestConnection } from "../runtime/reference/request_connection.ts";
+import { encodeTwoPart } from "../runtime/transport/reference_wire.ts";
+import { encode } from "@msgpack/msgpack";
 import { builtinTestModel } from "../mod.ts";
 import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
 
@@ -147,6 +151,81 @@ Deno.test({
           let n = 0;
           for await (const out of client.generate(worker, again)) n += out.token_ids.length;
           assert.equal(n, 2);
+        },
+      );
+
+      await t.step(
+        'on the wire: after "stop" the worker sends nothing more and hangs up',
+        async () => {
+          // Below the client, to see what the worker does with the control frame the client sends.
+          const server = CallHomeServer.listen();
+          const conn = await RequestConnection.connect(worker.hostname, worker.port, 5_000);
+          try {
+            const id = crypto.randomUUID();
+            const subject = crypto.randomUUID();
+            const home = server.expect(subject, 10_000);
+            const control = {
+              id,
+              request_type: "single_in",
+              response_type: "many_out",
+              payload_codec: "msgpack",
+              connection_info: {
+                transport: "tcp_server",
+                info: JSON.stringify({
+                  address: server.address,
+                  subject,
+                  context: id,
+                  stream_type: "response",
+                }),
+              },
+            };
+            const request = referenceTokensRequest({
+              model: MODEL,
+              tokenIds: [9707, 2],
+              maxTokens: 400,
+              ignoreEos: true,
+            });
+            await conn.send({
+              endpointPath: worker.endpointPath,
+              headers: { "request-id": id, "x-endpoint-path": worker.endpointPath },
+              payload: encodeTwoPart({
+                header: new TextEncoder().encode(JSON.stringify(control)),
+                body: encode(request),
+              }),
+            }, 5_000);
+            const { conn: response, reader } = await home;
+            try {
+              assert.deepEqual(
+                JSON.parse(
+                  new TextDecoder().decode((await reader.next(5_000, "prologue"))!.header),
+                ),
+                {
+                  error: null,
+                },
+              );
+              for (let i = 0; i < 2; i++) assert.ok(await reader.next(5_000, "an item"));
+              await response.write(
+                encodeTwoPart({
+                  header: new TextEncoder().encode('"stop"'),
+                  body: new Uint8Array(0),
+                }),
+              );
+              // Items already on the wire may still arrive; then the worker closes, no sentinel.
+              let after = 0;
+              for (;;) {
+                const frame = await reader.next(5_000, "the worker hanging up after stop");
+                if (!frame) break;
+                assert.equal(frame.header.length, 0, "no control frame (no sentinel) after stop");
+                after++;
+              }
+              assert.ok(after < 50, `${after} items after stop`);
+            } finally {
+              response.close();
+            }
+          } finally {
+            conn.close();
+            await server.close();
+          }
         },
       );
 

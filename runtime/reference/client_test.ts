@@ -85,6 +85,10 @@ function fakeWorker(behaviour: Behaviour) {
   };
   return {
     instance,
+    /** Connections accepted so far. */
+    get accepted() {
+      return conns.length;
+    },
     async close() {
       listener.close();
       for (const c of conns) {
@@ -148,13 +152,17 @@ async function collect(stream: AsyncIterable<{ token_ids: number[] }>): Promise<
 
 async function withClient(
   behaviour: Behaviour,
-  fn: (client: ReferenceClient, instance: ReferenceInstance) => Promise<void>,
+  fn: (
+    client: ReferenceClient,
+    instance: ReferenceInstance,
+    worker: ReturnType<typeof fakeWorker>,
+  ) => Promise<void>,
   options: Parameters<typeof ReferenceClient.create>[0] = {},
 ) {
   const worker = fakeWorker(behaviour);
   const client = ReferenceClient.create(options);
   try {
-    await fn(client, worker.instance);
+    await fn(client, worker.instance, worker);
   } finally {
     await client.close();
     await worker.close();
@@ -280,4 +288,15 @@ Deno.test('a caller that leaves early or aborts sends the worker "stop"', async 
     }, CancelledError);
   });
   assert.deepEqual(controls, [["stop"], ["stop"]]);
+});
+
+Deno.test("requests to one worker share one request connection, concurrently and in turn", async () => {
+  await withClient(async (req, ack) => {
+    await ack();
+    await readControl(await callHome(req, [frame({ error: null }), item([1]), FINAL, SENTINEL]));
+  }, async (client, instance, worker) => {
+    await Promise.all([1, 2, 3].map(() => collect(client.generate(instance, REQUEST))));
+    assert.deepEqual(await collect(client.generate(instance, REQUEST)), [1]);
+    assert.equal(worker.accepted, 1);
+  });
 });

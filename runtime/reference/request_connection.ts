@@ -79,6 +79,7 @@ export class RequestConnection {
     const acked = new Promise<void>((resolve, reject) => {
       this.#pending.push({ resolve, reject });
     });
+    acked.catch(() => {}); // may fail while the write is still pending; awaited below
     // Writes are chained so that frames never interleave, and acks come back in write order.
     const written = this.#writing.then(() => writeAll(this.#conn, frame));
     this.#writing = written.catch(() => {});

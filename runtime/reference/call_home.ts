@@ -50,6 +50,7 @@ export class CallHomeServer {
   readonly #handshakeTimeoutMs: number;
   readonly #logger: Logger | undefined;
   readonly #accepting: Promise<void>;
+  readonly #handshaking = new Set<Deno.Conn>();
   #closed = false;
 
   private constructor(listener: Deno.Listener, options: CallHomeServerOptions) {
@@ -134,12 +135,18 @@ export class CallHomeServer {
       w.reject(new ProtocolError("the call-home server closed"));
     }
     this.#listener.close();
+    for (const conn of this.#handshaking) {
+      try {
+        conn.close();
+      } catch { /* already closed */ }
+    }
     await this.#accepting;
   }
 
   async #accept(): Promise<void> {
     try {
       for await (const conn of this.#listener) {
+        this.#handshaking.add(conn);
         this.#handshake(conn).catch((err) => {
           this.#logger?.warn("reference call-home connection refused", {
             error: (err as Error).message,
@@ -147,7 +154,7 @@ export class CallHomeServer {
           try {
             conn.close();
           } catch { /* already closed */ }
-        });
+        }).finally(() => this.#handshaking.delete(conn));
       }
     } catch (err) {
       if (!this.#closed) throw err;

@@ -163,6 +163,7 @@ export class ReferenceClient {
           payload,
         },
         this.#ackTimeoutMs,
+        signal,
       );
       response = await callHome;
     } catch (err) {

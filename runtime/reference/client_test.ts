@@ -300,3 +300,12 @@ Deno.test("requests to one worker share one request connection, concurrently and
     assert.equal(worker.accepted, 1);
   });
 });
+
+Deno.test("an abort while the worker has not acked yet is CancelledError, at once", async () => {
+  await withClient(() => Promise.resolve(), async (client, instance) => {
+    const controller = new AbortController();
+    const stream = collect(client.generate(instance, REQUEST, { signal: controller.signal }));
+    setTimeout(() => controller.abort(), 50);
+    await assert.rejects(stream, CancelledError);
+  }, { ackTimeoutMs: 60_000 });
+});

@@ -2,7 +2,7 @@
 // the reference's framing, and the worker answers each, in order, with an acknowledgement (u32
 // BE length, then bytes: empty when it took the request, its error message when not).
 
-import { ProtocolError, TimeoutError } from "../errors.ts";
+import { CancelledError, ProtocolError, TimeoutError } from "../errors.ts";
 import { encodeTcpRequest, type ReferenceTcpRequest } from "../transport/reference_wire.ts";
 import { writeAll } from "./_io.ts";
 import { ReferenceWorkerRefusedError } from "./errors.ts";
@@ -69,11 +69,19 @@ export class RequestConnection {
    *
    * @param request path, headers, payload
    * @param timeoutMs acknowledgement deadline
+   * @param signal stops waiting (the request may still have reached the worker; its ack, when it
+   *   comes, is consumed in turn)
    * @throws {ReferenceWorkerRefusedError} the worker acked with an error or the connection broke
+   * @throws {CancelledError} `signal` aborted
    * @throws {TimeoutError} no acknowledgement within `timeoutMs` (the connection is closed: acks
    *   are matched by order, so one lost ack spoils the rest)
    */
-  async send(request: ReferenceTcpRequest, timeoutMs: number): Promise<void> {
+  async send(
+    request: ReferenceTcpRequest,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    signal?.throwIfAborted();
     if (this.#closed) throw this.#closed;
     const frame = encodeTcpRequest(request);
     const acked = new Promise<void>((resolve, reject) => {
@@ -84,9 +92,14 @@ export class RequestConnection {
     const written = this.#writing.then(() => writeAll(this.#conn, frame));
     this.#writing = written.catch(() => {});
     let timer: ReturnType<typeof setTimeout> | undefined;
+    let onAbort: (() => void) | undefined;
     try {
       await Promise.race([
         written.then(() => acked),
+        new Promise<never>((_, reject) => {
+          onAbort = () => reject(new CancelledError("request cancelled before its ack"));
+          signal?.addEventListener("abort", onAbort, { once: true });
+        }),
         new Promise<never>((_, reject) => {
           timer = setTimeout(() => {
             const err = new TimeoutError(
@@ -98,7 +111,10 @@ export class RequestConnection {
         }),
       ]);
     } catch (err) {
-      if (err instanceof TimeoutError || err instanceof ReferenceWorkerRefusedError) throw err;
+      if (
+        err instanceof TimeoutError || err instanceof ReferenceWorkerRefusedError ||
+        err instanceof CancelledError || err instanceof ProtocolError
+      ) throw err;
       const failure = new ReferenceWorkerRefusedError(this.address, (err as Error).message, {
         cause: err,
       });
@@ -106,6 +122,7 @@ export class RequestConnection {
       throw failure;
     } finally {
       clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener("abort", onAbort);
     }
   }
 

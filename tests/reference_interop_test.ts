@@ -42,6 +42,9 @@ async function referencePython(): Promise<string | undefined> {
   return new TextDecoder().decode(setup.stdout).trim();
 }
 
+if (!haveServers()) {
+  console.warn("reference_interop_test skipped: etcd or nats-server not installed");
+}
 const python = haveServers() ? await referencePython() : undefined;
 
 Deno.test({

@@ -59,3 +59,5 @@ export {
 // Disaggregated prefill/decode: the remote-prefill decision, prefill queues, KV bytes moved
 // by the TransferAgent between a decode and a prefill worker (examples/disagg/).
 export * from "./llm/disagg/mod.ts";
+// Interop with the reference system (ai-dynamo 1.6.1): discover its workers in etcd and call them.
+export * from "./runtime/reference/mod.ts";

@@ -70,17 +70,40 @@ export function encodeTwoPart(msg: TwoPartMessage): Uint8Array {
 export class TwoPartDecoder {
   #buf: Uint8Array = new Uint8Array(0);
   #consumed = 0;
+  #failure: ReferenceWireError | undefined;
 
   /**
    * Adds bytes and returns the messages they complete.
    *
    * @param bytes the next bytes of the stream
-   * @returns every message now whole, in order
-   * @throws {ReferenceWireError} a part longer than the limit, or a checksum the reference never sends
+   * @returns every message now whole, in order (those before a malformed one, when one is found)
+   * @throws {ReferenceWireError} a part longer than the limit, or a checksum the reference never
+   *   sends, when no whole message came before it
    */
   push(bytes: Uint8Array): TwoPartMessage[] {
+    if (this.#failure) throw this.#failure;
     this.#buf = concat(this.#buf, bytes);
     const out: TwoPartMessage[] = [];
+    try {
+      this.#take(out);
+    } catch (err) {
+      if (!(err instanceof ReferenceWireError)) throw err;
+      this.#failure = err;
+      // Messages whole before the bad one are still delivered; the error comes on the next push.
+      if (out.length === 0) throw err;
+    }
+    return out;
+  }
+
+  /**
+   * The error found after the last messages `push` returned, if any: the stream is spoiled past
+   * them, and the next `push` throws it.
+   */
+  get failure(): ReferenceWireError | undefined {
+    return this.#failure;
+  }
+
+  #take(out: TwoPartMessage[]): void {
     for (;;) {
       const buf = this.#buf;
       if (buf.length < TWO_PART_PREFIX) break;
@@ -105,7 +128,6 @@ export class TwoPartDecoder {
       this.#buf = buf.subarray(end);
       this.#consumed += end;
     }
-    return out;
   }
 
   /** Bytes received but not yet part of a whole message. */
@@ -147,7 +169,10 @@ export class TcpRequestDecoder {
   #consumed = 0;
   readonly #maxPayload: number;
 
-  /** @param maxPayload longest payload accepted (default {@linkcode MAX_TWO_PART_PART}) */
+  /**
+   * Creates a decoder.
+   * @param maxPayload longest payload accepted (default {@linkcode MAX_TWO_PART_PART})
+   */
   constructor(maxPayload = MAX_TWO_PART_PART) {
     this.#maxPayload = maxPayload;
   }

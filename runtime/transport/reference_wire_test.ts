@@ -119,3 +119,16 @@ Deno.test("lengths past the limits and malformed headers are refused at the door
   badHeaders.set(new TextEncoder().encode("[]"), 5);
   assert.throws(() => new TcpRequestDecoder().push(badHeaders), /not a JSON object/);
 });
+
+Deno.test("messages whole before a malformed one are delivered; the error comes next", () => {
+  const good = encodeTwoPart({
+    header: new TextEncoder().encode('"sentinel"'),
+    body: new Uint8Array(0),
+  });
+  const bad = new Uint8Array(24);
+  bad[23] = 1;
+  const d = new TwoPartDecoder();
+  assert.equal(d.push(concat([good, bad])).length, 1);
+  assert.ok(d.failure instanceof ReferenceWireError);
+  assert.throws(() => d.push(new Uint8Array(0)), /checksum/);
+});

@@ -1,0 +1,324 @@
+// A caller of reference (ai-dynamo 1.6.1) workers: sends a PreprocessedRequest over a worker's
+// TCP request plane (one persistent connection per worker address, the reference's framing, a
+// msgpack body), and streams the answer the worker sends back by dialling this client's
+// call-home server. Every wait has a deadline; a stream the caller leaves early is stopped with
+// the reference's own control message.
+
+import { decode as msgpackDecode, encode as msgpackEncode } from "@msgpack/msgpack";
+import {
+  CancelledError,
+  ProtocolError,
+  RemoteError,
+  StreamIncompleteError,
+  TimeoutError,
+} from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import { encodeTwoPart, ReferenceWireError } from "../transport/reference_wire.ts";
+import { writeAll } from "./_io.ts";
+import { type CallHomeConnection, CallHomeServer } from "./call_home.ts";
+import type { ReferenceInstance } from "./instances.ts";
+import { RequestConnection } from "./request_connection.ts";
+import {
+  parseReferenceStreamItem,
+  type ReferenceEngineOutput,
+  type ReferencePreprocessedRequest,
+} from "./request.ts";
+
+/** Options of {@linkcode ReferenceClient.create}. */
+export interface ReferenceClientOptions {
+  /** Address the call-home server listens on and advertises (default 127.0.0.1). */
+  callHomeHostname?: string;
+  /** Deadline to dial a worker (ms, default 5,000). */
+  connectTimeoutMs?: number;
+  /** Deadline for a worker to acknowledge a request (ms, default 5,000, as the reference's). */
+  ackTimeoutMs?: number;
+  /** Deadline for a worker to dial back once it took a request (ms, default 10,000). */
+  callHomeTimeoutMs?: number;
+  /** Longest silence within a response stream (ms, default 60,000). */
+  idleTimeoutMs?: number;
+  /** Hears of refused call-home connections. */
+  logger?: Logger;
+}
+
+/** Options of {@linkcode ReferenceClient.generate}. */
+export interface ReferenceGenerateOptions {
+  /** Cancels the request: the worker is told to stop and the stream throws CancelledError. */
+  signal?: AbortSignal;
+  /** Longest silence within this stream (ms; the client's default otherwise). */
+  idleTimeoutMs?: number;
+}
+
+const CONTROL_STOP = new TextEncoder().encode(JSON.stringify("stop"));
+
+/** Talks to reference workers found by {@linkcode listReferenceInstances}. */
+export class ReferenceClient {
+  readonly #server: CallHomeServer;
+  readonly #connections = new Map<string, Promise<RequestConnection>>();
+  readonly #connectTimeoutMs: number;
+  readonly #ackTimeoutMs: number;
+  readonly #callHomeTimeoutMs: number;
+  readonly #idleTimeoutMs: number;
+  #closed = false;
+
+  private constructor(options: ReferenceClientOptions) {
+    this.#server = CallHomeServer.listen({
+      hostname: options.callHomeHostname ?? "127.0.0.1",
+      logger: options.logger,
+    });
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? 5_000;
+    this.#ackTimeoutMs = options.ackTimeoutMs ?? 5_000;
+    this.#callHomeTimeoutMs = options.callHomeTimeoutMs ?? 10_000;
+    this.#idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
+  }
+
+  /**
+   * Starts a client and its call-home server.
+   *
+   * @param options deadlines, call-home address, logger
+   * @returns the client (close it when done)
+   *
+   * @example
+   * ```ts ignore
+   * const client = ReferenceClient.create();
+   * const [worker] = await waitForReferenceInstances(discovery, {
+   *   namespace: "dynamo", component: "backend", endpoint: "generate",
+   * });
+   * const request = referenceTokensRequest({ model: "Qwen3-0.6B", tokenIds: [9707], maxTokens: 4 });
+   * for await (const out of client.generate(worker!, request)) console.log(out.token_ids);
+   * await client.close();
+   * ```
+   */
+  static create(options: ReferenceClientOptions = {}): ReferenceClient {
+    return new ReferenceClient(options);
+  }
+
+  /** The call-home address workers dial (`host:port`). */
+  get callHomeAddress(): string {
+    return this.#server.address;
+  }
+
+  /**
+   * Sends a request to one reference worker and streams its engine outputs.
+   *
+   * The stream ends cleanly after the worker's final item and sentinel. Leaving it early (a
+   * `break`, or `signal` aborting) sends the worker the reference's `"stop"` control message on
+   * the response connection and closes it.
+   *
+   * @param instance the worker's endpoint (from {@linkcode listReferenceInstances})
+   * @param request the PreprocessedRequest
+   * @param options signal, idle deadline
+   * @returns the outputs, in order
+   * @throws {ReferenceWorkerRefusedError} the worker could not be reached or refused the request
+   * @throws {TimeoutError} no ack, no call-home or a silent stream past its deadline
+   * @throws {StreamIncompleteError} the response connection ended before the sentinel
+   * @throws {RemoteError} the worker reported an error (in its prologue or an item)
+   * @throws {ProtocolError} a malformed frame or item
+   * @throws {CancelledError} `signal` aborted
+   */
+  async *generate(
+    instance: ReferenceInstance,
+    request: ReferencePreprocessedRequest,
+    options: ReferenceGenerateOptions = {},
+  ): AsyncGenerator<ReferenceEngineOutput, void, undefined> {
+    const { signal } = options;
+    signal?.throwIfAborted();
+    if (this.#closed) throw new ProtocolError("the reference client is closed");
+    const idleMs = options.idleTimeoutMs ?? this.#idleTimeoutMs;
+    const id = crypto.randomUUID();
+    const subject = crypto.randomUUID();
+    // Waiting for the call home starts before the request goes, so a fast worker is not missed.
+    const stopWaiting = new AbortController();
+    const waitSignal = signal ? AbortSignal.any([signal, stopWaiting.signal]) : stopWaiting.signal;
+    const callHome = this.#server.expect(subject, this.#callHomeTimeoutMs, waitSignal);
+    callHome.catch(() => {}); // awaited below, or abandoned when the send fails
+    let response: CallHomeConnection;
+    try {
+      const header = {
+        id,
+        request_type: "single_in",
+        response_type: "many_out",
+        payload_codec: instance.codec,
+        connection_info: {
+          transport: "tcp_server",
+          info: JSON.stringify({
+            address: this.#server.address,
+            subject,
+            context: id,
+            stream_type: "response",
+          }),
+        },
+      };
+      const body = instance.codec === "msgpack"
+        ? msgpackEncode(request)
+        : new TextEncoder().encode(JSON.stringify(request));
+      const payload = encodeTwoPart({
+        header: new TextEncoder().encode(JSON.stringify(header)),
+        body,
+      });
+      const conn = await this.#connection(instance);
+      await conn.send(
+        {
+          endpointPath: instance.endpointPath,
+          headers: { "request-id": id, "x-endpoint-path": instance.endpointPath },
+          payload,
+        },
+        this.#ackTimeoutMs,
+        signal,
+      );
+      response = await callHome;
+    } catch (err) {
+      stopWaiting.abort();
+      if (signal?.aborted) throw new CancelledError("request cancelled", { cause: err });
+      throw err;
+    }
+    yield* this.#stream(response, instance, idleMs, signal);
+  }
+
+  async *#stream(
+    { conn, reader }: CallHomeConnection,
+    instance: ReferenceInstance,
+    idleMs: number,
+    signal: AbortSignal | undefined,
+  ): AsyncGenerator<ReferenceEngineOutput, void, undefined> {
+    const where =
+      `reference worker ${instance.instanceId} at ${instance.hostname}:${instance.port}`;
+    let finished = false;
+    let items = 0;
+    const stop = () => {
+      // Best effort: the worker may already be gone; the connection closes right after.
+      writeAll(conn, encodeTwoPart({ header: CONTROL_STOP, body: new Uint8Array(0) }))
+        .catch(() => {})
+        .finally(() => {
+          try {
+            conn.close();
+          } catch { /* already closed */ }
+        });
+    };
+    const onAbort = () => {
+      if (!finished) finished = true, stop();
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const decoder = new TextDecoder();
+    const decodeBody = (b: Uint8Array) =>
+      instance.codec === "msgpack" ? msgpackDecode(b) : JSON.parse(decoder.decode(b));
+    try {
+      const next = async (what: string) => {
+        try {
+          return await reader.next(idleMs, `${where}: ${what}`);
+        } catch (err) {
+          if (signal?.aborted) throw new CancelledError("request cancelled", { cause: err });
+          if (err instanceof TimeoutError || err instanceof ProtocolError) throw err;
+          if (err instanceof ReferenceWireError) {
+            throw new ProtocolError(`${where}: malformed frame: ${err.message}`, { cause: err });
+          }
+          throw new StreamIncompleteError(
+            `${where}: response connection broke: ${(err as Error).message}`,
+            items,
+            { cause: err },
+          );
+        }
+      };
+      const prologue = await next("prologue");
+      if (!prologue) {
+        throw new StreamIncompleteError(`${where}: response connection closed before its prologue`);
+      }
+      const pro = parseJson(prologue.header, "prologue") as { error?: unknown } | null;
+      if (typeof pro !== "object" || pro === null || !("error" in pro)) {
+        throw new ProtocolError(`${where}: prologue is not {error}`);
+      }
+      if (pro.error !== null) {
+        finished = true;
+        throw new RemoteError(`${where}: ${String(pro.error)}`, "ReferenceWorkerError");
+      }
+      let final = false;
+      for (;;) {
+        const frame = await next("response item");
+        if (!frame) {
+          if (signal?.aborted) throw new CancelledError();
+          throw new StreamIncompleteError(
+            `${where}: response stream ended before its sentinel (${items} items received)`,
+            items,
+          );
+        }
+        if (frame.header.length > 0) {
+          const control = parseJson(frame.header, "control message");
+          if (control !== "sentinel" || frame.body.length > 0) {
+            throw new ProtocolError(
+              `${where}: unexpected control frame ${JSON.stringify(control)}`,
+            );
+          }
+          finished = true;
+          if (!final) {
+            throw new StreamIncompleteError(
+              `${where}: sentinel before the final item (${items} items received)`,
+              items,
+            );
+          }
+          return;
+        }
+        let body: unknown;
+        try {
+          body = decodeBody(frame.body);
+        } catch (err) {
+          throw new ProtocolError(`${where}: response item does not decode`, { cause: err });
+        }
+        const item = parseReferenceStreamItem(body);
+        if (item.kind === "final") final = true;
+        else if (item.kind === "error") {
+          throw new RemoteError(`${where}: ${item.message}`, "ReferenceWorkerError");
+        } else {
+          items++;
+          yield item.output;
+        }
+      }
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      if (!finished) {
+        finished = true;
+        stop();
+      } else {
+        try {
+          conn.close();
+        } catch { /* already closed */ }
+      }
+    }
+  }
+
+  /** Closes the call-home server and every request connection. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const c of this.#connections.values()) c.then((conn) => conn.close(), () => {});
+    await Promise.allSettled([...this.#connections.values()]);
+    this.#connections.clear();
+    await this.#server.close();
+  }
+
+  async #connection(instance: ReferenceInstance): Promise<RequestConnection> {
+    const key = `${instance.hostname}:${instance.port}`;
+    const existing = this.#connections.get(key);
+    if (existing) {
+      const conn = await existing.catch(() => undefined);
+      if (conn?.open) return conn;
+      if (this.#connections.get(key) !== existing) return this.#connection(instance);
+    }
+    const dialing = RequestConnection.connect(
+      instance.hostname,
+      instance.port,
+      this.#connectTimeoutMs,
+    );
+    this.#connections.set(key, dialing);
+    dialing.catch(() => {
+      if (this.#connections.get(key) === dialing) this.#connections.delete(key);
+    });
+    return await dialing;
+  }
+}
+
+function parseJson(bytes: Uint8Array, what: string): unknown {
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch (err) {
+    throw new ProtocolError(`${what} is not JSON`, { cause: err });
+  }
+}

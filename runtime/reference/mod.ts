@@ -1,0 +1,55 @@
+/**
+ * Speaking to the reference system (ai-dynamo 1.6.1) as a caller: read its workers' instance
+ * records from etcd, send them PreprocessedRequests over their TCP request plane, and stream the
+ * answers they call home with.
+ * @module
+ */
+
+export { ReferenceRecordError, ReferenceWorkerRefusedError } from "./errors.ts";
+export {
+  listReferenceInstances,
+  type ListReferenceInstancesOptions,
+  parseReferenceInstance,
+  REFERENCE_INSTANCES_PREFIX,
+  type ReferenceEndpoint,
+  type ReferenceInstance,
+  waitForReferenceInstances,
+  type WaitForReferenceInstancesOptions,
+} from "./instances.ts";
+export {
+  listReferenceModels,
+  type ListReferenceModelsOptions,
+  parseReferenceModel,
+  REFERENCE_MODELS_PREFIX,
+  type ReferenceModel,
+} from "./models.ts";
+export {
+  parseReferenceStreamItem,
+  type ReferenceEngineOutput,
+  type ReferencePreprocessedRequest,
+  type ReferenceStreamItem,
+  referenceTokensRequest,
+  type ReferenceTokensRequestInit,
+} from "./request.ts";
+export {
+  ReferenceClient,
+  type ReferenceClientOptions,
+  type ReferenceGenerateOptions,
+} from "./client.ts";
+export {
+  type CallHomeConnection,
+  CallHomeServer,
+  type CallHomeServerOptions,
+  type TwoPartSource,
+} from "./call_home.ts";
+// The reference's framing, for callers that speak it themselves.
+export {
+  encodeTcpRequest,
+  encodeTwoPart,
+  MAX_TWO_PART_PART,
+  type ReferenceTcpRequest,
+  ReferenceWireError,
+  TcpRequestDecoder,
+  TwoPartDecoder,
+  type TwoPartMessage,
+} from "../transport/reference_wire.ts";

@@ -3,7 +3,8 @@
 // it was not tuned on, in virtual time (`dynamo bench --simulate`'s simulator: the mockers' own
 // scheduler and step times, the router's own policy and TTFT model). Traces: the synthetic
 // presets (multi-tenant, long-system, many-tenants) and the no-sharing one, each with several
-// seeds, and the Mooncake conversation trace. Loads come from round-robin itself, per trace:
+// seeds, and the Mooncake conversation trace (with the mocker's default 16,384 KV blocks per
+// worker, and with 400,000, where eviction no longer decides the hit rate). Loads come from round-robin itself, per trace:
 // "near saturation" is the load factor at which round-robin's p90 TTFT reaches 4x its unloaded
 // p90 (found by bisection), "moderate" half of that. Nothing about the router changes per trace.
 //
@@ -34,30 +35,35 @@ interface Row {
   kv: ModeSummary;
 }
 
-function run(trace: TraceRequest[], mode: "kv" | "round-robin", load: number): ModeSummary {
-  const r = simulate(trace, { workers: WORKERS, mode, load, blockSize: 16, policy });
+function run(
+  trace: TraceRequest[],
+  mode: "kv" | "round-robin",
+  load: number,
+  numGpuBlocks?: number,
+): ModeSummary {
+  const r = simulate(trace, { workers: WORKERS, mode, load, blockSize: 16, policy, numGpuBlocks });
   return summarizeMode(r.results, r.seconds);
 }
 
 /** The load at which round-robin's p90 TTFT is 4x its unloaded p90. */
-function saturation(trace: TraceRequest[]): number {
-  const base = run(trace, "round-robin", 0.05).ttft_ms.p90;
+function saturation(trace: TraceRequest[], blocks?: number): number {
+  const base = run(trace, "round-robin", 0.05, blocks).ttft_ms.p90;
   let lo = 0.05;
   let hi = 1;
-  while (run(trace, "round-robin", hi).ttft_ms.p90 < 4 * base) {
+  while (run(trace, "round-robin", hi, blocks).ttft_ms.p90 < 4 * base) {
     lo = hi;
     hi *= 2;
     if (hi > 4096) break;
   }
   for (let i = 0; i < 8; i++) {
     const mid = (lo + hi) / 2;
-    if (run(trace, "round-robin", mid).ttft_ms.p90 < 4 * base) lo = mid;
+    if (run(trace, "round-robin", mid, blocks).ttft_ms.p90 < 4 * base) lo = mid;
     else hi = mid;
   }
   return hi;
 }
 
-const traces: Array<[string, TraceRequest[]]> = [];
+const traces: Array<[string, TraceRequest[], number?]> = [];
 for (const name of ["multi-tenant", "long-system", "many-tenants", "no-sharing"]) {
   for (let seed = 1; seed <= SEEDS; seed++) {
     traces.push([`${name} seed ${seed}`, synthesizeTrace({ ...SYNTHETIC_PRESETS[name]!, seed })]);
@@ -68,10 +74,12 @@ const mooncake = await loadTrace(
   { maxRequests: MOONCAKE },
 );
 traces.push([`mooncake (first ${mooncake.length})`, mooncake]);
+// The same with caches large enough that routing, not eviction, decides what is reused.
+traces.push([`mooncake (first ${mooncake.length}), 400k blocks`, mooncake, 400_000]);
 
 const rows: Row[] = [];
-for (const [name, trace] of traces) {
-  const sat = saturation(trace);
+for (const [name, trace, blocks] of traces) {
+  const sat = saturation(trace, blocks);
   const ceiling = prefixCeiling(trace).tokens;
   for (const [level, load] of [["moderate", sat / 2], ["saturation", sat]] as const) {
     const row = {
@@ -79,8 +87,8 @@ for (const [name, trace] of traces) {
       level,
       load,
       ceiling,
-      rr: run(trace, "round-robin", load),
-      kv: run(trace, "kv", load),
+      rr: run(trace, "round-robin", load, blocks),
+      kv: run(trace, "kv", load, blocks),
     };
     rows.push(row);
     const hit = ceiling > 0 ? row.kv.prefix_hit_rate / ceiling : NaN;

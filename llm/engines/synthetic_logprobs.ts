@@ -10,7 +10,7 @@ import type { LLMEngineOutput, TopLogprob } from "../protocols.ts";
  * @returns a number in [-0.875, 0]
  */
 export function syntheticLogprob(id: number): number {
-  return -(id % 8) / 8;
+  return 0 - (id % 8) / 8; // never -0
 }
 
 /**

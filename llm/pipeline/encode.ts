@@ -447,22 +447,33 @@ export async function textResponse(
   return aggregateChunks(all);
 }
 
-/** Folds OpenAI stream chunks into one response (for non-streaming clients of text engines). */
+/**
+ * Folds OpenAI stream chunks into one response (for non-streaming clients of text engines),
+ * the choices' `logprobs` joined (chat `content` lists, completion arrays) when they carry any.
+ */
 export function aggregateChunks(chunks: Record<string, unknown>[]): Record<string, unknown> {
   const first = chunks[0] ?? {};
   const isChat = first.object === "chat.completion.chunk";
-  const choices = new Map<number, { text: string; finish_reason: unknown }>();
+  const choices = new Map<
+    number,
+    {
+      text: string;
+      finish_reason: unknown;
+      logprobs: ChatTokenLogprob[] | CompletionLogprobs | null;
+    }
+  >();
   let usage: unknown = undefined;
   for (const c of chunks) {
     if (c.usage) usage = c.usage;
     for (const ch of (c.choices as Record<string, unknown>[] | undefined) ?? []) {
       const index = Number(ch.index ?? 0);
-      const acc = choices.get(index) ?? { text: "", finish_reason: null };
+      const acc = choices.get(index) ?? { text: "", finish_reason: null, logprobs: null };
       const delta = isChat
         ? (ch.delta as { content?: string } | undefined)?.content
         : ch.text as string | undefined;
       acc.text += delta ?? "";
       if (ch.finish_reason) acc.finish_reason = ch.finish_reason;
+      if (isRecord(ch.logprobs)) acc.logprobs = joinLogprobs(acc.logprobs, ch.logprobs, isChat);
       choices.set(index, acc);
     }
   }
@@ -476,13 +487,38 @@ export function aggregateChunks(chunks: Record<string, unknown>[]): Record<strin
         ? {
           index,
           message: { role: "assistant", content: c.text },
-          logprobs: null,
+          logprobs: c.logprobs === null ? null : { content: c.logprobs },
           finish_reason: c.finish_reason,
         }
-        : { index, text: c.text, logprobs: null, finish_reason: c.finish_reason }
+        : { index, text: c.text, logprobs: c.logprobs, finish_reason: c.finish_reason }
     ),
     ...(usage ? { usage } : {}),
   };
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** An upstream chunk's logprobs added to a choice's (entries taken as the upstream sent them). */
+function joinLogprobs(
+  acc: ChatTokenLogprob[] | CompletionLogprobs | null,
+  more: Record<string, unknown>,
+  chat: boolean,
+): ChatTokenLogprob[] | CompletionLogprobs | null {
+  const list = <T>(v: unknown): T[] => (Array.isArray(v) ? v as T[] : []);
+  if (chat) {
+    return [...((acc as ChatTokenLogprob[] | null) ?? []), ...list<ChatTokenLogprob>(more.content)];
+  }
+  const a = (acc as CompletionLogprobs | null) ??
+    { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  appendCompletionLogprobs(a, {
+    tokens: list(more.tokens),
+    token_logprobs: list(more.token_logprobs),
+    top_logprobs: list(more.top_logprobs),
+    text_offset: list(more.text_offset),
+  });
+  return a;
 }
 
 /** Ends an iterator without waiting; a failure to end is of no interest any more. */

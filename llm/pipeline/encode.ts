@@ -4,6 +4,7 @@
 // and [DONE] in one write.
 
 import { WorkerOutputError } from "./engine_output.ts";
+import { RequestError } from "../openai/errors.ts";
 import type { Context } from "../../runtime/context.ts";
 import { choiceJson, parsedChoiceJsons } from "../http/sse_choice.ts";
 import type { FinishReason, LLMEngineOutput } from "../protocols.ts";
@@ -45,6 +46,7 @@ export function sseEvent(json: string): string {
 /** The event that reports a failure mid-stream (the status line is long gone). */
 export function sseErrorEvent(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err);
+  if (err instanceof RequestError) return sseEvent(JSON.stringify(err.toJSON()));
   const code = err instanceof MigrationExhaustedError
     ? "migration_exhausted"
     : err instanceof WorkerOutputError

@@ -5,9 +5,10 @@ import assert from "node:assert/strict";
 import { QWEN3_IM_END, qwen3Tokenizer } from "../../tests/_helpers/qwen3.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import { RequestError } from "../openai/errors.ts";
-import { chunkBase, type SseSource, tokenResponse, tokenSse } from "./encode.ts";
+import { chunkBase, sseErrorEvent, type SseSource, tokenResponse, tokenSse } from "./encode.ts";
 import { chatLogprobs, CompletionLogprobsEncoder, TokenTexts } from "./logprobs.ts";
 import { TokenChoices } from "./postprocess.ts";
+import { ChatOutputParser, reasoningParser, toolCallParser } from "../parsers/mod.ts";
 
 const tok = qwen3Tokenizer();
 const [HELLO, WORLD] = tok.encode("Hello world", { addSpecialTokens: false }) as [number, number];
@@ -179,4 +180,49 @@ Deno.test("a byte-level token's bytes are exact, even a piece of a character", (
   const enc = new CompletionLogprobsEncoder(texts);
   assert.deepEqual(enc.push({ tokenIds: [HELLO], logProbs: [-1] }).top_logprobs, [{}]);
   assert.deepEqual(enc.push({ tokenIds: [WORLD], logProbs: [-1] }).text_offset, [5]);
+});
+
+Deno.test("with an output parser (reasoning, tool calls) every token's log probability still arrives once", async () => {
+  const answer = "<think>Hm.</think>\n\nOK.\n<tool_call>\n" +
+    '{"name": "f", "arguments": {}}\n</tool_call>';
+  const ids = tok.encode(answer, { addSpecialTokens: false });
+  const make = () => {
+    const items: LLMEngineOutput[] = ids.map((id) => ({ token_ids: [id], log_probs: [-1] }));
+    items.push({ token_ids: [QWEN3_IM_END], log_probs: [-1], finish_reason: "eos" });
+    return new TokenChoices(tok, [request], [outputs(items)], 2, series, 0, {
+      parsers: [
+        new ChatOutputParser({
+          reasoning: reasoningParser("qwen3"),
+          tools: toolCallParser("hermes"),
+          newId: () => "call_0",
+        }),
+      ],
+      logprobs: "chat",
+    });
+  };
+  const streamed = await sseChoices(tokenSse(make(), chunkBase("chat", "r", "m"), false));
+  const tokens = streamed.flatMap((c) =>
+    ((c.logprobs as { content?: { token: string }[] } | null)?.content ?? []).map((e) => e.token)
+  );
+  assert.equal(tokens.join(""), answer);
+  const body = await tokenResponse(make(), chunkBase("chat", "r", "m"));
+  const choice =
+    (body.choices as { logprobs: { content: unknown[] }; finish_reason: string }[])[0]!;
+  assert.equal(choice.logprobs.content.length, ids.length);
+  assert.equal(choice.finish_reason, "tool_calls");
+});
+
+Deno.test("streamed, an engine without log probabilities ends the stream with the 400's error object", () => {
+  const err = new RequestError(400, "no log probabilities", {
+    param: "logprobs",
+    code: "logprobs_unsupported",
+  });
+  assert.deepEqual(JSON.parse(sseErrorEvent(err).slice(6)), {
+    error: {
+      message: "no log probabilities",
+      type: "invalid_request_error",
+      param: "logprobs",
+      code: "logprobs_unsupported",
+    },
+  });
 });

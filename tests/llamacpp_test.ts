@@ -11,7 +11,7 @@ import OpenAI from "openai";
 import type { Token } from "node-llama-cpp";
 import { LlamaCppEngine } from "../llm/engines/llamacpp/mod.ts";
 import { Context } from "../runtime/context.ts";
-import type { PreprocessedRequest } from "../llm/protocols.ts";
+import type { LLMEngineOutput, PreprocessedRequest } from "../llm/protocols.ts";
 import { startDynamoRun } from "./_helpers/dynamo_run.ts";
 import { smolLm2 } from "./_helpers/smollm2.ts";
 import { tinyLlamaGguf } from "./_helpers/tiny_gguf.ts";
@@ -543,4 +543,66 @@ Deno.test("dynamo run out=llamacpp hf://ORG/NAME/FILE.gguf downloads that file o
     await hub.close();
     await Deno.remove(cache, { recursive: true });
   }
+});
+
+Deno.test({
+  name: "LlamaCppEngine: log probabilities on request: each greedy token is the most likely, " +
+    "alternatives sorted, top-k's candidates sum to one",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const engine = await LlamaCppEngine.load(tiny, { maxNumSeqs: 1, contextLength: 512 });
+    const promptIds = [...engine.model.tokenize("Tell me a joke about a dog.", false)];
+    const run = async (
+      sampling: PreprocessedRequest["sampling_options"],
+      logprobs: number | undefined,
+    ) => {
+      const request: PreprocessedRequest = {
+        model: "tiny-llama",
+        token_ids: promptIds,
+        stop_conditions: { max_tokens: 8, ignore_eos: true },
+        sampling_options: sampling,
+        eos_token_ids: [engine.model.tokens.eos!],
+        ...(logprobs === undefined ? {} : { output_options: { logprobs } }),
+      };
+      const outs: LLMEngineOutput[] = [];
+      for await (const o of engine.generate(request)) outs.push(o);
+      return outs.filter((o) => o.token_ids.length > 0);
+    };
+    try {
+      const plain = await run({ temperature: 0 }, undefined);
+      assert.ok(plain.every((o) => o.log_probs === undefined && o.top_logprobs === undefined));
+      const greedy = await run({ temperature: 0 }, 5);
+      // Asking for log probabilities does not change what is generated.
+      assert.deepEqual(greedy.flatMap((o) => o.token_ids), plain.flatMap((o) => o.token_ids));
+      for (const o of greedy) {
+        assert.equal(o.log_probs!.length, 1);
+        const lp = o.log_probs![0]!;
+        const top = o.top_logprobs![0]!;
+        assert.equal(top.length, 5);
+        assert.deepEqual(top.map((t) => t.rank), [1, 2, 3, 4, 5]);
+        assert.ok(top.every((t) => t.logprob <= 0 && Number.isFinite(t.logprob)));
+        for (let i = 1; i < top.length; i++) assert.ok(top[i - 1]!.logprob >= top[i]!.logprob);
+        assert.ok(lp <= 0);
+        assert.equal(lp, top[0]!.logprob, "a greedy token is the most likely one");
+        assert.ok(top.reduce((s, t) => s + Math.exp(t.logprob), 0) <= 1 + 1e-4);
+      }
+      // Only the chosen token's probability (no alternatives): the same numbers.
+      const bare = await run({ temperature: 0 }, 0);
+      bare.forEach((o, i) => {
+        assert.deepEqual(o.top_logprobs, [[]]);
+        assert.ok(Math.abs(o.log_probs![0]! - greedy[i]!.log_probs![0]!) < 1e-4);
+      });
+      // Sampling from the top 3: the distribution is those 3 candidates, summing to one.
+      const sampled = await run({ temperature: 0.8, top_k: 3, seed: 1 }, 3);
+      for (const o of sampled) {
+        const top = o.top_logprobs![0]!;
+        const sum = top.reduce((s, t) => s + Math.exp(t.logprob), 0);
+        assert.ok(Math.abs(sum - 1) < 1e-3, `top-3 candidates sum to ${sum}`);
+        assert.ok(top.some((t) => t.token_id === o.token_ids[0] && t.logprob === o.log_probs![0]));
+      }
+    } finally {
+      await engine.close();
+    }
+  },
 });

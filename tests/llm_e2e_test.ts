@@ -205,6 +205,117 @@ Deno.test("dynamo run in=http out=echo serves the OpenAI API to the official cli
   }
 });
 
+/** The echo engine's made-up log probability of a token (llm/engines/synthetic_logprobs.ts). */
+const echoLogprob = (id: number) => 0 - (id % 8) / 8;
+
+Deno.test("logprobs through the official client: the echo engine's exact values, streamed and not", async (t) => {
+  const run = spawnDeno(CLI, { DYN_LOG: "warn" }, [
+    "run",
+    "in=http",
+    "out=echo",
+    "--http-port",
+    "0",
+  ]);
+  try {
+    const base = await frontendUrl(run);
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+    const tok = await tokenizer();
+    const text = (id: number) => tok.decode([id]);
+
+    await t.step("completions: tokens, token_logprobs, top_logprobs, text_offset", async () => {
+      const ids = tok.encode(PROMPT);
+      let offset = 0;
+      const expected = {
+        tokens: ids.map(text),
+        token_logprobs: ids.map(echoLogprob),
+        top_logprobs: ids.map((id) => ({
+          [text(id)]: echoLogprob(id),
+          [text(id - 1)]: echoLogprob(id) - 1,
+        })),
+        text_offset: ids.map((id) => (offset += text(id).length) - text(id).length),
+      };
+      const r = await client.completions.create({ model: MODEL, prompt: PROMPT, logprobs: 2 });
+      assert.equal(r.choices[0]!.text, PROMPT);
+      assert.deepEqual(r.choices[0]!.logprobs, expected);
+      const stream = await client.completions.create({
+        model: MODEL,
+        prompt: PROMPT,
+        logprobs: 2,
+        stream: true,
+      });
+      const tokens: string[] = [];
+      const lps: (number | null)[] = [];
+      const offsets: number[] = [];
+      for await (const chunk of stream) {
+        for (const c of chunk.choices) {
+          tokens.push(...(c.logprobs?.tokens ?? []));
+          lps.push(...(c.logprobs?.token_logprobs ?? []));
+          offsets.push(...(c.logprobs?.text_offset ?? []));
+        }
+      }
+      assert.deepEqual(tokens, expected.tokens);
+      assert.deepEqual(lps, expected.token_logprobs);
+      assert.deepEqual(offsets, expected.text_offset);
+      const plain = await client.completions.create({ model: MODEL, prompt: PROMPT });
+      assert.equal(plain.choices[0]!.logprobs, null);
+    });
+
+    await t.step(
+      "chat: content entries with bytes and top_logprobs, streamed the same",
+      async () => {
+        // The echo answers the rendered prompt: "<|im_start|>user\nHi" then <|im_end|> (eos).
+        const ids = tok.encode("<|im_start|>user\nHi", { addSpecialTokens: false });
+        const entry = (id: number) => ({
+          token: text(id),
+          logprob: echoLogprob(id),
+          bytes: [...new TextEncoder().encode(text(id))],
+        });
+        const expected = ids.map((id) => ({
+          ...entry(id),
+          top_logprobs: [entry(id), { ...entry(id - 1), logprob: echoLogprob(id) - 1 }],
+        }));
+        const request = {
+          model: MODEL,
+          messages: [{ role: "user" as const, content: "Hi" }],
+          logprobs: true,
+          top_logprobs: 2,
+        };
+        const r = await client.chat.completions.create(request);
+        assert.equal(r.choices[0]!.message.content, "user\nHi");
+        assert.deepEqual(r.choices[0]!.logprobs, { content: expected });
+        const content = [];
+        for await (
+          const chunk of await client.chat.completions.create({ ...request, stream: true })
+        ) {
+          for (const c of chunk.choices) content.push(...(c.logprobs?.content ?? []));
+        }
+        assert.deepEqual(content, expected);
+        const none = await client.chat.completions.create({ ...request, top_logprobs: undefined });
+        assert.deepEqual(none.choices[0]!.logprobs!.content!.map((e) => e.top_logprobs), [
+          [],
+          [],
+          [],
+          [],
+        ]);
+      },
+    );
+
+    await t.step("OpenAI's limits: top_logprobs above 20 is a 400", async () => {
+      await assert.rejects(
+        client.chat.completions.create({
+          model: MODEL,
+          messages: [{ role: "user", content: "Hi" }],
+          logprobs: true,
+          top_logprobs: 21,
+        }),
+        (e: unknown) => e instanceof OpenAI.BadRequestError,
+      );
+    });
+  } finally {
+    await stop(run);
+  }
+});
+
 Deno.test("out=openai: a frontend in front of another OpenAI server answers with its tokens", async () => {
   const upstream = spawnDeno(CLI, { DYN_LOG: "warn" }, [
     "run",
@@ -238,6 +349,14 @@ Deno.test("out=openai: a frontend in front of another OpenAI server answers with
       max_tokens: 8,
     });
     assert.equal(viaProxy.choices[0]!.text, straight.choices[0]!.text);
+    // Log probabilities pass through, whole responses too (folded from the upstream's stream).
+    const lpRequest = { model: MODEL, prompt: PROMPT, max_tokens: 4, logprobs: 1 };
+    const lpProxy = await client.completions.create(lpRequest);
+    assert.ok(lpProxy.choices[0]!.logprobs!.tokens!.length === 4);
+    assert.deepEqual(
+      lpProxy.choices[0]!.logprobs,
+      (await direct.completions.create(lpRequest)).choices[0]!.logprobs,
+    );
     assert.equal(viaProxy.model, MODEL);
     const s = await streamText(
       await client.completions.create({ model: MODEL, prompt: PROMPT, stream: true }),

@@ -1,10 +1,12 @@
 // The echo engine: tokens in, the prompt's tokens back, one per step, with a configurable
-// delay. Deterministic and migration-consistent: a migrated request (the tokens already
+// delay. Log probabilities, when asked for, are synthetic_logprobs.ts's fixed values.
+// Deterministic and migration-consistent: a migrated request (the tokens already
 // streamed appended to the prompt, `migrated_tokens` set) continues where it left off.
 
 import type { Context } from "../../runtime/context.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
+import { withSyntheticLogprobs } from "./synthetic_logprobs.ts";
 
 /** Options of {@linkcode echoEngine}. */
 export interface EchoEngineOptions {
@@ -32,6 +34,7 @@ export function echoEngine(
     const done = req.migrated_tokens ?? 0;
     const prompt = req.token_ids.slice(0, req.token_ids.length - done);
     const max = req.stop_conditions?.max_tokens ?? Infinity;
+    const top = req.output_options?.logprobs;
     let emitted = 0;
     for (let i = done; i < prompt.length; i++) {
       if (ctx.isStopped()) {
@@ -41,11 +44,12 @@ export function echoEngine(
       if (delayMs > 0) await sleep(delayMs, ctx.signal);
       emitted++;
       const last = i === prompt.length - 1;
+      const out = withSyntheticLogprobs({ token_ids: [prompt[i]!] }, top);
       if (emitted >= max && !last) {
-        yield { token_ids: [prompt[i]!], finish_reason: "length" };
+        yield { ...out, finish_reason: "length" };
         return;
       }
-      yield last ? { token_ids: [prompt[i]!], finish_reason: "stop" } : { token_ids: [prompt[i]!] };
+      yield last ? { ...out, finish_reason: "stop" } : out;
     }
     if (done >= prompt.length) yield { token_ids: [], finish_reason: "stop" };
   };

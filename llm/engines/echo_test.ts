@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { Context } from "../../runtime/context.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import { echoEngine } from "./echo.ts";
+import { syntheticTopLogprobs } from "./synthetic_logprobs.ts";
 
 const req = (
   token_ids: number[],
@@ -42,4 +43,16 @@ Deno.test("a migrated echo request continues where the first attempt stopped", a
 
 Deno.test("the echo engine rejects a request without token_ids", async () => {
   await assert.rejects(run({ text: "hi" } as unknown as PreprocessedRequest), /token_ids/);
+});
+
+Deno.test("asked for log probabilities, the echo engine gives fixed values, its token ranked first", async () => {
+  const out = await run(req([9, 16], { output_options: { logprobs: 3 } }));
+  assert.deepEqual(out.map((o) => o.log_probs), [[-0.125], [0]]);
+  assert.deepEqual(out[0]!.top_logprobs, [[
+    { rank: 1, token_id: 9, logprob: -0.125 },
+    { rank: 2, token_id: 8, logprob: -1.125 },
+    { rank: 3, token_id: 7, logprob: -2.125 },
+  ]]);
+  assert.deepEqual(syntheticTopLogprobs(1, 3).map((t) => t.token_id), [1, 0, 3]);
+  assert.deepEqual((await run(req([9]))).map((o) => o.log_probs), [undefined]);
 });

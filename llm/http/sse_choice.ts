@@ -12,6 +12,7 @@ import type { FinishReason } from "../protocols.ts";
  * @param text the new text
  * @param reason why the choice ended, or null while it goes on
  * @param first the choice's first chunk
+ * @param logprobs the chunk's `logprobs` (default null)
  * @returns what `JSON.stringify` gives for the same choice object
  * @example
  * ```ts
@@ -25,19 +26,21 @@ export function choiceJson(
   text: string,
   reason: FinishReason | "tool_calls" | null,
   first: boolean,
+  logprobs?: unknown,
 ): string {
   const finish = reason === null ? "null" : JSON.stringify(reason);
+  const lp = logprobs === undefined ? "null" : JSON.stringify(logprobs);
   if (!chat) {
     return `{"index":${index},"text":${
       JSON.stringify(text)
-    },"logprobs":null,"finish_reason":${finish}}`;
+    },"logprobs":${lp},"finish_reason":${finish}}`;
   }
   const delta = first
     ? `{"role":"assistant","content":${JSON.stringify(text)}}`
     : text === ""
     ? "{}"
     : `{"content":${JSON.stringify(text)}}`;
-  return `{"index":${index},"delta":${delta},"logprobs":null,"finish_reason":${finish}}`;
+  return `{"index":${index},"delta":${delta},"logprobs":${lp},"finish_reason":${finish}}`;
 }
 
 /** What a parsed choice event adds (see `ChoiceEvent` of llm/pipeline/postprocess.ts). */
@@ -61,6 +64,7 @@ export interface ParsedPiece {
  * @param piece the event's text, reasoning and calls
  * @param reason why the choice ended, or null while it goes on
  * @param first the choice's first chunk
+ * @param logprobs the event's `logprobs`, carried by its first chunk (default null)
  * @returns the choices' JSON, one per chunk (none when there is nothing to send)
  * @example
  * ```ts
@@ -73,6 +77,7 @@ export function parsedChoiceJsons(
   piece: ParsedPiece,
   reason: FinishReason | "tool_calls" | null,
   first: boolean,
+  logprobs?: unknown,
 ): string[] {
   const deltas: Record<string, unknown>[] = [];
   if (piece.reasoning) deltas.push({ reasoning_content: piece.reasoning });
@@ -89,7 +94,7 @@ export function parsedChoiceJsons(
     deltas.push({ tool_calls: [{ index: call.index, function: { arguments: call.arguments } }] });
   }
   if (deltas.length === 0) {
-    if (reason === null && !first) return [];
+    if (reason === null && !first && logprobs === undefined) return [];
     deltas.push({});
   }
   if (first) deltas[0] = { role: "assistant", ...deltas[0] };
@@ -97,7 +102,7 @@ export function parsedChoiceJsons(
     JSON.stringify({
       index,
       delta,
-      logprobs: null,
+      logprobs: i === 0 && logprobs !== undefined ? logprobs : null,
       finish_reason: i === deltas.length - 1 ? reason : null,
     })
   );

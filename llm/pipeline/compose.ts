@@ -186,7 +186,10 @@ export function tokensPipeline(
         promptTokens,
         series,
         admission.started,
-        parsers && { parsers, keepSpecialTokens: keepsSpecialTokens(req, formats.tools) },
+        {
+          ...(parsers && { parsers, keepSpecialTokens: keepsSpecialTokens(req, formats.tools) }),
+          ...(typeof choices[0]?.output_options?.logprobs === "number" && { logprobs: kind }),
+        },
       );
       const base = chunkBase(kind, ctx.id, name);
       const includeUsage = req.stream_options?.include_usage === true;

@@ -4,6 +4,7 @@
 // and [DONE] in one write.
 
 import { WorkerOutputError } from "./engine_output.ts";
+import { RequestError } from "../openai/errors.ts";
 import type { Context } from "../../runtime/context.ts";
 import { choiceJson, parsedChoiceJsons } from "../http/sse_choice.ts";
 import type { FinishReason, LLMEngineOutput } from "../protocols.ts";
@@ -12,10 +13,13 @@ import { MigrationExhaustedError } from "./migration.ts";
 import {
   type ChoiceEvent,
   type ChoiceFinish,
+  type ChoiceLogprobs,
   openaiReason,
   type TokenChoices,
 } from "./postprocess.ts";
 import type { IndexedToolCall } from "../parsers/chat_output.ts";
+import type { ChatTokenLogprob, CompletionLogprobs } from "../openai/types.ts";
+import { appendCompletionLogprobs } from "./logprobs.ts";
 import type { EndpointKind } from "./parse.ts";
 
 /** The next SSE text of a stream; `last` once it ends with `data: [DONE]`. */
@@ -42,6 +46,7 @@ export function sseEvent(json: string): string {
 /** The event that reports a failure mid-stream (the status line is long gone). */
 export function sseErrorEvent(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err);
+  if (err instanceof RequestError) return sseEvent(JSON.stringify(err.toJSON()));
   const code = err instanceof MigrationExhaustedError
     ? "migration_exhausted"
     : err instanceof WorkerOutputError
@@ -177,14 +182,20 @@ abstract class ChoiceSse implements SseSource {
   /** Stops reading the engine (the stream is over, or nobody reads it any more). */
   protected abstract stop(): void;
 
-  protected chunk(index: number, text: string, reason: ChoiceFinish | null, first: boolean) {
-    return this.#head + choiceJson(this.#chat, index, text, reason, first) + "]}\n\n";
+  protected chunk(
+    index: number,
+    text: string,
+    reason: ChoiceFinish | null,
+    first: boolean,
+    logprobs?: ChoiceLogprobs,
+  ) {
+    return this.#head + choiceJson(this.#chat, index, text, reason, first, logprobs) + "]}\n\n";
   }
 
   /** The chunks of a parsed event (reasoning, content, tool calls): "" when it adds nothing. */
   protected parsedChunks(ev: ChoiceEvent, first: boolean): string {
     let out = "";
-    for (const choice of parsedChoiceJsons(ev.index, ev, ev.reason, first)) {
+    for (const choice of parsedChoiceJsons(ev.index, ev, ev.reason, first, ev.logprobs)) {
       out += this.#head + choice + "]}\n\n";
     }
     return out;
@@ -219,8 +230,8 @@ class SingleChoiceSse extends ChoiceSse {
     this.#it = choices.streams[0]![Symbol.asyncIterator]();
   }
 
-  #text(text: string, reason: FinishReason | null): string {
-    const event = this.chunk(0, text, reason, this.#first);
+  #text(text: string, reason: FinishReason | null, logprobs?: ChoiceLogprobs): string {
+    const event = this.chunk(0, text, reason, this.#first, logprobs);
     this.#first = false;
     return event;
   }
@@ -239,12 +250,15 @@ class SingleChoiceSse extends ChoiceSse {
       const out = r.value;
       choices.observe(0, out);
       const delta = proc.push(out);
+      const logprobs = choices.logprobsOf(0, delta);
       if (delta.finishReason) {
         const reason = openaiReason(delta.finishReason);
         closeQuietly(it); // the choice is over: the engine's stream is not read further
-        return this.end(this.#text(delta.text, reason));
+        return this.end(this.#text(delta.text, reason, logprobs));
       }
-      if (delta.text !== "") return { text: this.#text(delta.text, null), last: false };
+      if (delta.text !== "" || logprobs !== undefined) {
+        return { text: this.#text(delta.text, null, logprobs), last: false };
+      }
     }
   }
 
@@ -274,7 +288,7 @@ class MergedChoicesSse extends ChoiceSse {
       const first = !this.#started.has(ev.index);
       const text = parsed
         ? this.parsedChunks(ev, first)
-        : this.chunk(ev.index, ev.text, ev.reason, first);
+        : this.chunk(ev.index, ev.text, ev.reason, first, ev.logprobs);
       if (text === "") continue;
       if (first) this.#started.add(ev.index);
       if (ev.reason !== null && --this.#open === 0) {
@@ -315,9 +329,14 @@ export async function tokenResponse(
   const reasonings = Array.from({ length: n }, () => "");
   const calls = Array.from({ length: n }, (): IndexedToolCall[] => []);
   const reasons: (ChoiceFinish | null)[] = Array.from({ length: n }, () => null);
+  const logprobs: (ChatTokenLogprob[] | CompletionLogprobs | null)[] = Array.from(
+    { length: n },
+    () => null,
+  );
   try {
     for await (const ev of choices.events()) {
       texts[ev.index] += ev.text;
+      if (ev.logprobs !== undefined) addLogprobs(logprobs, ev.index, ev.logprobs);
       if (ev.reasoning) reasonings[ev.index] += ev.reasoning;
       if (ev.calls) calls[ev.index]!.push(...ev.calls);
       if (ev.reason) reasons[ev.index] = ev.reason;
@@ -342,13 +361,53 @@ export async function tokenResponse(
             calls[index]!,
             parsers[index]!.splitsReasoning,
           ),
-          logprobs: null,
+          logprobs: choiceLogprobs(logprobs[index]!, choices.wantsLogprobs, true),
           finish_reason: reasons[index],
         }
-        : { index, text, logprobs: null, finish_reason: reasons[index] }
+        : {
+          index,
+          text,
+          logprobs: choiceLogprobs(logprobs[index]!, choices.wantsLogprobs, false),
+          finish_reason: reasons[index],
+        }
     ),
     usage: choices.usage(),
   };
+}
+
+/** Adds an event's log probabilities to its choice's. */
+function addLogprobs(
+  acc: (ChatTokenLogprob[] | CompletionLogprobs | null)[],
+  index: number,
+  more: ChoiceLogprobs,
+): void {
+  if ("content" in more) {
+    const list = (acc[index] ??= []) as ChatTokenLogprob[];
+    list.push(...(more.content ?? []));
+    return;
+  }
+  const a = acc[index] as CompletionLogprobs | null;
+  if (a === null) {
+    acc[index] = {
+      tokens: [...more.tokens],
+      token_logprobs: [...more.token_logprobs],
+      top_logprobs: [...(more.top_logprobs ?? [])],
+      text_offset: [...more.text_offset],
+    };
+  } else {
+    appendCompletionLogprobs(a, more);
+  }
+}
+
+/** A whole choice's `logprobs`: null unless asked for; empty lists when it had no tokens. */
+function choiceLogprobs(
+  got: ChatTokenLogprob[] | CompletionLogprobs | null,
+  wanted: boolean,
+  chat: boolean,
+): unknown {
+  if (!wanted) return null;
+  if (chat) return { content: got ?? [] };
+  return got ?? { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
 }
 
 /** A parsed answer's message: content (null when it only calls tools), reasoning, calls. */
@@ -390,22 +449,33 @@ export async function textResponse(
   return aggregateChunks(all);
 }
 
-/** Folds OpenAI stream chunks into one response (for non-streaming clients of text engines). */
+/**
+ * Folds OpenAI stream chunks into one response (for non-streaming clients of text engines),
+ * the choices' `logprobs` joined (chat `content` lists, completion arrays) when they carry any.
+ */
 export function aggregateChunks(chunks: Record<string, unknown>[]): Record<string, unknown> {
   const first = chunks[0] ?? {};
   const isChat = first.object === "chat.completion.chunk";
-  const choices = new Map<number, { text: string; finish_reason: unknown }>();
+  const choices = new Map<
+    number,
+    {
+      text: string;
+      finish_reason: unknown;
+      logprobs: ChatTokenLogprob[] | CompletionLogprobs | null;
+    }
+  >();
   let usage: unknown = undefined;
   for (const c of chunks) {
     if (c.usage) usage = c.usage;
     for (const ch of (c.choices as Record<string, unknown>[] | undefined) ?? []) {
       const index = Number(ch.index ?? 0);
-      const acc = choices.get(index) ?? { text: "", finish_reason: null };
+      const acc = choices.get(index) ?? { text: "", finish_reason: null, logprobs: null };
       const delta = isChat
         ? (ch.delta as { content?: string } | undefined)?.content
         : ch.text as string | undefined;
       acc.text += delta ?? "";
       if (ch.finish_reason) acc.finish_reason = ch.finish_reason;
+      if (isRecord(ch.logprobs)) acc.logprobs = joinLogprobs(acc.logprobs, ch.logprobs, isChat);
       choices.set(index, acc);
     }
   }
@@ -419,13 +489,38 @@ export function aggregateChunks(chunks: Record<string, unknown>[]): Record<strin
         ? {
           index,
           message: { role: "assistant", content: c.text },
-          logprobs: null,
+          logprobs: c.logprobs === null ? null : { content: c.logprobs },
           finish_reason: c.finish_reason,
         }
-        : { index, text: c.text, logprobs: null, finish_reason: c.finish_reason }
+        : { index, text: c.text, logprobs: c.logprobs, finish_reason: c.finish_reason }
     ),
     ...(usage ? { usage } : {}),
   };
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** An upstream chunk's logprobs added to a choice's (entries taken as the upstream sent them). */
+function joinLogprobs(
+  acc: ChatTokenLogprob[] | CompletionLogprobs | null,
+  more: Record<string, unknown>,
+  chat: boolean,
+): ChatTokenLogprob[] | CompletionLogprobs | null {
+  const list = <T>(v: unknown): T[] => (Array.isArray(v) ? v as T[] : []);
+  if (chat) {
+    return [...((acc as ChatTokenLogprob[] | null) ?? []), ...list<ChatTokenLogprob>(more.content)];
+  }
+  const a = (acc as CompletionLogprobs | null) ??
+    { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  appendCompletionLogprobs(a, {
+    tokens: list(more.tokens),
+    token_logprobs: list(more.token_logprobs),
+    top_logprobs: list(more.top_logprobs),
+    text_offset: list(more.text_offset),
+  });
+  return a;
 }
 
 /** Ends an iterator without waiting; a failure to end is of no interest any more. */

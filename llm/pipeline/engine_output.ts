@@ -87,16 +87,26 @@ export function engineOutputProblem(
     return `cached_tokens must be a whole number >= 0, got ${describe(cached)}`;
   }
   const logProbs = out.log_probs;
-  if (logProbs !== undefined) {
-    if (!Array.isArray(logProbs) || logProbs.length > ids.length) {
-      return `log_probs must be an array of at most one number per token, got ${
+  if (logProbs !== undefined && logProbs !== null) {
+    if (!Array.isArray(logProbs) || logProbs.length !== ids.length) {
+      return `log_probs must be an array of one number per token (${ids.length}), got ${
         describe(logProbs)
       }`;
     }
     for (const p of logProbs) {
-      if (typeof p !== "number" || Number.isNaN(p) || p > 0) {
-        return `log_probs must hold numbers <= 0, got ${describe(p)}`;
-      }
+      if (!isLogprob(p)) return `log_probs must hold finite numbers <= 0, got ${describe(p)}`;
+    }
+  }
+  const top = out.top_logprobs;
+  if (top !== undefined && top !== null) {
+    if (!Array.isArray(top) || top.length !== ids.length) {
+      return `top_logprobs must be an array of one list per token (${ids.length}), got ${
+        describe(top)
+      }`;
+    }
+    for (let i = 0; i < top.length; i++) {
+      const problem = topLogprobsProblem(top[i], vocab);
+      if (problem !== undefined) return `top_logprobs[${i}]: ${problem}`;
     }
   }
   return undefined;
@@ -120,6 +130,47 @@ export function engineOutputChecker(
     onInvalid?.(err);
     throw err;
   };
+}
+
+/** Most alternatives one position may carry (OpenAI's own limit is 20). */
+const MAX_TOP_LOGPROBS = 64;
+
+function isLogprob(p: unknown): boolean {
+  return typeof p === "number" && Number.isFinite(p) && p <= 0;
+}
+
+/** What is wrong with one position's alternatives, or undefined. */
+function topLogprobsProblem(list: unknown, vocab: number): string | undefined {
+  if (!Array.isArray(list) || list.length > MAX_TOP_LOGPROBS) {
+    return `must be an array of at most ${MAX_TOP_LOGPROBS} entries, got ${describe(list)}`;
+  }
+  for (const e of list as unknown[]) {
+    if (typeof e !== "object" || e === null) return `entries must be objects, got ${describe(e)}`;
+    const { token_id, logprob, rank, token, bytes } = e as Record<string, unknown>;
+    if (
+      typeof token_id !== "number" || !Number.isInteger(token_id) || token_id < 0 ||
+      token_id >= vocab
+    ) {
+      return `token_id must be an integer in [0, ${vocab}), got ${describe(token_id)}`;
+    }
+    if (!isLogprob(logprob)) {
+      return `logprob must be a finite number <= 0, got ${describe(logprob)}`;
+    }
+    if (rank !== undefined && (typeof rank !== "number" || !Number.isInteger(rank) || rank < 1)) {
+      return `rank must be an integer >= 1, got ${describe(rank)}`;
+    }
+    if (token !== undefined && token !== null && typeof token !== "string") {
+      return `token must be a string, got ${describe(token)}`;
+    }
+    if (
+      bytes !== undefined && bytes !== null &&
+      (!Array.isArray(bytes) ||
+        !bytes.every((b) => typeof b === "number" && Number.isInteger(b) && b >= 0 && b < 256))
+    ) {
+      return `bytes must be an array of bytes, got ${describe(bytes)}`;
+    }
+  }
+  return undefined;
 }
 
 /** A short description of a value for an error message (never the whole of a big value). */

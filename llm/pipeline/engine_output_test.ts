@@ -32,6 +32,19 @@ Deno.test("valid engine outputs pass the door unchanged", () => {
   }));
 });
 
+Deno.test("log probabilities with one entry per token pass the door", () => {
+  const out = {
+    token_ids: [1, 2],
+    log_probs: [-0.5, 0],
+    top_logprobs: [
+      [{ rank: 1, token_id: 1, logprob: -0.5 }, { rank: 2, token_id: 7, logprob: -2 }],
+      [{ rank: 1, token_id: 2, token: "a", logprob: 0, bytes: [97] }],
+    ],
+  };
+  assert.equal(engineOutputProblem(out, bounds), undefined);
+  assert.equal(engineOutputProblem({ token_ids: [1], log_probs: null }, bounds), undefined);
+});
+
 Deno.test("random values never throw past the door and are never changed", () => {
   fc.assert(
     fc.property(fc.anything({ withNullPrototype: true, withObjectString: true }), (v) => {
@@ -58,8 +71,16 @@ Deno.test("adversarial outputs are refused with a reason, each in bounded time",
     [{ token_ids: [1], text: 7 }, /text must be a string/],
     [{ token_ids: [1], text: "x".repeat((1 << 20) + 1) }, /text has/],
     [{ token_ids: [1], cached_tokens: -1 }, /cached_tokens/],
-    [{ token_ids: [1], log_probs: [0.5] }, /log_probs must hold numbers <= 0/],
-    [{ token_ids: [1], log_probs: [-1, -2] }, /at most one number per token/],
+    [{ token_ids: [1], log_probs: [0.5] }, /log_probs must hold finite numbers <= 0/],
+    [{ token_ids: [1], log_probs: [-Infinity] }, /log_probs must hold finite numbers/],
+    [{ token_ids: [1], log_probs: [-1, -2] }, /one number per token \(1\)/],
+    [{ token_ids: [1, 2], log_probs: [-1] }, /one number per token \(2\)/],
+    [{ token_ids: [1], top_logprobs: [] }, /top_logprobs must be an array of one list/],
+    [{ token_ids: [1], top_logprobs: [[{ token_id: 1, logprob: 0.1 }]] }, /logprob must be/],
+    [{ token_ids: [1], top_logprobs: [[{ token_id: 1000, logprob: -1 }]] }, /token_id must/],
+    [{ token_ids: [1], top_logprobs: [[{ token_id: 1, logprob: -1, rank: 0 }]] }, /rank/],
+    [{ token_ids: [1], top_logprobs: [[{ token_id: 1, logprob: -1, bytes: [256] }]] }, /bytes/],
+    [{ token_ids: [1], top_logprobs: [[7]] }, /top_logprobs\[0\]: entries must be objects/],
     [[1, 2], /expected an object, got an array/],
     ["tokens", /expected an object/],
     [null, /expected an object, got null/],

@@ -6,7 +6,12 @@ import { DynamoError } from "../../runtime/errors.ts";
 import type { ChatOutput, ChatOutputParser, IndexedToolCall } from "../parsers/chat_output.ts";
 import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
 import type { Tokenizer } from "../preprocess/tokenizer.ts";
-import { OutputProcessor } from "./postprocessor.ts";
+import { type OutputDelta, OutputProcessor } from "./postprocessor.ts";
+import type { ChatChoiceLogprobs, CompletionLogprobs } from "../openai/types.ts";
+import { chatLogprobs, CompletionLogprobsEncoder, TokenTexts } from "./logprobs.ts";
+
+/** The `logprobs` of one chunk of a choice: chat's `{content}` or a completion's arrays. */
+export type ChoiceLogprobs = ChatChoiceLogprobs | CompletionLogprobs;
 
 /** Why a choice ended: the engine's reasons, and "tool_calls" when the answer called tools. */
 export type ChoiceFinish = FinishReason | "tool_calls";
@@ -21,6 +26,18 @@ export interface ChoiceEvent {
   reasoning?: string;
   /** Tool calls completed, when a tool-call parser runs. */
   calls?: IndexedToolCall[];
+  /** The log probabilities of the tokens behind this event, when the request asked for them. */
+  logprobs?: ChoiceLogprobs;
+}
+
+/** Options of the output of {@linkcode TokenChoices}. */
+export interface TokenChoicesOutput {
+  /** Each choice's output parser (none: the text is all content). */
+  parsers?: readonly ChatOutputParser[];
+  /** Whether special tokens stay in the text (a tool-call syntax made of them). */
+  keepSpecialTokens?: boolean;
+  /** Log probabilities were asked for, and in which API's shape. */
+  logprobs?: "chat" | "completion";
 }
 
 /** The OpenAI `usage` of a response. */
@@ -69,6 +86,9 @@ export class TokenChoices {
   readonly parsers: readonly ChatOutputParser[] | undefined;
   readonly #series: TokenSeries;
   readonly #started: number;
+  readonly #logprobs: "chat" | "completion" | undefined;
+  readonly #texts: TokenTexts | undefined;
+  readonly #completionLogprobs: CompletionLogprobsEncoder[] = [];
   /** Prompt tokens served from an engine's prefix cache (choice 0's: all share the prompt). */
   #cachedTokens: number | undefined;
   #firstAt = 0;
@@ -82,8 +102,8 @@ export class TokenChoices {
    * @param promptTokens the prompt's length in tokens
    * @param series where token timings and output lengths are observed
    * @param started when the request arrived (`performance.now()`)
-   * @param output each choice's output parser (none: the text is all content), and whether
-   *   special tokens stay in the text (a tool-call syntax made of them)
+   * @param output each choice's output parser (none: the text is all content), whether
+   *   special tokens stay in the text, and whether log probabilities are returned
    */
   constructor(
     tokenizer: Tokenizer,
@@ -92,10 +112,22 @@ export class TokenChoices {
     promptTokens: number,
     series: TokenSeries,
     started: number,
-    output?: { parsers: readonly ChatOutputParser[]; keepSpecialTokens?: boolean },
+    output?: TokenChoicesOutput,
   ) {
     this.n = streams.length;
     this.parsers = output?.parsers;
+    this.#logprobs = output?.logprobs;
+    if (this.#logprobs !== undefined) {
+      this.#texts = new TokenTexts(
+        tokenizer,
+        requests[0]?.output_options?.return_tokens_as_token_ids === true,
+      );
+      if (this.#logprobs === "completion") {
+        for (let i = 0; i < this.n; i++) {
+          this.#completionLogprobs.push(new CompletionLogprobsEncoder(this.#texts));
+        }
+      }
+    }
     this.streams = streams;
     const skipSpecialTokens = output?.keepSpecialTokens === true ? false : undefined;
     this.processors = requests.map((r) =>
@@ -121,6 +153,27 @@ export class TokenChoices {
     if (index === 0 && out.cached_tokens !== undefined) this.#cachedTokens ??= out.cached_tokens;
   }
 
+  /** Whether the response carries log probabilities. */
+  get wantsLogprobs(): boolean {
+    return this.#logprobs !== undefined;
+  }
+
+  /**
+   * The log probabilities of a delta of choice `index`, in the response's shape: undefined
+   * when the request did not ask for them or the delta has no tokens.
+   */
+  logprobsOf(index: number, delta: OutputDelta): ChoiceLogprobs | undefined {
+    if (this.#logprobs === undefined || delta.tokenIds.length === 0) return undefined;
+    const lp = {
+      tokenIds: delta.tokenIds,
+      logProbs: delta.logProbs ?? [],
+      topLogprobs: delta.topLogprobs,
+    };
+    return this.#logprobs === "chat"
+      ? { content: chatLogprobs(this.#texts!, lp) }
+      : this.#completionLogprobs[index]!.push(lp);
+  }
+
   /** One choice's (delta, finish) events. */
   async *choiceEvents(index: number): AsyncGenerator<ChoiceEvent> {
     const proc = this.processors[index]!;
@@ -128,18 +181,26 @@ export class TokenChoices {
     for await (const out of this.streams[index]!) {
       this.observe(index, out);
       const delta = proc.push(out);
+      const logprobs = this.logprobsOf(index, delta);
       if (delta.finishReason) {
-        yield this.#event(index, delta.text, openaiReason(delta.finishReason), parser);
+        const ev = this.#event(index, delta.text, openaiReason(delta.finishReason), parser);
+        yield logprobs === undefined ? ev : { ...ev, logprobs };
         return;
       }
-      if (delta.text === "") continue;
+      if (delta.text === "" && logprobs === undefined) continue;
       if (parser === undefined) {
-        yield { index, text: delta.text, reason: null };
+        yield logprobs === undefined
+          ? { index, text: delta.text, reason: null }
+          : { index, text: delta.text, reason: null, logprobs };
         continue;
       }
       const parsed = parser.push(delta.text);
-      if (parsed.content !== "" || parsed.reasoning !== "" || parsed.calls.length > 0) {
-        yield parsedEvent(index, parsed, null);
+      if (
+        parsed.content !== "" || parsed.reasoning !== "" || parsed.calls.length > 0 ||
+        logprobs !== undefined
+      ) {
+        const ev = parsedEvent(index, parsed, null);
+        yield logprobs === undefined ? ev : { ...ev, logprobs };
       }
     }
     const tail = proc.finish();

@@ -2,7 +2,13 @@
 // detokenization, hidden stop tokens and eos, stop strings across chunk boundaries,
 // max_tokens and min_tokens.
 
-import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
+import type {
+  FinishReason,
+  LLMEngineOutput,
+  PreprocessedRequest,
+  TopLogprob,
+} from "../protocols.ts";
+import { RequestError } from "../openai/errors.ts";
 import { IncrementalDetokenizer } from "../preprocess/detokenizer.ts";
 import type { Tokenizer } from "../preprocess/tokenizer.ts";
 
@@ -113,6 +119,13 @@ export interface OutputProcessorOptions {
   promptIds?: readonly number[];
   /** Leave special tokens out of the text. Default true. */
   skipSpecialTokens?: boolean;
+  /**
+   * Log probabilities were asked for: an output with tokens but no `log_probs` fails the
+   * request (a {@linkcode RequestError} 400 naming `model`, param `logprobs`).
+   */
+  requireLogprobs?: boolean;
+  /** The model's name, for that error. */
+  model?: string;
 }
 
 /** What one engine output adds to a choice. */
@@ -123,6 +136,8 @@ export interface OutputDelta {
   tokenIds: number[];
   /** Log probabilities aligned with `tokenIds`, when the engine sent them. */
   logProbs?: number[];
+  /** Each token's most likely alternatives, aligned with `tokenIds`, when the engine sent them. */
+  topLogprobs?: TopLogprob[][];
   /** Set once, on the delta that ends the choice. */
   finishReason?: FinishReason;
 }
@@ -157,6 +172,8 @@ export class OutputProcessor {
   readonly #maxTokens: number | undefined;
   readonly #stopIds: ReadonlySet<number>;
   readonly #minTokens: number;
+  readonly #requireLogprobs: boolean;
+  readonly #model: string;
   #completionTokens = 0;
   #finishReason: FinishReason | undefined;
   #done = false;
@@ -180,6 +197,8 @@ export class OutputProcessor {
     if (!options.ignoreEos) { for (const id of options.eosTokenIds ?? []) stopIds.add(id); }
     this.#stopIds = stopIds;
     this.#minTokens = options.minTokens ?? 0;
+    this.#requireLogprobs = options.requireLogprobs ?? false;
+    this.#model = options.model ?? "";
   }
 
   /**
@@ -205,6 +224,8 @@ export class OutputProcessor {
       ignoreEos: stop.ignore_eos,
       minTokens: stop.min_tokens,
       promptIds: request.token_ids,
+      requireLogprobs: typeof request.output_options?.logprobs === "number",
+      model: request.model,
     });
   }
 
@@ -228,13 +249,23 @@ export class OutputProcessor {
    *
    * @param output The engine's next output.
    * @returns The text to send, the ids consumed, and the finish reason if the choice ended.
+   * @throws {RequestError} 400 when log probabilities were asked for and the output has none.
    */
   push(output: LLMEngineOutput): OutputDelta {
     if (this.#done) return { text: "", tokenIds: [] };
     const ids = output.token_ids ?? [];
-    const logProbs = output.log_probs;
+    const logProbs = output.log_probs ?? undefined;
+    const top = output.top_logprobs ?? undefined;
+    if (this.#requireLogprobs && ids.length > 0 && logProbs === undefined) {
+      throw new RequestError(
+        400,
+        `\`logprobs\` is not supported by the engine serving the model \`${this.#model}\`: it returned tokens without log probabilities.`,
+        { param: "logprobs", code: "logprobs_unsupported" },
+      );
+    }
     const delta: OutputDelta = { text: "", tokenIds: [] };
     if (logProbs !== undefined) delta.logProbs = [];
+    if (top !== undefined) delta.topLogprobs = [];
 
     if (typeof output.text === "string") {
       this.#pushEngineText(output, delta);
@@ -249,6 +280,7 @@ export class OutputProcessor {
         }
         delta.tokenIds.push(id);
         if (logProbs !== undefined) delta.logProbs!.push(logProbs[i] ?? NaN);
+        if (top !== undefined) delta.topLogprobs!.push(top[i] ?? []);
         if (this.#emit(this.#detok.push([id]), pastMin, delta)) return delta;
         if (this.#maxTokens !== undefined && this.#completionTokens >= this.#maxTokens) {
           this.#endWithDrain("length", delta);
@@ -287,7 +319,8 @@ export class OutputProcessor {
         return;
       }
       delta.tokenIds.push(id);
-      if (output.log_probs !== undefined) delta.logProbs!.push(output.log_probs[i] ?? NaN);
+      if (delta.logProbs !== undefined) delta.logProbs.push(output.log_probs?.[i] ?? NaN);
+      if (delta.topLogprobs !== undefined) delta.topLogprobs.push(output.top_logprobs?.[i] ?? []);
     });
     const pastMin = this.#completionTokens >= this.#minTokens;
     if (this.#emit(output.text ?? "", pastMin, delta)) return;

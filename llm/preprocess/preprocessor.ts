@@ -2,8 +2,6 @@
 // chat template, tokenization, stop conditions, sampling options, context-length checks.
 //
 // What the token path cannot honour is refused with a 400 rather than silently dropped:
-// - `logprobs` / `top_logprobs` (chat) and `logprobs` (completions): PreprocessedRequest has
-//   no field to ask the engine for them.
 // - `response_format` other than "text": no guided decoding.
 // - `logit_bias`: no wire field.
 // - `tools` (unless tool_choice is "none") when the caller has no tool-call parser for the
@@ -15,6 +13,9 @@
 //   rendered.
 // - completions `echo`, `suffix`, `best_of` > n, and prompt lists with more than one entry.
 // - non-text content parts (the chat template only takes text).
+// Chat `logprobs: true` (with `top_logprobs`, default 0) and completions `logprobs` become
+// `output_options.logprobs`: how many alternatives the engine adds to each sampled token's
+// log probability.
 // `n` is not sent to the engine: PreprocessResult.n tells the caller how many requests to
 // issue (see choiceRequest for giving each its own seed).
 
@@ -118,12 +119,6 @@ export class Preprocessor {
         { param: "messages" },
       );
     }
-    if (req.logprobs === true || req.top_logprobs !== undefined) {
-      throw unsupported(
-        req.logprobs === true ? "logprobs" : "top_logprobs",
-        "this server cannot return log probabilities",
-      );
-    }
     if (req.response_format !== undefined && req.response_format.type !== "text") {
       throw new RequestError(
         400,
@@ -145,6 +140,9 @@ export class Preprocessor {
     // The template already holds BOS and friends.
     const ids = this.#tokenizer.encode(prompt, { addSpecialTokens: false });
     const result = this.#build(req, ids, "messages", req.max_completion_tokens ?? req.max_tokens);
+    if (req.logprobs === true) {
+      result.request.output_options = { logprobs: req.top_logprobs ?? 0 };
+    }
     result.promptText = prompt;
     return result;
   }
@@ -158,9 +156,6 @@ export class Preprocessor {
    * @throws {RequestError} 400 for batched prompts, unsupported fields, or a prompt over the context.
    */
   completion(req: CompletionRequest): PreprocessResult {
-    if (req.logprobs !== undefined) {
-      throw unsupported("logprobs", "this server cannot return log probabilities");
-    }
     if (req.echo === true) throw unsupported("echo", "this server does not echo the prompt");
     if (req.suffix !== undefined && req.suffix !== "") {
       throw unsupported("suffix", "this server does not insert text before a suffix");
@@ -185,6 +180,9 @@ export class Preprocessor {
     }
     const ids = typeof single === "string" ? this.#tokenizer.encode(single) : [...single];
     const result = this.#build(req, ids, "prompt", req.max_tokens);
+    if (req.logprobs !== undefined && req.logprobs !== null) {
+      result.request.output_options = { logprobs: req.logprobs };
+    }
     if (typeof single === "string") result.promptText = single;
     return result;
   }

@@ -195,14 +195,12 @@ Deno.test("Preprocessor.completion refuses batched prompts", () => {
 
 Deno.test("Preprocessor refuses what the token path cannot honour", () => {
   const pre = preprocessor();
-  rejects(() => pre.chat(chat({ logprobs: true })), "logprobs", "log probabilities");
   rejects(
     () => pre.chat(chat({ response_format: { type: "json_object" } })),
     "response_format",
     "no guided decoding",
   );
   rejects(() => pre.chat(chat({ logit_bias: { "5": 1 } })), "logit_bias", "not supported");
-  rejects(() => pre.completion(completion({ logprobs: 0 })), "logprobs", "log probabilities");
   rejects(() => pre.completion(completion({ echo: true })), "echo", "not supported");
   rejects(() => pre.completion(completion({ suffix: "end" })), "suffix", "not supported");
   rejects(() => pre.completion(completion({ best_of: 2 })), "best_of", "not supported");
@@ -216,6 +214,20 @@ Deno.test("Preprocessor refuses what the token path cannot honour", () => {
   );
   // Accepted: text response format, chat logprobs false.
   pre.chat(chat({ response_format: { type: "text" }, logprobs: false }));
+});
+
+Deno.test("Preprocessor asks the engine for log probabilities in output_options", () => {
+  const pre = preprocessor();
+  assert.deepEqual(pre.chat(chat({ logprobs: true })).request.output_options, { logprobs: 0 });
+  assert.deepEqual(
+    pre.chat(chat({ logprobs: true, top_logprobs: 3 })).request.output_options,
+    { logprobs: 3 },
+  );
+  assert.equal(pre.chat(chat({ logprobs: false })).request.output_options, undefined);
+  assert.deepEqual(pre.completion(completion({ logprobs: 2 })).request.output_options, {
+    logprobs: 2,
+  });
+  assert.equal(pre.completion(completion({})).request.output_options, undefined);
 });
 
 const weatherTool = { type: "function", function: { name: "get_weather", parameters: {} } };

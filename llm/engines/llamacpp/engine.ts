@@ -15,7 +15,12 @@ import { InvalidArgumentError } from "../../../runtime/errors.ts";
 import type { Logger } from "../../../runtime/logger.ts";
 import { GgufError, readGgufMetadata } from "../../model/gguf.ts";
 import type { ForwardPassMetrics, KvCacheEventData } from "../../kv_router/protocols.ts";
-import type { LLMEngineOutput, PreprocessedRequest, SamplingOptions } from "../../protocols.ts";
+import type {
+  LLMEngineOutput,
+  PreprocessedRequest,
+  SamplingOptions,
+  TopLogprob,
+} from "../../protocols.ts";
 import { LlamaCppLoadError, LlamaCppRequestError } from "./errors.ts";
 import { KvBlockTracker } from "./kv_blocks.ts";
 
@@ -278,7 +283,7 @@ export class LlamaCppEngine {
       let evaluated = false;
       // The first output says how much of the prompt came from the kept KV (usage reports it).
       let head: { cached_tokens?: number } = cached > 0 ? { cached_tokens: cached } : {};
-      const first = (out: LLMEngineOutput): LLMEngineOutput => {
+      const firstOut = (out: LLMEngineOutput): LLMEngineOutput => {
         if (head.cached_tokens === undefined) return out;
         const withHead = { ...out, ...head };
         head = {};
@@ -287,7 +292,18 @@ export class LlamaCppEngine {
       const options = evaluateOptions(request.sampling_options ?? {}, generated);
       // node-llama-cpp ends at the model's end-of-generation tokens unless told to yield them:
       // the request's ids decide here (ignore_eos, min_tokens, the frontend's eos list).
-      for await (const token of seq.evaluate(prompt.slice(cached) as Token[], options)) {
+      const top = request.output_options?.logprobs;
+      const steps = typeof top === "number"
+        ? withLogprobs(seq, prompt.slice(cached) as Token[], options, top)
+        : seq.evaluate(prompt.slice(cached) as Token[], options);
+      for await (const step of steps) {
+        // The fast path yields bare tokens; with log probabilities, a token and its numbers.
+        const token = typeof step === "number" ? step : step.token;
+        const lp = typeof step === "number" ? undefined : step;
+        const first = lp === undefined
+          ? firstOut
+          : (out: LLMEngineOutput) =>
+            firstOut({ ...out, log_probs: [lp.logprob], top_logprobs: [lp.top] });
         generated.push(token);
         if (!evaluated) {
           // The prompt's KV is in: the router may send requests sharing it here from now.
@@ -455,6 +471,53 @@ export async function reusePrefix(
   }
   if (shared < held) await seq.eraseContextTokenRanges([{ start: shared, end: held }]);
   return shared;
+}
+
+/** Log probabilities below this are written as it (OpenAI's "very unlikely", and finite). */
+const MIN_LOGPROB = -9999;
+
+/** A generated token with its log probability and the `top` most likely tokens. */
+interface TokenWithLogprobs {
+  token: Token;
+  logprob: number;
+  top: TopLogprob[];
+}
+
+/**
+ * Generation with log probabilities (the slow path, only when a request asks for them). The
+ * probabilities are node-llama-cpp's: the softmax over the candidates the sampler chain
+ * left (after the logit bias and repetition penalties and, when sampling, after top-k,
+ * top-p, min-p and the temperature), that is, the distribution the token was drawn from;
+ * greedy decoding (temperature 0) filters nothing, so they are the model's own, penalties
+ * applied. With no alternatives asked for, only the chosen token's probability is read.
+ */
+async function* withLogprobs(
+  seq: LlamaContextSequence,
+  tokens: Token[],
+  options: SequenceEvaluateOptions,
+  top: number,
+): AsyncGenerator<TokenWithLogprobs> {
+  const toLog = (p: number) => Math.min(0, Math.max(MIN_LOGPROB, Math.log(p)));
+  if (top <= 0) {
+    for await (const out of seq.evaluateWithMetadata(tokens, { confidence: true }, options)) {
+      yield { token: out.token, logprob: toLog(out.confidence), top: [] };
+    }
+    return;
+  }
+  for await (const out of seq.evaluateWithMetadata(tokens, { probabilities: true }, options)) {
+    const alternatives: TopLogprob[] = [];
+    // The map is sorted, most likely first.
+    for (const [token_id, p] of out.probabilities) {
+      if (alternatives.length >= top) break;
+      alternatives.push({ rank: alternatives.length + 1, token_id, logprob: toLog(p) });
+    }
+    const chosen = out.probabilities.get(out.token);
+    yield {
+      token: out.token,
+      logprob: chosen === undefined ? MIN_LOGPROB : toLog(chosen),
+      top: alternatives,
+    };
+  }
 }
 
 /** The request's sampling options in node-llama-cpp's terms (temperature 0 = greedy). */

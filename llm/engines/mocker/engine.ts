@@ -2,6 +2,7 @@
 // the scheduler; one loop runs forward passes on a simulated clock and streams each
 // generated token back as the pass that produced it completes.
 
+import { withSyntheticLogprobs } from "../synthetic_logprobs.ts";
 import type { Context } from "../../../runtime/context.ts";
 import { DynamoError, EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../../runtime/logger.ts";
@@ -249,9 +250,10 @@ export class MockerEngine {
           const ids = pending;
           pending = [];
           // The first output says how much of the prompt the prefix cache served.
-          const out: LLMEngineOutput = first
-            ? { token_ids: ids, cached_tokens: seq.cachedTokens }
-            : { token_ids: ids };
+          const out: LLMEngineOutput = withSyntheticLogprobs(
+            first ? { token_ids: ids, cached_tokens: seq.cachedTokens } : { token_ids: ids },
+            request.output_options?.logprobs,
+          );
           first = false;
           if (finished) {
             out.finish_reason = reason;

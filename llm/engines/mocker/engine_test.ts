@@ -8,6 +8,7 @@ import type { LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
 import { MockerEngine, type MockerEngineOptions, MockerSchedulingError } from "./engine.ts";
 import type { ForwardPassMetrics, KvCacheEventData } from "./kv_types.ts";
 import { decodeTimeMs, prefillTimeMs } from "./timing.ts";
+import { syntheticLogprob, syntheticTopLogprobs } from "../synthetic_logprobs.ts";
 
 const req = (
   token_ids: number[],
@@ -365,4 +366,23 @@ Deno.test("when the forward-pass loop fails, requests in flight end with MockerS
   } finally {
     await engine.close();
   }
+});
+
+Deno.test("asked for log probabilities, the mocker gives each token its fixed synthetic values", async () => {
+  const { engine } = simulated();
+  const out = await collect(
+    engine.generate(
+      req(prompt(20), { stop_conditions: { max_tokens: 6 }, output_options: { logprobs: 2 } }),
+      new Context(),
+    ),
+  );
+  for (const o of out) {
+    assert.deepEqual(o.log_probs, o.token_ids.map(syntheticLogprob));
+    assert.deepEqual(o.top_logprobs, o.token_ids.map((id) => syntheticTopLogprobs(id, 2)));
+  }
+  const plain = await collect(
+    engine.generate(req(prompt(20), { stop_conditions: { max_tokens: 2 } }), new Context()),
+  );
+  assert.ok(plain.every((o) => o.log_probs === undefined && o.top_logprobs === undefined));
+  await engine.close();
 });

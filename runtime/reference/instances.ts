@@ -3,6 +3,7 @@
 
 import type { Discovery } from "../discovery/types.ts";
 import { TimeoutError } from "../errors.ts";
+import { parseKeyedRecord } from "./_record.ts";
 import { ReferenceRecordError } from "./errors.ts";
 
 /** Prefix of the reference's instance records in etcd. */
@@ -38,9 +39,6 @@ export interface ReferenceEndpoint {
   endpoint: string;
 }
 
-const NAME = /^[A-Za-z0-9_.-]{1,256}$/;
-const HEX_ID = /^[0-9a-f]{1,16}$/;
-
 /**
  * Parses one reference instance record.
  *
@@ -62,28 +60,12 @@ const HEX_ID = /^[0-9a-f]{1,16}$/;
  * ```
  */
 export function parseReferenceInstance(key: string, value: string): ReferenceInstance {
-  const fail = (reason: string): never => {
-    throw new ReferenceRecordError(key, reason);
-  };
-  if (!key.startsWith(REFERENCE_INSTANCES_PREFIX)) fail("not under v1/instances/");
-  const parts = key.slice(REFERENCE_INSTANCES_PREFIX.length).split("/");
-  if (parts.length !== 4) fail("key is not v1/instances/<ns>/<component>/<endpoint>/<id>");
-  const [namespace, component, endpoint, instanceId] = parts as [string, string, string, string];
-  for (const name of [namespace, component, endpoint]) {
-    if (!NAME.test(name)) fail(`bad name ${JSON.stringify(name)}`);
-  }
-  if (!HEX_ID.test(instanceId)) fail(`instance id ${JSON.stringify(instanceId)} is not hex`);
-  let record: unknown;
-  try {
-    record = JSON.parse(value);
-  } catch (err) {
-    fail(`value is not JSON: ${(err as Error).message}`);
-  }
-  if (typeof record !== "object" || record === null || Array.isArray(record)) {
-    fail("value is not a JSON object");
-  }
-  const r = record as Record<string, unknown>;
-  if (r.type !== "Endpoint") fail(`type is ${JSON.stringify(r.type)}, not "Endpoint"`);
+  const { namespace, component, endpoint, instanceId, record: r, fail } = parseKeyedRecord(
+    key,
+    value,
+    REFERENCE_INSTANCES_PREFIX,
+    "Endpoint",
+  );
   for (
     const [field, want] of [["namespace", namespace], ["component", component], [
       "endpoint",

@@ -3,6 +3,7 @@
 // reference workers serve and where.
 
 import type { Discovery } from "../discovery/types.ts";
+import { parseKeyedRecord } from "./_record.ts";
 import { ReferenceRecordError } from "./errors.ts";
 
 /** Prefix of the reference's model records in etcd. */
@@ -30,9 +31,6 @@ export interface ReferenceModel {
   card: Record<string, unknown>;
 }
 
-const NAME = /^[A-Za-z0-9_.-]{1,256}$/;
-const HEX_ID = /^[0-9a-f]{1,16}$/;
-
 /**
  * Parses one reference model record.
  *
@@ -54,28 +52,12 @@ const HEX_ID = /^[0-9a-f]{1,16}$/;
  * ```
  */
 export function parseReferenceModel(key: string, value: string): ReferenceModel {
-  const fail = (reason: string): never => {
-    throw new ReferenceRecordError(key, reason);
-  };
-  if (!key.startsWith(REFERENCE_MODELS_PREFIX)) fail("not under v1/mdc/");
-  const parts = key.slice(REFERENCE_MODELS_PREFIX.length).split("/");
-  if (parts.length !== 4) fail("key is not v1/mdc/<ns>/<component>/<endpoint>/<id>");
-  const [namespace, component, endpoint, instanceId] = parts as [string, string, string, string];
-  for (const name of [namespace, component, endpoint]) {
-    if (!NAME.test(name)) fail(`bad name ${JSON.stringify(name)}`);
-  }
-  if (!HEX_ID.test(instanceId)) fail(`instance id ${JSON.stringify(instanceId)} is not hex`);
-  let record: unknown;
-  try {
-    record = JSON.parse(value);
-  } catch (err) {
-    fail(`value is not JSON: ${(err as Error).message}`);
-  }
-  if (typeof record !== "object" || record === null || Array.isArray(record)) {
-    fail("value is not a JSON object");
-  }
-  const r = record as Record<string, unknown>;
-  if (r.type !== "Model") fail(`type is ${JSON.stringify(r.type)}, not "Model"`);
+  const { namespace, component, endpoint, instanceId, record: r, fail } = parseKeyedRecord(
+    key,
+    value,
+    REFERENCE_MODELS_PREFIX,
+    "Model",
+  );
   const card = r.card_json;
   if (typeof card !== "object" || card === null || Array.isArray(card)) {
     fail("card_json is not an object");

@@ -124,6 +124,7 @@ export {
   type WorkerCandidate,
 } from "./kv_router/scheduler.ts";
 export {
+  COLD_NEAR_TIE,
   LOAD_BOUND_SLACK,
   predictedTtftCosts,
   type RoutingContext,

@@ -63,3 +63,20 @@ Deno.test("RoutingPolicy refuses options out of range", () => {
   assert.throws(() => new RoutingPolicy(16, { overlapScoreWeight: -1 }), InvalidArgumentError);
   assert.throws(() => new RoutingPolicy(16, { temperature: -1 }), InvalidArgumentError);
 });
+
+Deno.test("RoutingPolicy takes a prompt nobody caches in turn among the workers near the cheapest", () => {
+  const policy = new RoutingPolicy(16);
+  // c carries twice the others' running KV: beyond the near-tie band, it is left out.
+  const all = [
+    worker("a", { activeBlocks: 100 }),
+    worker("b"),
+    worker("c", { activeBlocks: 60_000 }),
+  ];
+  const picks = Array.from({ length: 6 }, () => policy.choose(all, { totalRequests: 0 }).workerId);
+  assert.deepEqual(picks, ["a", "b", "a", "b", "a", "b"]);
+  // A prompt one of them caches goes to that one, not in turn.
+  const cached = [worker("a"), worker("b", { overlapBlocks: 100 })];
+  for (let i = 0; i < 3; i++) {
+    assert.equal(policy.choose(cached, { totalRequests: 0 }).workerId, "b");
+  }
+});

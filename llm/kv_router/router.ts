@@ -394,7 +394,7 @@ export class KvRouter {
         );
       }
     } else {
-      instanceId = pickByCost(this.#policy.costs(candidates), this.temperature, this.#random);
+      instanceId = this.#policy.pick(candidates, this.#policy.costs(candidates));
     }
     const overlapBlocks = candidates.find((c) => c.workerId === instanceId)!.overlapBlocks;
     return { instanceId, overlapBlocks };

@@ -88,3 +88,4 @@ export {
   NatsUnavailableError,
   runtimeNatsConnection,
 } from "./jetstream_queue.ts";
+export type { PrefillLoopOptions } from "./prefill_loop.ts";

@@ -49,6 +49,21 @@ const isName = (v: unknown): v is string =>
 const isIndex = (v: unknown): v is number =>
   typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 
+/** Both request kinds: an object naming its request and the decode worker's agent. */
+function envelope(value: unknown): Record<string, unknown> | string {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    return "expected an object";
+  }
+  const r = value as Record<string, unknown>;
+  if (!isName(r.request_id)) {
+    return `request_id must be a string of 1 to ${MAX_PREFILL_NAME} characters`;
+  }
+  if (!isName(r.engine_agent)) {
+    return `engine_agent must be a string of 1 to ${MAX_PREFILL_NAME} characters`;
+  }
+  return r;
+}
+
 /**
  * Checks one dequeued item as a {@linkcode RemotePrefillRequest}.
  *
@@ -60,16 +75,8 @@ export function prefillRequestProblem(
   value: unknown,
   bounds: PrefillRequestBounds,
 ): string | undefined {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    return "expected an object";
-  }
-  const r = value as Record<string, unknown>;
-  if (!isName(r.request_id)) {
-    return `request_id must be a string of 1 to ${MAX_PREFILL_NAME} characters`;
-  }
-  if (!isName(r.engine_agent)) {
-    return `engine_agent must be a string of 1 to ${MAX_PREFILL_NAME} characters`;
-  }
+  const r = envelope(value);
+  if (typeof r === "string") return r;
   const bs = r.block_size;
   if (!isIndex(bs) || bs < 1 || bs > MAX_PREFILL_BLOCK_SIZE) {
     return `block_size must be an integer in [1, ${MAX_PREFILL_BLOCK_SIZE}]`;
@@ -123,16 +130,8 @@ export function checkPrefillRequest(
  * @returns the reason it is invalid, or undefined when it is valid
  */
 export function statePrefillRequestProblem(value: unknown): string | undefined {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    return "expected an object";
-  }
-  const r = value as Record<string, unknown>;
-  if (!isName(r.request_id)) {
-    return `request_id must be a string of 1 to ${MAX_PREFILL_NAME} characters`;
-  }
-  if (!isName(r.engine_agent)) {
-    return `engine_agent must be a string of 1 to ${MAX_PREFILL_NAME} characters`;
-  }
+  const r = envelope(value);
+  if (typeof r === "string") return r;
   const badTokens = tokenIdsProblem(r.token_ids);
   if (badTokens !== undefined) return badTokens;
   if ((r.token_ids as unknown[]).length === 0) return "token_ids must not be empty";

@@ -12,7 +12,7 @@ import {
   type RemotePrefillRequest,
 } from "./protocol.ts";
 import { checkPrefillRequest, InvalidPrefillRequestError } from "./prefill_request.ts";
-import { runPrefillLoop } from "./prefill_loop.ts";
+import { type PrefillLoopOptions, runPrefillLoop } from "./prefill_loop.ts";
 import { DecodePeers } from "./_decode_peers.ts";
 import type { PrefillQueue } from "./queue.ts";
 
@@ -32,17 +32,11 @@ export interface PrefillWorkerOptions {
   now?: () => number;
 }
 
-/** Options of {@linkcode PrefillWorker.run}. */
-export interface PrefillRunOptions {
-  /** Ends the loop. */
-  signal: AbortSignal;
-  /** Called when a request is taken off the queue. */
-  onStart?: (requestId: string) => void;
-  /** Called when a request was handled and acked. */
-  onResult?: (r: PrefillResult) => void;
-  /** Longest single wait on the queue in ms; default 1000. */
-  pollMs?: number;
-}
+/** Options of {@linkcode PrefillWorker.run}: the loop's signal, poll and callbacks. */
+export type PrefillRunOptions = Pick<
+  PrefillLoopOptions<RemotePrefillRequest, PrefillResult>,
+  "signal" | "pollMs" | "onStart" | "onResult"
+>;
 
 /** What one handled request did. */
 export interface PrefillResult {

@@ -5,7 +5,7 @@
 import type { DlistHandle, MemoryRegion, TransferAgent } from "../../native/mod.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
-import { runPrefillLoop } from "./prefill_loop.ts";
+import { type PrefillLoopOptions, runPrefillLoop } from "./prefill_loop.ts";
 import { checkStatePrefillRequest, InvalidPrefillRequestError } from "./prefill_request.ts";
 import {
   type DecodeMemoryInfo,
@@ -36,17 +36,11 @@ export interface StatePrefillWorkerOptions {
   now?: () => number;
 }
 
-/** Options of {@linkcode StatePrefillWorker.run}. */
-export interface StatePrefillRunOptions {
-  /** Ends the loop. */
-  signal: AbortSignal;
-  /** Called when a request is taken off the queue. */
-  onStart?: (requestId: string) => void;
-  /** Called when a request was handled and acked. */
-  onResult?: (r: StatePrefillResult) => void;
-  /** Longest single wait on the queue in ms; default 1000. */
-  pollMs?: number;
-}
+/** Options of {@linkcode StatePrefillWorker.run}: the loop's signal, poll and callbacks. */
+export type StatePrefillRunOptions = Pick<
+  PrefillLoopOptions<RemoteStatePrefillRequest, StatePrefillResult>,
+  "signal" | "pollMs" | "onStart" | "onResult"
+>;
 
 /** What one handled state request did. */
 export interface StatePrefillResult {

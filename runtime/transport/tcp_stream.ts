@@ -337,23 +337,7 @@ export async function dialTcp(info: ConnectionInfo, timeoutMs = 5000): Promise<F
     throw new InvalidArgumentError(`not a TCP connection info: ${JSON.stringify(info)}`);
   }
   const { address, stream_id } = info.tcp;
-  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address);
-  if (!m) throw new InvalidArgumentError(`bad response address "${address}"`);
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const connecting = Deno.connect({ hostname: m[1]!, port: Number(m[2]), transport: "tcp" });
-  const raw = await Promise.race([
-    connecting,
-    new Promise<never>((_, reject) =>
-      timer = setTimeout(
-        () => reject(new TimeoutError(`dialling ${address} took over ${timeoutMs} ms`)),
-        timeoutMs,
-      )
-    ),
-  ]).finally(() => clearTimeout(timer)).catch((err) => {
-    connecting.then((c) => c.close(), () => {});
-    throw err;
-  });
-  const conn = new TcpFrameConn(raw);
+  const conn = new TcpFrameConn(await connectWithin(address, timeoutMs));
   await conn.send({ type: FrameType.Handshake, payload: encoder.encode(stream_id) });
   return conn;
 }

@@ -91,6 +91,8 @@ export class LlamaCppEngine {
   readonly #all: readonly LlamaContextSequence[];
   readonly #waiters: Array<(seq: LlamaContextSequence) => void> = [];
   readonly #blocks: KvBlockTracker<LlamaContextSequence>;
+  /** Whether KV events or metrics are wanted (otherwise the blocks are not tracked). */
+  readonly #tracking: boolean;
   readonly #onMetrics: ((metrics: ForwardPassMetrics) => void) | undefined;
   #promptTokens = 0;
   #cachedTokens = 0;
@@ -112,6 +114,7 @@ export class LlamaCppEngine {
     const onKvEvent = options.onKvEvent;
     this.#blocks = new KvBlockTracker(options.kvBlockSize ?? 16, (data) => onKvEvent?.(data));
     this.#onMetrics = options.onMetrics;
+    this.#tracking = options.onKvEvent !== undefined || options.onMetrics !== undefined;
     this.handler = (request, ctx) => this.generate(request, ctx);
   }
 
@@ -120,7 +123,10 @@ export class LlamaCppEngine {
     return this.#blocks.blockSize;
   }
 
-  /** The sequence hashes of the KV blocks the context holds now (what the events said). */
+  /**
+   * The sequence hashes of the KV blocks the context holds now (what the events said; empty
+   * when the engine was loaded without `onKvEvent` or `onMetrics`).
+   */
   heldBlocks(): bigint[] {
     return this.#blocks.blocks();
   }
@@ -426,6 +432,8 @@ export class LlamaCppEngine {
 
   /** Tells the events what `seq` holds now. */
   #sync(seq: LlamaContextSequence): void {
+    // Hashing the context costs per request: only when someone listens.
+    if (!this.#tracking) return;
     this.#blocks.update(seq, seq.contextTokens);
   }
 

@@ -79,7 +79,7 @@ failed=0
 skipped=0
 # Deno's summary: "ok | 12 passed (3 steps) | 0 failed | 2 ignored (4s)"; count tests, not steps.
 run_tests() {
-  section "deno test $*"
+  section "deno test $*${DYN_REQUEST_PLANE:+ (DYN_REQUEST_PLANE=$DYN_REQUEST_PLANE)}"
   "$DENO" test "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local summary
@@ -103,6 +103,12 @@ run_tests() {
 ignore="$(IFS=,; echo "${SERIAL_TESTS[*]}")"
 run_tests -A --parallel --ignore="$ignore"
 run_tests -A "${SERIAL_TESTS[@]}"
+# The chaos suite once more on the NATS request plane (the run above is on the default, TCP):
+# `deno task test:chaos` runs it on both, the cancellation-under-load test included.
+CHAOS_TESTS=(tests/chaos_test.ts tests/infra_restart_test.ts tests/shutdown_test.ts
+  tests/overload_test.ts tests/hung_worker_test.ts tests/worker_output_test.ts
+  tests/malformed_discovery_test.ts tests/reregistration_test.ts tests/security_test.ts)
+DYN_REQUEST_PLANE=nats run_tests -A --parallel "${CHAOS_TESTS[@]}"
 
 echo
 if [ "${#failed_gates[@]}" -gt 0 ]; then

@@ -22,6 +22,8 @@ export interface ServeFrontendOptions {
   routerMode: RouterMode;
   /** Settings of the KV router (router mode "kv"). */
   kvRouter?: KvRouterSettings;
+  /** Serve only the models registered in this namespace (default: every namespace). */
+  namespace?: string;
   logger: Logger;
   /** Deadline for draining in-flight requests at shutdown, in ms. */
   drainTimeoutMs?: number;
@@ -55,6 +57,7 @@ export async function serveFrontend(
   const models = new ModelManager(runtime, {
     routerMode: options.routerMode,
     kvRouter: options.kvRouter,
+    namespace: options.namespace,
     logger: options.logger,
   });
   await models.start();
@@ -67,7 +70,7 @@ export async function serveFrontend(
     reasoningParser: options.reasoningParser,
   });
   frontend.metrics.registry.setDefaultLabels({
-    dynamo_namespace: "dynamo",
+    dynamo_namespace: options.namespace ?? "dynamo",
     dynamo_component: "frontend",
     dynamo_endpoint: "http",
   });

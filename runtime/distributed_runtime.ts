@@ -5,7 +5,7 @@ import type { Client } from "./client.ts";
 import { Namespace, type RuntimeInternals } from "./component.ts";
 import type { Discovery, Lease } from "./discovery/types.ts";
 import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
-import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
+import { type Logger, loggerFromSettings, logSettingsFromEnv, silentLogger } from "./logger.ts";
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
 import type { RequestPlane } from "./transport/types.ts";
 import { natsConnectionOf } from "./transport/tcp.ts";
@@ -186,7 +186,8 @@ export class DistributedRuntime {
    * set, the hub at that address (`dynamo hub`, or the `dynamo serve` parent; token in
    * `DYN_HUB_TOKEN`); otherwise the embedded default. ETCD_ENDPOINTS / NATS_SERVER take
    * precedence over DYN_HUB.
-   * Also reads `DYN_LEASE_TTL`, `DYN_TCP_RPC_HOST`, `DYN_LOG` (level) and `DYN_LOG_JSON`,
+   * Also reads `DYN_LEASE_TTL`, `DYN_TCP_RPC_HOST`, `DYN_LOG` (the reference's filter syntax,
+   * see `logSettingsFromEnv`) and `DYN_LOGGING_JSONL` (or `DYN_LOG_JSON`),
    * `DYN_ROUTE_TRACE=1` (a JSON-lines routing trace on standard error, see `routeTrace`),
    * `ETCD_USERNAME`/`ETCD_PASSWORD`, `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`, and the TLS
    * files `ETCD_TLS_CA`/`ETCD_TLS_CERT`/`ETCD_TLS_KEY` (and `ETCD_TLS_SERVER_NAME`) and
@@ -236,18 +237,7 @@ export class DistributedRuntime {
     if (etcdTls) opts.etcdTls = etcdTls;
     const natsTls = tlsFromEnv(env, "NATS");
     if (natsTls) opts.natsTls = natsTls;
-    if (!options.logger) {
-      const level = (env.DYN_LOG ?? "info") as LogLevel;
-      if (!["debug", "info", "warn", "error"].includes(level)) {
-        throw new InvalidArgumentError(
-          `DYN_LOG must be debug, info, warn or error, got "${level}"`,
-        );
-      }
-      opts.logger = createLogger({
-        level,
-        json: env.DYN_LOG_JSON === "1" || env.DYN_LOG_JSON === "true",
-      });
-    }
+    if (!options.logger) opts.logger = loggerFromSettings(logSettingsFromEnv(env));
     return DistributedRuntime.connect(opts);
   }
 

@@ -28,7 +28,10 @@ export {
   createLogger,
   type CreateLoggerOptions,
   type Logger,
+  loggerFromSettings,
   type LogLevel,
+  type LogSettings,
+  logSettingsFromEnv,
   silentLogger,
 } from "./logger.ts";
 export {

@@ -4,20 +4,30 @@
 import type { Client } from "../../runtime/client.ts";
 import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
+import { ApproxKvIndexer } from "../kv_router/approx_indexer.ts";
 import { KvRouter, type KvRouterOptions } from "../kv_router/router.ts";
 import { type EndpointId, endpointPath } from "./endpoints.ts";
 
 /** The KV router's settings (router mode "kv"); see {@linkcode KvRouterOptions}. */
-export type KvRouterSettings = Pick<
-  KvRouterOptions,
-  | "overlapScoreWeight"
-  | "temperature"
-  | "queuedPrefillWeight"
-  | "loadBound"
-  | "activeDecodeBlocksThreshold"
-  | "activePrefillTokensThreshold"
-  | "replicaSync"
->;
+export type KvRouterSettings =
+  & Pick<
+    KvRouterOptions,
+    | "overlapScoreWeight"
+    | "temperature"
+    | "queuedPrefillWeight"
+    | "loadBound"
+    | "activeDecodeBlocksThreshold"
+    | "activePrefillTokensThreshold"
+    | "replicaSync"
+  >
+  & {
+    /**
+     * Whether overlaps come from the workers' KV events (default true). False (the
+     * reference's `--no-kv-events`): an approximate indexer that remembers where the router
+     * sent each prompt, for engines that publish no events.
+     */
+    useKvEvents?: boolean;
+  };
 
 /** Makes and keeps one {@linkcode KvRouter} per endpoint and block size. */
 export class KvRouters {
@@ -40,9 +50,19 @@ export class KvRouters {
     if (!router) {
       const target = this.#runtime.namespace(endpoint.namespace).component(endpoint.component)
         .endpoint(endpoint.name);
-      router = new KvRouter(target, { ...this.#settings, blockSize, client });
+      const { useKvEvents, ...settings } = this.#settings;
+      router = new KvRouter(target, {
+        ...settings,
+        blockSize,
+        client,
+        ...(useKvEvents === false ? { indexer: new ApproxKvIndexer(blockSize) } : {}),
+      });
       this.#routers.set(key, router);
-      this.#log.info("kv router started", { endpoint: path, block_size: blockSize });
+      this.#log.info("kv router started", {
+        endpoint: path,
+        block_size: blockSize,
+        overlaps: this.#settings.useKvEvents === false ? "approximate" : "kv events",
+      });
     }
     return router;
   }

@@ -1,0 +1,235 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
+// The reference frontend (ai-dynamo 1.6.1, `python -m dynamo.frontend`, started on loopback
+// against real etcd and NATS) serves OUR workers: two Deno workers (the echo engine and the
+// mocker) registered in the reference's records by `serveReferenceEndpoint` appear in its
+// /v1/models, answer its chat completions streamed and not, and a client that hangs up stops
+// our engine. Skipped, with a message, only where scripts/setup_reference.sh cannot install the
+// reference (PyPI unreachable).
+
+import assert from "node:assert/strict";
+import {
+  builtinTestModel,
+  type Context,
+  DistributedRuntime,
+  echoEngine,
+  MockerEngine,
+} from "../mod.ts";
+import {
+  type ReferenceEndpointServer,
+  referenceModelCard,
+  serveReferenceEndpoint,
+} from "../runtime/reference/worker.ts";
+import { freePort, haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+
+async function referencePython(): Promise<string | undefined> {
+  const setup = await new Deno.Command("bash", {
+    args: [`${ROOT}scripts/setup_reference.sh`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!setup.success) {
+    console.warn(
+      "reference_serves_ours_test skipped: scripts/setup_reference.sh could not install " +
+        `ai-dynamo 1.6.1 (PyPI unreachable?): ${
+          new TextDecoder().decode(setup.stderr).slice(-400)
+        }`,
+    );
+    return undefined;
+  }
+  return new TextDecoder().decode(setup.stdout).trim();
+}
+
+if (!haveServers()) {
+  console.warn("reference_serves_ours_test skipped: etcd or nats-server not installed");
+}
+const python = haveServers() ? await referencePython() : undefined;
+
+async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      const got = await probe();
+      if (got !== undefined) return got;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what} (last error: ${last})`);
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+Deno.test({
+  name: "the reference frontend serves our echo and mocker workers; a hang-up stops our engine",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const runtimes: DistributedRuntime[] = [];
+    const servers: ReferenceEndpointServer[] = [];
+    const mocker = new MockerEngine({ speedupRatio: 10 });
+    let frontend: Deno.ChildProcess | undefined;
+    let frontendLog = "";
+    // The echo worker's engine, watched: when a request's context stops, and how it ended.
+    const echo = echoEngine({ delayMs: 30 });
+    const ended: { id: string; stopped: boolean; tokens: number }[] = [];
+    const watchedEcho = async function* (req: Record<string, unknown>, ctx: Context) {
+      let tokens = 0;
+      try {
+        for await (const out of echo(req as never, ctx)) {
+          tokens += out.token_ids.length;
+          yield out as unknown as Record<string, unknown>;
+        }
+      } finally {
+        ended.push({ id: ctx.id, stopped: ctx.isStopped(), tokens });
+      }
+    };
+    try {
+      const modelPath = await builtinTestModel();
+      for (
+        const [name, handler] of [
+          ["echo-model", watchedEcho],
+          ["mocker-model", mocker.handler as never],
+        ] as const
+      ) {
+        const runtime = await DistributedRuntime.connect({
+          discovery: "etcd",
+          requestPlane: "tcp",
+          etcdEndpoints: etcd.url,
+          natsServer: nats.url,
+        });
+        runtimes.push(runtime);
+        servers.push(
+          await serveReferenceEndpoint({
+            runtime,
+            namespace: "dynamo",
+            component: name === "echo-model" ? "echo" : "mocker",
+            endpoint: "generate",
+            handler,
+            card: await referenceModelCard({ modelPath, displayName: name }),
+          }),
+        );
+      }
+      const port = freePort();
+      frontend = new Deno.Command(python!, {
+        args: [
+          "-m",
+          "dynamo.frontend",
+          "--http-port",
+          String(port),
+          "--router-mode",
+          "round-robin",
+        ],
+        env: {
+          ETCD_ENDPOINTS: etcd.url,
+          NATS_SERVER: nats.url,
+          DYN_TCP_RPC_HOST: "127.0.0.1",
+          DYN_EVENT_PLANE_HOST: "127.0.0.1",
+          DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
+          DYN_SYSTEM_HOST: "127.0.0.1",
+          DYN_HTTP_HOST: "127.0.0.1",
+          DYN_LOG: "warn",
+        },
+        stdin: "null",
+        stdout: "null",
+        stderr: "piped",
+      }).spawn();
+      (async () => {
+        for await (const chunk of frontend.stderr.pipeThrough(new TextDecoderStream())) {
+          frontendLog = (frontendLog + chunk).slice(-4000);
+        }
+      })().catch(() => {});
+      const base = `http://127.0.0.1:${port}`;
+      const ids = await until(
+        "both models in the reference frontend's /v1/models",
+        90_000,
+        async () => {
+          const list = await (await fetch(`${base}/v1/models`)).json();
+          const names = (list.data as { id: string }[]).map((m) => m.id).sort();
+          return names.length === 2 ? names : undefined;
+        },
+      );
+      assert.deepEqual(ids, ["echo-model", "mocker-model"]);
+
+      const chat = (
+        model: string,
+        content: string,
+        extra: Record<string, unknown> = {},
+        signal?: AbortSignal,
+      ) =>
+        fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          signal,
+          body: JSON.stringify({ model, messages: [{ role: "user", content }], ...extra }),
+        });
+
+      // Not streamed: the echo engine answers with the prompt's own tokens.
+      const whole = await chat("echo-model", "one two three", { max_tokens: 40 });
+      const body = await whole.json();
+      assert.equal(whole.status, 200, JSON.stringify(body));
+      assert.match(body.choices[0].message.content, /one two three/);
+      assert.ok(body.usage.completion_tokens > 0);
+
+      // Streamed, from the mocker: chunks, then [DONE].
+      const streamed = await chat("mocker-model", "hello there", { stream: true, max_tokens: 12 });
+      assert.equal(streamed.status, 200);
+      const text = await streamed.text();
+      const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+      assert.equal(events.at(-1), "data: [DONE]");
+      const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)));
+      assert.ok(chunks.length >= 2, text);
+      assert.ok(chunks.some((c) => c.choices?.[0]?.finish_reason), text);
+
+      // A client that hangs up mid-stream: our engine's request is stopped, not run out.
+      const before = ended.length;
+      const hangUp = new AbortController();
+      const long = await chat(
+        "echo-model",
+        Array.from({ length: 150 }, (_, i) => `word${i}`).join(" "),
+        { stream: true, max_tokens: 400 },
+        hangUp.signal,
+      );
+      const reader = long.body!.getReader();
+      await reader.read();
+      await until(
+        "our echo worker to be serving the long request",
+        10_000,
+        () => Promise.resolve(servers[0]!.inflight > 0 ? true : undefined),
+      );
+      hangUp.abort();
+      await reader.cancel().catch(() => {});
+      const end = await until(
+        "our engine to see the hang-up",
+        15_000,
+        () => Promise.resolve(ended.length > before ? ended[ended.length - 1] : undefined),
+      );
+      assert.equal(end.stopped, true, "the engine's context was not stopped");
+      assert.ok(end.tokens < 150, `the engine ran on to ${end.tokens} tokens after the hang-up`);
+      assert.equal(servers[0]!.inflight, 0);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${frontendLog}`);
+      throw err;
+    } finally {
+      if (frontend) {
+        try {
+          frontend.kill("SIGTERM");
+        } catch { /* exited */ }
+        const timer = setTimeout(() => {
+          try {
+            frontend!.kill("SIGKILL");
+          } catch { /* exited */ }
+        }, 10_000);
+        await frontend.status;
+        clearTimeout(timer);
+      }
+      for (const s of servers) await s.close();
+      await mocker.close();
+      for (const rt of runtimes) await rt.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});

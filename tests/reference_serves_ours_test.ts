@@ -46,6 +46,52 @@ if (!haveServers()) {
 }
 const python = haveServers() ? await referencePython() : undefined;
 
+const LOOPBACK = {
+  DYN_TCP_RPC_HOST: "127.0.0.1",
+  DYN_EVENT_PLANE_HOST: "127.0.0.1",
+  DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
+  DYN_SYSTEM_HOST: "127.0.0.1",
+  DYN_HTTP_HOST: "127.0.0.1",
+  DYN_LOG: "warn",
+};
+
+/** A reference process (`python -m MODULE ...args`) on loopback, its stderr's tail kept. */
+function startReference(
+  module: string,
+  args: string[],
+  servers: { ETCD_ENDPOINTS: string; NATS_SERVER: string },
+): { child: Deno.ChildProcess; log(): string; stop(): Promise<void> } {
+  const child = new Deno.Command(python!, {
+    args: ["-m", module, ...args],
+    env: { ...servers, ...LOOPBACK },
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  let tail = "";
+  (async () => {
+    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+      tail = (tail + chunk).slice(-4000);
+    }
+  })().catch(() => {});
+  return {
+    child,
+    log: () => tail,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch { /* exited */ }
+      const timer = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* exited */ }
+      }, 10_000);
+      await child.status;
+      clearTimeout(timer);
+    },
+  };
+}
+
 async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
   const deadline = Date.now() + ms;
   let last: unknown;
@@ -71,8 +117,7 @@ Deno.test({
     const runtimes: DistributedRuntime[] = [];
     const servers: ReferenceEndpointServer[] = [];
     const mocker = new MockerEngine({ speedupRatio: 10 });
-    let frontend: Deno.ChildProcess | undefined;
-    let frontendLog = "";
+    let frontend: ReturnType<typeof startReference> | undefined;
     // The echo worker's engine, watched: when a request's context stops, and how it ended.
     const echo = echoEngine({ delayMs: 30 });
     const ended: { id: string; stopped: boolean; tokens: number }[] = [];
@@ -114,34 +159,11 @@ Deno.test({
         );
       }
       const port = freePort();
-      frontend = new Deno.Command(python!, {
-        args: [
-          "-m",
-          "dynamo.frontend",
-          "--http-port",
-          String(port),
-          "--router-mode",
-          "round-robin",
-        ],
-        env: {
-          ETCD_ENDPOINTS: etcd.url,
-          NATS_SERVER: nats.url,
-          DYN_TCP_RPC_HOST: "127.0.0.1",
-          DYN_EVENT_PLANE_HOST: "127.0.0.1",
-          DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
-          DYN_SYSTEM_HOST: "127.0.0.1",
-          DYN_HTTP_HOST: "127.0.0.1",
-          DYN_LOG: "warn",
-        },
-        stdin: "null",
-        stdout: "null",
-        stderr: "piped",
-      }).spawn();
-      (async () => {
-        for await (const chunk of frontend.stderr.pipeThrough(new TextDecoderStream())) {
-          frontendLog = (frontendLog + chunk).slice(-4000);
-        }
-      })().catch(() => {});
+      frontend = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+      );
       const base = `http://127.0.0.1:${port}`;
       const ids = await until(
         "both models in the reference frontend's /v1/models",
@@ -211,24 +233,96 @@ Deno.test({
       assert.ok(end.tokens < 150, `the engine ran on to ${end.tokens} tokens after the hang-up`);
       assert.equal(servers[0]!.inflight, 0);
     } catch (err) {
-      console.error(`reference frontend log (tail):\n${frontendLog}`);
+      console.error(`reference frontend log (tail):\n${frontend?.log()}`);
       throw err;
     } finally {
-      if (frontend) {
-        try {
-          frontend.kill("SIGTERM");
-        } catch { /* exited */ }
-        const timer = setTimeout(() => {
-          try {
-            frontend!.kill("SIGKILL");
-          } catch { /* exited */ }
-        }, 10_000);
-        await frontend.status;
-        clearTimeout(timer);
-      }
+      await frontend?.stop();
       for (const s of servers) await s.close();
       await mocker.close();
       for (const rt of runtimes) await rt.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "a mixed fleet behind the reference frontend: its mocker and our worker both serve",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const modelPath = await builtinTestModel();
+    const MODEL = "Qwen3-0.6B";
+    const processes: ReturnType<typeof startReference>[] = [];
+    let runtime: DistributedRuntime | undefined;
+    let ours: ReferenceEndpointServer | undefined;
+    let served = 0;
+    const echo = echoEngine();
+    try {
+      processes.push(
+        startReference(
+          "dynamo.mocker",
+          ["--model-path", modelPath, "--model-name", MODEL],
+          servers,
+        ),
+      );
+      runtime = await DistributedRuntime.connect({
+        discovery: "etcd",
+        requestPlane: "tcp",
+        etcdEndpoints: etcd.url,
+        natsServer: nats.url,
+      });
+      ours = await serveReferenceEndpoint({
+        runtime,
+        namespace: "dynamo",
+        component: "backend",
+        endpoint: "generate",
+        handler: async function* (req: Record<string, unknown>, ctx: Context) {
+          served++;
+          for await (const out of echo(req as never, ctx)) yield out as never;
+        },
+        card: await referenceModelCard({ modelPath, displayName: MODEL, kvCacheBlockSize: 64 }),
+      });
+      const port = freePort();
+      const front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        servers,
+      );
+      processes.push(front);
+      const base = `http://127.0.0.1:${port}`;
+      // Both instances known: the reference mocker's and ours, on the same endpoint.
+      await until("the model in the reference frontend's /v1/models", 90_000, async () => {
+        const list = await (await fetch(`${base}/v1/models`)).json();
+        return (list.data as { id: string }[]).some((m) => m.id === MODEL) ? true : undefined;
+      });
+      const N = 12;
+      let ok = 0;
+      // Requests go round-robin once both instances are in the frontend's list; retry until
+      // ours has taken some (the mocker may register a moment later than the model appears).
+      await until("requests on both workers", 60_000, async () => {
+        const res = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            model: MODEL,
+            messages: [{ role: "user", content: "one two three" }],
+            max_tokens: 8,
+          }),
+        });
+        const body = await res.json();
+        assert.equal(res.status, 200, JSON.stringify(body));
+        ok++;
+        return ok >= N && served > 0 && served < ok ? true : undefined;
+      });
+      assert.ok(served > 0 && served < ok, `ours served ${served} of ${ok}`);
+    } catch (err) {
+      for (const p of processes) console.error(`reference log (tail):\n${p.log()}`);
+      throw err;
+    } finally {
+      for (const p of processes.reverse()) await p.stop();
+      await ours?.close();
+      await runtime?.shutdown();
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },

@@ -160,7 +160,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
       const pipeline = await pipelines.get(model);
       const run = await pipeline.start(kind, req, ctx, admission);
       if (req.stream) {
-        return withRequestId(sseResponse(run.sse(), ctx, request, admission), echoId);
+        return sseResponse(run.sse(), ctx, request, admission, echoId);
       }
       const response = await run.collect();
       admission.finish("success");
@@ -199,9 +199,4 @@ const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 function clientRequestId(request: Request): string | undefined {
   const given = request.headers.get("x-request-id");
   return given !== null && CLIENT_REQUEST_ID.test(given) ? given : undefined;
-}
-
-function withRequestId(response: Response, id: string): Response {
-  response.headers.set("x-request-id", id);
-  return response;
 }

@@ -84,12 +84,14 @@ export function jsonResponse(
  * @param ctx the request's context (killed on disconnect and on failure)
  * @param request the HTTP request (its signal says when the client went away)
  * @param admission ended once, with how the stream ended
+ * @param requestId sent back as `x-request-id` (default: none)
  */
 export function sseResponse(
   source: SseSource,
   ctx: Context,
   request: Request,
   admission: Admission,
+  requestId?: string,
 ): Response {
   let done = false;
   const disconnect = () => {
@@ -128,7 +130,10 @@ export function sseResponse(
       disconnect();
     },
   }, { highWaterMark: 0 });
-  return new Response(body, { headers: SSE_HEADERS });
+  // The id goes in with the others: setting a header on a built Response costs more.
+  return new Response(body, {
+    headers: requestId === undefined ? SSE_HEADERS : { ...SSE_HEADERS, "x-request-id": requestId },
+  });
 }
 
 /** What every chunk of one response shares. */

@@ -160,7 +160,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
       const pipeline = await pipelines.get(model);
       const run = await pipeline.start(kind, req, ctx, admission);
       if (req.stream) {
-        return sseResponse(run.sse(), ctx, request, admission, echoId);
+        return sseResponse(run.sse(), ctx, admission, echoId);
       }
       const response = await run.collect();
       admission.finish("success");

@@ -327,3 +327,81 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "the reference frontend serves our llama.cpp engine (a GGUF, its tokenizer as an HF folder)",
+  ignore: python === undefined,
+  fn: async () => {
+    const { LlamaCppEngine } = await import("../llm/engines/llamacpp/mod.ts");
+    const { tinyLlamaGguf } = await import("./_helpers/tiny_gguf.ts");
+    const { writeGgufAsHfFolder } = await import("../llm/model/gguf_facts.ts");
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const gguf = await tinyLlamaGguf();
+    const folder = await writeGgufAsHfFolder(gguf, await Deno.makeTempDir());
+    const engine = await LlamaCppEngine.load(gguf, { maxNumSeqs: 2 });
+    let runtime: DistributedRuntime | undefined;
+    let ours: ReferenceEndpointServer | undefined;
+    let front: ReturnType<typeof startReference> | undefined;
+    try {
+      runtime = await DistributedRuntime.connect({
+        discovery: "etcd",
+        requestPlane: "tcp",
+        etcdEndpoints: etcd.url,
+        natsServer: nats.url,
+      });
+      ours = await serveReferenceEndpoint({
+        runtime,
+        namespace: "dynamo",
+        component: "llamacpp",
+        endpoint: "generate",
+        handler: engine.handler as never,
+        card: await referenceModelCard({ modelPath: folder, displayName: "tiny-llama" }),
+      });
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await until("tiny-llama in the reference frontend's /v1/models", 90_000, async () => {
+        const list = await (await fetch(`${base}/v1/models`)).json();
+        return (list.data as { id: string }[]).some((m) => m.id === "tiny-llama")
+          ? true
+          : undefined;
+      });
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "tiny-llama",
+          messages: [{ role: "user", content: "hello" }],
+          max_tokens: 6,
+          stream: true,
+        }),
+      });
+      const text = await res.text();
+      assert.equal(res.status, 200, text);
+      const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+      assert.equal(events.at(-1), "data: [DONE]", text);
+      const usage = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)))
+        .find((c) => c.usage)?.usage;
+      const finish = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)))
+        .find((c) => c.choices?.[0]?.finish_reason)?.choices[0].finish_reason;
+      assert.ok(finish === "length" || finish === "stop", text);
+      if (usage) assert.ok(usage.completion_tokens >= 1 && usage.completion_tokens <= 6, text);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      await ours?.close();
+      await engine.close();
+      await runtime?.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+      await Deno.remove(folder, { recursive: true });
+    }
+  },
+});

@@ -5,9 +5,11 @@
 import {
   createFrontend,
   type DistributedRuntime,
+  FrontendMetrics,
   type KvRouterSettings,
   type Logger,
   ModelManager,
+  registerProcessMetrics,
   type RouterMode,
 } from "../mod.ts";
 import { guardFrontend, type GuardOptions } from "../llm/http/guard.ts";
@@ -52,14 +54,17 @@ export async function serveFrontend(
   options: ServeFrontendOptions,
   io: Io,
 ): Promise<RunningFrontend> {
+  const metrics = new FrontendMetrics();
+  registerProcessMetrics(metrics.registry);
   const models = new ModelManager(runtime, {
     routerMode: options.routerMode,
-    kvRouter: options.kvRouter,
+    kvRouter: { ...options.kvRouter, onRoute: (d) => metrics.observeRoute(d) },
     logger: options.logger,
   });
   await models.start();
   const frontend = createFrontend({
     models,
+    metrics,
     logger: options.logger,
     backends: backendsInfo(runtime),
     checkHealth: options.checkHealth,

@@ -9,6 +9,7 @@ import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
 import type { RequestPlane } from "./transport/types.ts";
 import { natsConnectionOf } from "./transport/tcp.ts";
+import { RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import type { ObjectStore } from "./objects/types.ts";
 import { NatsObjectStore } from "./objects/nats.ts";
 import type { EventPlane } from "./events/types.ts";
@@ -58,6 +59,11 @@ export class DistributedRuntime {
   readonly logger: Logger;
   /** This process's instance id: the first lease's id, in lowercase hex. */
   readonly instanceId: string;
+  /**
+   * The Prometheus metrics of the endpoints this runtime serves (`dynamo_component_*`) and of
+   * the engine load its workers publish; a worker's system server renders them.
+   */
+  readonly metrics: RuntimeMetrics = new RuntimeMetrics();
   readonly #internals: RuntimeInternals;
   #lease: Lease;
   readonly #keys = new Map<string, string>();
@@ -95,6 +101,7 @@ export class DistributedRuntime {
       objects,
       logger,
       instanceId: lease.id,
+      metrics: this.metrics,
       shutdownSignal: this.#shutdown.signal,
       connectTimeoutMs,
       ...liveness,

@@ -17,6 +17,7 @@ export type KvRouterSettings = Pick<
   | "activeDecodeBlocksThreshold"
   | "activePrefillTokensThreshold"
   | "replicaSync"
+  | "onRoute"
 >;
 
 /** Makes and keeps one {@linkcode KvRouter} per endpoint and block size. */

@@ -29,7 +29,8 @@ const prometheus = await ensurePrometheus();
 /** Prompts long enough for several KV blocks (16 tokens each), distinct from the start. */
 const PROMPTS = Array.from(
   { length: 6 },
-  (_, i) => `prompt ${i}: ` + Array.from({ length: 40 }, (_, j) => `w${(i * 7 + j) % 23}`).join(" "),
+  (_, i) =>
+    `prompt ${i}: ` + Array.from({ length: 40 }, (_, j) => `w${(i * 7 + j) % 23}`).join(" "),
 );
 
 async function complete(url: string, model: string, prompt: string, stream: boolean) {
@@ -112,8 +113,9 @@ Deno.test({
         const body = await res.json() as { models?: { name: string; instances: number }[] };
         const m = body.models?.find((m) => m.instances >= 2);
         if (m) model = m.name;
-        else if (Date.now() > deadline) throw new Error(`no model on 2 workers: ${JSON.stringify(body)}`);
-        else await new Promise((r) => setTimeout(r, 200));
+        else if (Date.now() > deadline) {
+          throw new Error(`no model on 2 workers: ${JSON.stringify(body)}`);
+        } else await new Promise((r) => setTimeout(r, 200));
       }
 
       // Load: each prompt twice (the second time its blocks are cached on a worker),
@@ -148,7 +150,10 @@ Deno.test({
       const perWorker = await prom.query(
         'sum by (worker_id) (dynamo_component_kvstats_total_blocks{dynamo_component="backend"})',
       );
-      assert.deepEqual(perWorker.map((s) => s.metric.worker_id).sort(), [...ids.map((l) => l.ready)].sort());
+      assert.deepEqual(
+        perWorker.map((s) => s.metric.worker_id).sort(),
+        [...ids.map((l) => l.ready)].sort(),
+      );
       const decisions = await prom.query("sum(dynamo_frontend_router_decisions_total)");
       assert.equal(total(decisions), sent, "one KV routing decision per request");
       const hits = await prom.query("sum(dynamo_frontend_router_cached_blocks_total)");

@@ -93,8 +93,8 @@ export class FrontendMetrics {
   readonly outputTokens: HistogramMetric;
   /** Requests moved to another instance after a worker failed, by model. */
   readonly migrations: CounterMetric;
-  /** Clients that went away before their answer was complete, by model. */
-  readonly disconnected: CounterMetric;
+  /** Clients that went away before their answer was complete, by model (a gauge that only rises). */
+  readonly disconnected: GaugeMetric;
   /** Worker items refused at the frontend's door (bad token ids, finish reasons, shapes). */
   readonly invalidOutputs: CounterMetric;
   /** Requests refused before the frontend saw them (reason: overloaded, unauthorized, ...). */
@@ -174,7 +174,8 @@ export class FrontendMetrics {
       labelNames: ["model"],
       registers,
     });
-    this.disconnected = new Counter({
+    // A gauge, as the reference's: a counter's name would have to end in _total.
+    this.disconnected = new Gauge({
       name: `${p}disconnected_clients`,
       help: "Clients that went away before their response was complete",
       labelNames: ["model"],
@@ -263,7 +264,11 @@ export class FrontendMetrics {
 
   readonly #routeSeries = new Map<
     string,
-    { decisions: { inc(): void }; prompt: { add(n: number): void }; cached: { add(n: number): void } }
+    {
+      decisions: { inc(): void };
+      prompt: { add(n: number): void };
+      cached: { add(n: number): void };
+    }
   >();
   readonly #kvHitRate: { observe(value: number): void };
 
@@ -288,7 +293,7 @@ export class FrontendMetrics {
         inputTokens: histogramSeries(this.inputTokens, labels),
         outputTokens: histogramSeries(this.outputTokens, labels),
         migrations: counterSeries(this.migrations, labels),
-        disconnected: counterSeries(this.disconnected, labels),
+        disconnected: gaugeSeries(this.disconnected, labels),
         invalidOutputs: counterSeries(this.invalidOutputs, labels),
       };
       this.#models.set(model, m);

@@ -30,5 +30,8 @@ export function registerProcessMetrics(registry: MetricsRegistry): void {
   if (registered.has(registry)) return;
   registered.add(registry);
   // Our registries are prom-client's (metric_types.ts describes what we use of them).
-  collectDefaultMetrics({ register: registry as unknown as Registry, eventLoopMonitoringPrecision: 10 });
+  collectDefaultMetrics({
+    register: registry as unknown as Registry,
+    eventLoopMonitoringPrecision: 10,
+  });
 }

@@ -36,7 +36,11 @@ const DURATION_BUCKETS = [
  */
 export type EndpointErrorType = "deserialization" | "response_stream" | "generate";
 
-const ERROR_TYPES: readonly EndpointErrorType[] = ["deserialization", "response_stream", "generate"];
+const ERROR_TYPES: readonly EndpointErrorType[] = [
+  "deserialization",
+  "response_stream",
+  "generate",
+];
 
 /** What one request did, filled in while it is served. */
 export interface RequestTally {
@@ -238,7 +242,11 @@ export class RuntimeMetrics {
     workerId: string,
     sample: KvStatsSample,
   ): void {
-    const labels = { dynamo_namespace: namespace, dynamo_component: component, worker_id: workerId };
+    const labels = {
+      dynamo_namespace: namespace,
+      dynamo_component: component,
+      worker_id: workerId,
+    };
     for (const key of Object.keys(this.#kv) as (keyof KvStatsSample)[]) {
       this.#kv[key].set(labels, sample[key]);
     }

@@ -41,7 +41,9 @@ export function systemServerFromEnv(
     else if (rawEnabled === "false" || rawEnabled === "0") enabled = false;
     else {
       throw new InvalidArgumentError(
-        `DYN_SYSTEM_ENABLED must be true, false, 1 or 0, got ${JSON.stringify(env.DYN_SYSTEM_ENABLED)}`,
+        `DYN_SYSTEM_ENABLED must be true, false, 1 or 0, got ${
+          JSON.stringify(env.DYN_SYSTEM_ENABLED)
+        }`,
       );
     }
   }
@@ -51,7 +53,9 @@ export function systemServerFromEnv(
     port = Number(rawPort);
     if (!/^-?\d+$/.test(rawPort) || port < -1 || port > 65535) {
       throw new InvalidArgumentError(
-        `DYN_SYSTEM_PORT must be a port from 0 to 65535 (or -1: off), got ${JSON.stringify(rawPort)}`,
+        `DYN_SYSTEM_PORT must be a port from 0 to 65535 (or -1: off), got ${
+          JSON.stringify(rawPort)
+        }`,
       );
     }
   }

@@ -158,7 +158,9 @@ export async function startPrometheus(binary: string, jobs: ScrapeJob[]): Promis
         if (accept(last)) return last;
         if (Date.now() > end) {
           throw new Error(
-            `timed out after ${ms} ms waiting for ${what}; ${expr} answered ${JSON.stringify(last)}`,
+            `timed out after ${ms} ms waiting for ${what}; ${expr} answered ${
+              JSON.stringify(last)
+            }`,
           );
         }
         await new Promise((r) => setTimeout(r, 250));

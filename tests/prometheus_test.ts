@@ -109,7 +109,7 @@ Deno.test({
       let model = "";
       const deadline = Date.now() + 30_000;
       while (!model) {
-        const res = await fetch(`${url}/health`);
+        const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) });
         const body = await res.json() as { models?: { name: string; instances: number }[] };
         const m = body.models?.find((m) => m.instances >= 2);
         if (m) model = m.name;

@@ -8,6 +8,7 @@ import {
   FrontendMetrics,
   type KvRouterSettings,
   type Logger,
+  type MetricsRegistry,
   ModelManager,
   registerProcessMetrics,
   type RouterMode,
@@ -37,6 +38,8 @@ export interface ServeFrontendOptions {
   toolCallParser?: string;
   /** The reasoning parser of models whose card names none (`--dyn-reasoning-parser`). */
   reasoningParser?: string;
+  /** Workers' metrics to show on the frontend's `/metrics` too (workers in this process). */
+  workerMetrics?: MetricsRegistry;
 }
 
 /** A running frontend. */
@@ -56,6 +59,7 @@ export async function serveFrontend(
 ): Promise<RunningFrontend> {
   const metrics = new FrontendMetrics();
   registerProcessMetrics(metrics.registry);
+  if (options.workerMetrics) metrics.include(options.workerMetrics);
   const models = new ModelManager(runtime, {
     routerMode: options.routerMode,
     kvRouter: { ...options.kvRouter, onRoute: (d) => metrics.observeRoute(d) },

@@ -17,6 +17,7 @@ import {
   ModelType,
   openaiUpstream,
   registerLlm,
+  RuntimeMetrics,
   startMockerWorkers,
 } from "../mod.ts";
 import {
@@ -225,11 +226,14 @@ async function run(args: string[], io: Io): Promise<number> {
 
   const signals = untilSignal();
   const embedded = new EmbeddedCluster();
+  // One registry for every runtime of the process: the frontend's /metrics shows the workers'.
+  const metrics = new RuntimeMetrics();
   const runtime = await DistributedRuntime.connect({
     discovery: "memory",
     requestPlane: "local",
     logger,
     embedded,
+    metrics,
   });
   announceBackends(runtime, logger, "process", true);
   let mockers: MockerWorkers | undefined;
@@ -245,7 +249,7 @@ async function run(args: string[], io: Io): Promise<number> {
       ) as LlamaCppModule;
       // Each worker is its own runtime (own instance id, own KV events) on the shared cluster.
       for (let i = 0; i < llama.numWorkers; i++) {
-        const rt = await DistributedRuntime.connect({ logger, embedded });
+        const rt = await DistributedRuntime.connect({ logger, embedded, metrics });
         workerRuntimes.push(rt);
         const endpoint = rt.namespace("dynamo").component("backend").endpoint("generate");
         try {
@@ -277,7 +281,7 @@ async function run(args: string[], io: Io): Promise<number> {
         ...mocker.engine,
         logger,
         embedded,
-        connect: { logger },
+        connect: { logger, metrics },
         component: "backend",
         modelPath,
         register: {
@@ -327,7 +331,11 @@ async function run(args: string[], io: Io): Promise<number> {
   }
 
   async function serveUntilSignal(): Promise<number> {
-    const frontend = await serveFrontend(runtime, { ...http, logger, checkHealth }, io);
+    const frontend = await serveFrontend(
+      runtime,
+      { ...http, logger, checkHealth, workerMetrics: metrics.registry },
+      io,
+    );
     await signals.signalled;
     logger.info("shutting down");
     await frontend.shutdown();

@@ -63,7 +63,7 @@ export class DistributedRuntime {
    * The Prometheus metrics of the endpoints this runtime serves (`dynamo_component_*`) and of
    * the engine load its workers publish; a worker's system server renders them.
    */
-  readonly metrics: RuntimeMetrics = new RuntimeMetrics();
+  readonly metrics: RuntimeMetrics;
   readonly #internals: RuntimeInternals;
   #lease: Lease;
   readonly #keys = new Map<string, string>();
@@ -83,8 +83,10 @@ export class DistributedRuntime {
     events: EventPlane,
     routeTrace: RouteTrace | undefined,
     liveness: { streamIdleTimeoutMs?: number; heartbeatMs?: number },
+    metrics: RuntimeMetrics,
   ) {
     this.discovery = discovery;
+    this.metrics = metrics;
     this.plane = plane;
     this.events = events;
     this.objects = objects;
@@ -177,6 +179,7 @@ export class DistributedRuntime {
           : new LocalEventPlane(embedded.events)),
       options.routeTrace,
       { streamIdleTimeoutMs: options.streamIdleTimeoutMs, heartbeatMs: options.heartbeatMs },
+      options.metrics ?? new RuntimeMetrics(),
     );
     logger.debug("runtime connected", {
       discovery: discovery.kind,

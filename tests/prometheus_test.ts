@@ -2,7 +2,8 @@
 // and two mocker workers with system servers, as three processes on a hub; Prometheus
 // scrapes all three every second while real requests run, then every panel's query of
 // dashboards/dynamo.json must answer data through /api/v1/query. Along the way, the counts
-// the frontend and the workers report must match the requests sent.
+// the frontend and the workers report must match the requests sent. And `dynamo run` (no
+// Prometheus needed) shows its in-process workers' series on the frontend's /metrics.
 
 import assert from "node:assert/strict";
 import { HubServer } from "../runtime/hub/mod.ts";
@@ -10,6 +11,7 @@ import { frontendUrl, stopChild } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
 import { ensurePrometheus, type PromSample, startPrometheus } from "./_helpers/prometheus.ts";
 import { freePort } from "./_helpers/servers.ts";
+import { MODEL, startDynamoRun } from "./_helpers/dynamo_run.ts";
 
 const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const WORKER = new URL("./_helpers/mocker_worker.ts", import.meta.url).pathname;
@@ -183,6 +185,38 @@ Deno.test({
       await hub.close();
     }
   },
+});
+
+Deno.test("dynamo run shows its in-process workers' metrics on the frontend's /metrics", async () => {
+  const run = await startDynamoRun(["out=mocker", "--num-workers", "2", "--speedup-ratio", "50"]);
+  try {
+    for (const stream of [false, true]) {
+      const res = await fetch(`${run.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: MODEL, prompt: PROMPTS[0], max_tokens: 4, stream }),
+        signal: AbortSignal.timeout(30_000),
+      });
+      assert.equal(res.status, 200, await res.text());
+    }
+    const text = await (await fetch(`${run.url}/metrics`)).text();
+    // Each metric family once: the workers' registry comes after the frontend's, not mixed in.
+    const families = [...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]!);
+    assert.equal(new Set(families).size, families.length, "no metric family twice");
+    assert.match(
+      text,
+      /^dynamo_component_requests_total\{dynamo_namespace="dynamo",dynamo_component="backend",dynamo_endpoint="generate"\} 2$/m,
+    );
+    assert.match(text, /^dynamo_frontend_requests_total\{.*status="success".*\} 1$/m);
+    const workers = new Set(
+      [...text.matchAll(/^dynamo_component_kvstats_total_blocks\{.*worker_id="([^"]+)"\}/gm)]
+        .map((m) => m[1]),
+    );
+    assert.equal(workers.size, 2, `both workers' KV stats:\n${text}`);
+    assert.match(text, /^process_resident_memory_bytes(\{[^}]*\})? \d/m);
+  } finally {
+    await run.stop();
+  }
 });
 
 if (prometheus.path === undefined) {

@@ -312,8 +312,22 @@ export class FrontendMetrics {
     series.inc();
   }
 
-  /** The text exposition of every metric. */
-  render(): Promise<string> {
-    return this.registry.metrics();
+  readonly #included: MetricsRegistry[] = [];
+
+  /**
+   * Renders `registry` after the frontend's own series (e.g. the `dynamo_component_*` of
+   * workers in the same process, as `dynamo run` has). Its metric names must differ from the
+   * frontend's.
+   */
+  include(registry: MetricsRegistry): void {
+    this.#included.push(registry);
+  }
+
+  /** The text exposition of every metric (the frontend's, then included registries'). */
+  async render(): Promise<string> {
+    const own = await this.registry.metrics();
+    if (this.#included.length === 0) return own;
+    const more = await Promise.all(this.#included.map((r) => r.metrics()));
+    return [own, ...more].map((t) => t.endsWith("\n") ? t : t + "\n").join("");
   }
 }

@@ -36,3 +36,16 @@ Deno.test("FrontendMetrics names follow Prometheus conventions: counters end in 
     else assert.doesNotMatch(name!, /_total$/, `${type} ${name}`);
   }
 });
+
+Deno.test("FrontendMetrics.include renders another registry after the frontend's own", async () => {
+  const metrics = new FrontendMetrics();
+  const workers = {
+    contentType: "text/plain",
+    setDefaultLabels() {},
+    metrics: () => Promise.resolve("w_total 3"),
+  };
+  metrics.include(workers);
+  const text = await metrics.render();
+  assert.match(text, /^# TYPE dynamo_frontend_requests_total counter$/m);
+  assert.ok(text.endsWith("\nw_total 3\n"), text.slice(-200));
+});

@@ -5,9 +5,12 @@
 import {
   createFrontend,
   type DistributedRuntime,
+  FrontendMetrics,
   type KvRouterSettings,
   type Logger,
+  type MetricsRegistry,
   ModelManager,
+  registerProcessMetrics,
   type RouterMode,
 } from "../mod.ts";
 import { guardFrontend, type GuardOptions } from "../llm/http/guard.ts";
@@ -37,6 +40,8 @@ export interface ServeFrontendOptions {
   toolCallParser?: string;
   /** The reasoning parser of models whose card names none (`--dyn-reasoning-parser`). */
   reasoningParser?: string;
+  /** Workers' metrics to show on the frontend's `/metrics` too (workers in this process). */
+  workerMetrics?: MetricsRegistry;
 }
 
 /** A running frontend. */
@@ -54,15 +59,19 @@ export async function serveFrontend(
   options: ServeFrontendOptions,
   io: Io,
 ): Promise<RunningFrontend> {
+  const metrics = new FrontendMetrics();
+  registerProcessMetrics(metrics.registry);
+  if (options.workerMetrics) metrics.include(options.workerMetrics);
   const models = new ModelManager(runtime, {
     routerMode: options.routerMode,
-    kvRouter: options.kvRouter,
+    kvRouter: { ...options.kvRouter, onRoute: (d) => metrics.observeRoute(d) },
     namespace: options.namespace,
     logger: options.logger,
   });
   await models.start();
   const frontend = createFrontend({
     models,
+    metrics,
     logger: options.logger,
     backends: backendsInfo(runtime),
     checkHealth: options.checkHealth,

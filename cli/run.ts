@@ -18,6 +18,7 @@ import {
   openaiUpstream,
   registerLlm,
   runMockerWorker,
+  RuntimeMetrics,
   startMockerWorkers,
 } from "../mod.ts";
 import {
@@ -273,13 +274,16 @@ async function run(args: string[], io: Io): Promise<number> {
 
   const signals = untilSignal();
   const embedded = new EmbeddedCluster();
+  // One registry for every runtime of the process: the frontend's /metrics shows the workers'.
+  const metrics = new RuntimeMetrics();
   const runtime = worker
-    ? await DistributedRuntime.fromEnv({ logger })
+    ? await DistributedRuntime.fromEnv({ logger, metrics })
     : await DistributedRuntime.connect({
       discovery: "memory",
       requestPlane: "local",
       logger,
       embedded,
+      metrics,
     });
   if (worker && backendsInfo(runtime).process_local) {
     signals.dispose();
@@ -294,8 +298,8 @@ async function run(args: string[], io: Io): Promise<number> {
   /** Another runtime for one more worker (own instance id): on the network, or embedded. */
   const workerRuntime = () =>
     worker
-      ? DistributedRuntime.fromEnv({ logger })
-      : DistributedRuntime.connect({ logger, embedded });
+      ? DistributedRuntime.fromEnv({ logger, metrics })
+      : DistributedRuntime.connect({ logger, embedded, metrics });
   let mockers: MockerWorkers | undefined;
   const workerRuntimes: DistributedRuntime[] = [];
   try {
@@ -372,7 +376,7 @@ async function run(args: string[], io: Io): Promise<number> {
         ...mocker.engine,
         logger,
         embedded,
-        connect: { logger },
+        connect: { logger, metrics },
         component: "backend",
         modelPath,
         register: {
@@ -429,7 +433,11 @@ async function run(args: string[], io: Io): Promise<number> {
       logger.info("shutting down: draining in-flight requests");
       return ExitCode.Ok;
     }
-    const frontend = await serveFrontend(runtime, { ...http, logger, checkHealth }, io);
+    const frontend = await serveFrontend(
+      runtime,
+      { ...http, logger, checkHealth, workerMetrics: metrics.registry },
+      io,
+    );
     await signals.signalled;
     logger.info("shutting down");
     await frontend.shutdown();

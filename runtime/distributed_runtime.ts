@@ -9,6 +9,7 @@ import { type Logger, loggerFromSettings, logSettingsFromEnv, silentLogger } fro
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
 import type { RequestPlane } from "./transport/types.ts";
 import { natsConnectionOf } from "./transport/tcp.ts";
+import { RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import type { ObjectStore } from "./objects/types.ts";
 import { NatsObjectStore } from "./objects/nats.ts";
 import type { EventPlane } from "./events/types.ts";
@@ -58,6 +59,11 @@ export class DistributedRuntime {
   readonly logger: Logger;
   /** This process's instance id: the first lease's id, in lowercase hex. */
   readonly instanceId: string;
+  /**
+   * The Prometheus metrics of the endpoints this runtime serves (`dynamo_component_*`) and of
+   * the engine load its workers publish; a worker's system server renders them.
+   */
+  readonly metrics: RuntimeMetrics;
   readonly #internals: RuntimeInternals;
   #lease: Lease;
   readonly #keys = new Map<string, string>();
@@ -77,8 +83,10 @@ export class DistributedRuntime {
     events: EventPlane,
     routeTrace: RouteTrace | undefined,
     liveness: { streamIdleTimeoutMs?: number; heartbeatMs?: number },
+    metrics: RuntimeMetrics,
   ) {
     this.discovery = discovery;
+    this.metrics = metrics;
     this.plane = plane;
     this.events = events;
     this.objects = objects;
@@ -95,6 +103,7 @@ export class DistributedRuntime {
       objects,
       logger,
       instanceId: lease.id,
+      metrics: this.metrics,
       shutdownSignal: this.#shutdown.signal,
       connectTimeoutMs,
       ...liveness,
@@ -170,6 +179,7 @@ export class DistributedRuntime {
           : new LocalEventPlane(embedded.events)),
       options.routeTrace,
       { streamIdleTimeoutMs: options.streamIdleTimeoutMs, heartbeatMs: options.heartbeatMs },
+      options.metrics ?? new RuntimeMetrics(),
     );
     logger.debug("runtime connected", {
       discovery: discovery.kind,

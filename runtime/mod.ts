@@ -22,6 +22,19 @@ export {
   type RouteTraceEvent,
 } from "./route_trace.ts";
 export type { Handler } from "./serve_request.ts";
+export {
+  type EndpointErrorType,
+  type EndpointStats,
+  type KvStatsSample,
+  registerProcessMetrics,
+  type RequestTally,
+  RuntimeMetrics,
+  startSystemServer,
+  type SystemServer,
+  type SystemServerAddress,
+  systemServerFromEnv,
+  type SystemServerOptions,
+} from "./metrics/mod.ts";
 export type { ResponseStream } from "./stream.ts";
 export * from "./errors.ts";
 export {

@@ -8,6 +8,7 @@ import { MemoryStore } from "./discovery/memory.ts";
 import type { Logger } from "./logger.ts";
 import { MemoryObjectStore } from "./objects/memory.ts";
 import type { RouteTrace } from "./route_trace.ts";
+import type { RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import { LocalRequestBus } from "./transport/local.ts";
 import type { RequestPlane } from "./transport/types.ts";
 
@@ -54,6 +55,11 @@ export interface DistributedRuntimeOptions {
    * `dynamo hub` server), or a RequestPlane of your own.
    */
   requestPlane?: "tcp" | "nats" | "local" | "hub" | RequestPlane;
+  /**
+   * Where the runtime's endpoints count their requests (default: a registry of its own). The
+   * runtimes of one process may share one, so that one `/metrics` shows them all.
+   */
+  metrics?: RuntimeMetrics;
   /** Address (`host:port`) of the hub, for the "hub" backends. */
   hubAddress?: string;
   /** The hub's shared token, when it has one. */

@@ -12,6 +12,7 @@ import {
   stopBeating,
 } from "./liveness.ts";
 import type { Logger } from "./logger.ts";
+import type { RequestTally } from "./metrics/runtime_metrics.ts";
 import {
   EMPTY,
   encoder,
@@ -49,6 +50,8 @@ export interface ServeRequestOptions {
    * slow handler from a hung worker (ms, default 1000).
    */
   heartbeatMs?: number;
+  /** Filled in with the bytes of items sent and whether the handler failed (for metrics). */
+  tally?: RequestTally;
 }
 
 /**
@@ -107,6 +110,7 @@ async function serveItems(
     step = await iterator.next();
   } catch (err) {
     state.complete = true;
+    if (options.tally) options.tally.error = "generate";
     if (beat) stopBeating(beat);
     await sendFinal(conn, jsonFrame(FrameType.Prologue, { error: wireError(err) }));
     return;
@@ -114,6 +118,8 @@ async function serveItems(
   try {
     const byValue = conn.carriesValues === true;
     const sendText = typeof conn.sendDataText === "function";
+    // Bytes are counted where items are serialized (in process they are not).
+    const tally = options.tally ?? { responseBytes: 0 };
     const p = conn.send(byValue ? PROLOGUE_OK_VALUE : PROLOGUE_OK);
     if (p) await p;
     while (!step.done) {
@@ -122,14 +128,18 @@ async function serveItems(
         ctx.kill(); // the caller hung up (checked here: a throw per abandoned stream is costly)
         break;
       }
-      const sent = byValue
-        ? conn.send({ type: FrameType.Data, payload: EMPTY, value: step.value ?? null })
-        : sendText
-        ? conn.sendDataText!(JSON.stringify(step.value ?? null))
-        : conn.send({
-          type: FrameType.Data,
-          payload: encoder.encode(JSON.stringify(step.value ?? null)),
-        });
+      let sent;
+      if (byValue) {
+        sent = conn.send({ type: FrameType.Data, payload: EMPTY, value: step.value ?? null });
+      } else if (sendText) {
+        const text = JSON.stringify(step.value ?? null);
+        tally.responseBytes += text.length; // UTF-16 units: bytes for the ASCII of JSON
+        sent = conn.sendDataText!(text);
+      } else {
+        const payload = encoder.encode(JSON.stringify(step.value ?? null));
+        tally.responseBytes += payload.byteLength;
+        sent = conn.send({ type: FrameType.Data, payload });
+      }
       if (beat) beat.lastSent = livenessClock.tick;
       if (sent) await sent;
       step = await iterator.next();
@@ -148,6 +158,7 @@ async function serveItems(
         error: String(err),
       });
       state.complete = true;
+      if (options.tally) options.tally.error = "generate";
       if (beat) stopBeating(beat);
       await sendFinal(conn, jsonFrame(FrameType.Error, wireError(err)));
       step = { done: true, value: undefined };

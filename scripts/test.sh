@@ -32,6 +32,10 @@ if ! have_servers; then
   fi
 fi
 
+# Prometheus, for the dashboard test (tests/prometheus_test.ts installs it too, and skips
+# saying why when it cannot).
+bash scripts/install_prometheus.sh || echo "WARNING: no prometheus: the dashboard test will be skipped" >&2
+
 # 2. Deno, through npm (no global install needed). Later steps call the binary directly.
 section "deno ${DENO_VERSION}"
 if ! DENO="$(npx -y "deno@${DENO_VERSION}" eval 'console.log(Deno.execPath())')" || [ ! -x "$DENO" ]; then

@@ -19,6 +19,7 @@ export type KvRouterSettings =
     | "activeDecodeBlocksThreshold"
     | "activePrefillTokensThreshold"
     | "replicaSync"
+    | "onRoute"
   >
   & {
     /**

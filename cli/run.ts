@@ -34,6 +34,7 @@ import {
 } from "./_common.ts";
 import { HTTP_FLAGS, parseHttpFlags } from "./frontend.ts";
 import { rejectReferenceOnlyFlags } from "./_reference_flags.ts";
+import { type ReferenceWorkers, serveReferenceWorkers } from "./_reference_worker.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
 import { huggingFaceOptionsFromEnv } from "./_huggingface.ts";
 import { downloadGguf, parseGgufRef } from "../llm/model/huggingface.ts";
@@ -103,6 +104,10 @@ Options:
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)
   --request-plane P        in=dyn://: tcp (default) or nats (env DYN_REQUEST_PLANE)
+  --reference-wire         in=dyn://, out=echo|mocker|llamacpp: register and serve in the
+                           reference's (ai-dynamo 1.6.1) records and request framing, so
+                           its frontend and router serve this worker (echo and mocker: MODEL
+                           a local model folder)
   --delay-ms N             echo: pause per token (default 0)
   --model-path PATH        openai: card source (tokenizer, context length) instead of
                            the built-in test model
@@ -170,6 +175,7 @@ async function run(args: string[], io: Io): Promise<number> {
     "max-num-seqs": { type: "string" },
     "max-num-batched-tokens": { type: "string" },
     "n-gpu-layers": { type: "string" },
+    "reference-wire": { type: "boolean" },
     help: { type: "boolean", short: "h" },
   } as const;
   rejectReferenceOnlyFlags("run", args, flags);
@@ -202,6 +208,12 @@ async function run(args: string[], io: Io): Promise<number> {
   }
   if (rest.length > 1) throw new UsageError(`at most one MODEL, got ${rest.join(" ")}`, "run");
   const http = parseHttpFlags("run", values, { host: "127.0.0.1" });
+  if (values["reference-wire"] && (!worker || output.startsWith("openai:"))) {
+    throw new UsageError(
+      "--reference-wire applies to in=dyn:// workers with out=echo, out=mocker or out=llamacpp",
+      "run",
+    );
+  }
   if (worker) applyRequestPlaneFlag("run", values["request-plane"]);
   else if (values["request-plane"] !== undefined) {
     throw new UsageError("--request-plane applies to in=dyn:// workers only", "run");
@@ -302,7 +314,28 @@ async function run(args: string[], io: Io): Promise<number> {
       : DistributedRuntime.connect({ logger, embedded, metrics });
   let mockers: MockerWorkers | undefined;
   const workerRuntimes: DistributedRuntime[] = [];
+  let referenceWorkers: ReferenceWorkers | undefined;
   try {
+    if (values["reference-wire"]) {
+      referenceWorkers = await serveReferenceWorkers({
+        engine: output as "echo" | "mocker" | "llamacpp",
+        numWorkers: mocker?.numWorkers ?? llama?.numWorkers ?? 1,
+        runtime,
+        another: workerRuntime,
+        target,
+        modelPath,
+        modelName,
+        contextLength,
+        migrationLimit,
+        kvBlockSize: llama?.engine.kvBlockSize,
+        echoDelayMs: delayMs,
+        mocker: mocker?.engine,
+        llama: llama?.engine,
+        logger,
+      });
+      workerRuntimes.push(...referenceWorkers.runtimes);
+      return await serveUntilSignal();
+    }
     if (llama) {
       // Loaded only here: node-llama-cpp costs ~140 ms to import, other engines skip it.
       // Not a literal specifier, so that `deno bundle` leaves node-llama-cpp (native binaries
@@ -419,6 +452,7 @@ async function run(args: string[], io: Io): Promise<number> {
     return await serveUntilSignal();
   } finally {
     signals.dispose();
+    await referenceWorkers?.close();
     await mockers?.shutdown();
     // A worker's runtime shutdown waits for its requests, then its engine closes.
     await Promise.all(workerRuntimes.map((rt) => rt.shutdown()));

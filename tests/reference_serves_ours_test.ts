@@ -405,3 +405,85 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "dynamo run in=dyn://... out=mocker --num-workers 2 --reference-wire: two workers of a reference deployment",
+  ignore: python === undefined,
+  fn: async () => {
+    const { EtcdDiscovery } = await import("../runtime/discovery/etcd.ts");
+    const { listReferenceInstances } = await import("../runtime/reference/mod.ts");
+    const { spawnDeno } = await import("./_helpers/process.ts");
+    const { stopChild } = await import("./_helpers/frontend.ts");
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
+    const worker = spawnDeno(
+      new URL("../cli/main.ts", import.meta.url).pathname,
+      { ...servers, DYN_LOG: "warn", DYN_TCP_RPC_HOST: "127.0.0.1" },
+      [
+        "run",
+        "in=dyn://dynamo.backend.generate",
+        "out=mocker",
+        await builtinTestModel(),
+        "--num-workers",
+        "2",
+        "--speedup-ratio",
+        "20",
+        "--model-name",
+        "cli-mocker",
+        "--reference-wire",
+      ],
+    );
+    let front: ReturnType<typeof startReference> | undefined;
+    try {
+      await worker.waitFor(
+        (l) => typeof l.text === "string" && l.text.includes("dynamo worker serving"),
+        60_000,
+        "the reference-wire workers to serve",
+      );
+      // Two instances, in the reference's own record format.
+      const instances = await listReferenceInstances(discovery, {
+        namespace: "dynamo",
+        component: "backend",
+        endpoint: "generate",
+      });
+      assert.equal(instances.length, 2, JSON.stringify(instances));
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await until("cli-mocker in the reference frontend's /v1/models", 90_000, async () => {
+        const list = await (await fetch(`${base}/v1/models`)).json();
+        return (list.data as { id: string }[]).some((m) => m.id === "cli-mocker")
+          ? true
+          : undefined;
+      });
+      for (let i = 0; i < 4; i++) {
+        const res = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            model: "cli-mocker",
+            messages: [{ role: "user", content: `question ${i}` }],
+            max_tokens: 5,
+          }),
+        });
+        const body = await res.json();
+        assert.equal(res.status, 200, JSON.stringify(body));
+        assert.ok(body.usage.completion_tokens >= 1, JSON.stringify(body));
+      }
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      await stopChild(worker);
+      await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});

@@ -21,6 +21,22 @@ export {
   type RouteTrace,
   type RouteTraceEvent,
 } from "./route_trace.ts";
+export {
+  createTracing,
+  type CreateTracingOptions,
+  formatTraceparent,
+  parseTraceparent,
+  type SpanAttribute,
+  type SpanExporterLike,
+  type SpanKindName,
+  type SpanOptions,
+  type StartSpanOptions,
+  type TraceParent,
+  type TraceSpan,
+  type Tracing,
+  tracingFromEnv,
+  type TracingFromEnvOptions,
+} from "./tracing/mod.ts";
 export type { Handler } from "./serve_request.ts";
 export type { ResponseStream } from "./stream.ts";
 export * from "./errors.ts";
@@ -58,6 +74,7 @@ export {
   type RequestOptions,
   type RequestPayload,
   type RequestPlane,
+  type RequestTraceHeaders,
   type Subscription,
   TcpRequestPlane,
   type TcpRequestPlaneOptions,

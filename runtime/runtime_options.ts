@@ -8,6 +8,7 @@ import { MemoryStore } from "./discovery/memory.ts";
 import type { Logger } from "./logger.ts";
 import { MemoryObjectStore } from "./objects/memory.ts";
 import type { RouteTrace } from "./route_trace.ts";
+import type { Tracing } from "./tracing/types.ts";
 import { LocalRequestBus } from "./transport/local.ts";
 import type { RequestPlane } from "./transport/types.ts";
 
@@ -101,6 +102,13 @@ export interface DistributedRuntimeOptions {
    * {@linkcode jsonLinesRouteTrace} on standard error.
    */
   routeTrace?: RouteTrace;
+  /**
+   * OpenTelemetry tracing (default: off, and nothing of the SDK loaded): the runtime's
+   * endpoints trace each request ("engine" spans, children of the caller's), and its
+   * clients' requests carry the caller's trace context. `fromEnv` turns it on when
+   * `OTEL_EXPORTER_OTLP_ENDPOINT` is set ({@linkcode tracingFromEnv}).
+   */
+  tracing?: Tracing;
 }
 
 /** Options of {@linkcode DistributedRuntime.fromEnv}. */

@@ -12,6 +12,8 @@ import {
   stopBeating,
 } from "./liveness.ts";
 import type { Logger } from "./logger.ts";
+import { parseTraceparent } from "./tracing/traceparent.ts";
+import type { Tracing } from "./tracing/types.ts";
 import {
   EMPTY,
   encoder,
@@ -49,6 +51,12 @@ export interface ServeRequestOptions {
    * slow handler from a hung worker (ms, default 1000).
    */
   heartbeatMs?: number;
+  /**
+   * Traces the request (an "engine" span, the child of the caller's span when the request
+   * carries one); its context's `trace` is that span. Without it, a request that carries a
+   * trace context still has its log lines name the caller's trace and span.
+   */
+  tracing?: Tracing;
 }
 
 /**
@@ -63,6 +71,8 @@ export async function serveRequest(
   options: ServeRequestOptions = {},
 ): Promise<void> {
   const ctx = new Context(header.id);
+  const traced = options.tracing !== undefined || header.headers !== undefined;
+  if (traced) options = tracedOptions(ctx, header, options);
   options.onContext?.(ctx);
   const state = { complete: false };
   void readControls(conn, ctx, state);
@@ -79,7 +89,46 @@ export async function serveRequest(
     await serveItems(conn, ctx, state, handler, body, header, options, beat);
   } finally {
     if (beat) stopBeating(beat);
+    if (traced) {
+      options.logger?.debug("request finished", { request: header.id });
+      ctx.trace?.end();
+    }
   }
+}
+
+/**
+ * A traced request's options: its span started (as the context's `trace`) and its logger
+ * naming the trace and span (the caller's, when this worker does not trace).
+ */
+function tracedOptions(
+  ctx: Context,
+  header: RequestHeader,
+  options: ServeRequestOptions,
+): ServeRequestOptions {
+  // Untrusted: anything but strings is ignored, and a malformed traceparent starts a new trace.
+  const given = header.headers;
+  const traceparent = typeof given?.traceparent === "string" ? given.traceparent : undefined;
+  const tracestate = typeof given?.tracestate === "string" && given.tracestate.length <= 512
+    ? given.tracestate
+    : undefined;
+  let ids: { trace_id: string; span_id: string } | undefined;
+  if (options.tracing !== undefined) {
+    const span = options.tracing.startSpan("engine", {
+      kind: "server",
+      traceparent,
+      tracestate,
+      attributes: { "dynamo.request_id": header.id },
+    });
+    ctx.trace = span;
+    ids = { trace_id: span.traceId, span_id: span.spanId };
+  } else {
+    const parent = parseTraceparent(traceparent);
+    if (parent !== undefined) ids = { trace_id: parent.traceId, span_id: parent.spanId };
+  }
+  if (ids === undefined || options.logger === undefined) return options;
+  const logger = options.logger.child(ids);
+  logger.debug("request started", { request: header.id });
+  return { ...options, logger };
 }
 
 async function serveItems(
@@ -108,6 +157,7 @@ async function serveItems(
   } catch (err) {
     state.complete = true;
     if (beat) stopBeating(beat);
+    ctx.trace?.fail(err);
     await sendFinal(conn, jsonFrame(FrameType.Prologue, { error: wireError(err) }));
     return;
   }
@@ -149,6 +199,7 @@ async function serveItems(
       });
       state.complete = true;
       if (beat) stopBeating(beat);
+      ctx.trace?.fail(err);
       await sendFinal(conn, jsonFrame(FrameType.Error, wireError(err)));
       step = { done: true, value: undefined };
     }

@@ -1,0 +1,273 @@
+// Tracing across processes: the frontend's spans (HTTP request, preprocess, route, request-plane
+// hop) and the worker's engine span form one trace with correct parent links, the W3C
+// traceparent carried from the HTTP request through the request plane (etcd + NATS, TCP plane)
+// into the worker's log lines; and the OTLP export that OTEL_EXPORTER_OTLP_ENDPOINT turns on.
+
+import assert from "node:assert/strict";
+import { InMemorySpanExporter, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
+import {
+  builtinTestModel,
+  createFrontend,
+  createTracing,
+  DistributedRuntime,
+  ModelManager,
+} from "../mod.ts";
+import { eventually } from "./_helpers/backends.ts";
+import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
+import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
+import { haveServers, type Servers, startServers } from "./_helpers/servers.ts";
+import type { ReportedSpan } from "./_helpers/traced_worker.ts";
+
+const TRACED_WORKER = new URL("./_helpers/traced_worker.ts", import.meta.url).pathname;
+const LLM_WORKER = new URL("./_helpers/llm_worker.ts", import.meta.url).pathname;
+const MODEL = "Qwen3-0.6B";
+const CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN = "00f067aa0ba902b7";
+const TRACEPARENT = `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`;
+// OpenTelemetry's SpanKind numbers.
+const SERVER = 1;
+const CLIENT = 2;
+
+/** A span's name, ids and parent, from the SDK's in-memory exporter or a worker's report. */
+interface SpanLine {
+  name: string;
+  kind: number;
+  traceId: string;
+  spanId: string;
+  parentSpanId: string | undefined;
+  attributes: Record<string, unknown>;
+}
+
+function fromSdk(s: ReadableSpan): SpanLine {
+  return {
+    name: s.name,
+    kind: s.kind,
+    traceId: s.spanContext().traceId,
+    spanId: s.spanContext().spanId,
+    parentSpanId: s.parentSpanContext?.spanId,
+    attributes: { ...s.attributes },
+  };
+}
+
+function one(spans: SpanLine[], name: string, traceId: string): SpanLine {
+  const found = spans.filter((s) => s.name === name && s.traceId === traceId);
+  assert.equal(
+    found.length,
+    1,
+    `expected one span ${name} in trace ${traceId}, got ${found.length}: ${
+      JSON.stringify(spans.map((s) => [s.name, s.traceId]))
+    }`,
+  );
+  return found[0]!;
+}
+
+async function chat(base: string, headers: Record<string, string> = {}, stream = false) {
+  const res = await fetch(`${base}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify({
+      model: MODEL,
+      messages: [{ role: "user", content: "hello tracing" }],
+      max_tokens: 4,
+      stream,
+    }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  const text = await res.text();
+  assert.equal(res.status, 200, `chat answered ${res.status}: ${text}`);
+  return text;
+}
+
+async function waitForModel(base: string): Promise<void> {
+  await eventually(
+    async () => {
+      const r = await fetch(`${base}/v1/models`);
+      const body = await r.json() as { data: { id: string }[] };
+      return body.data.some((m) => m.id === MODEL);
+    },
+    20_000,
+    "the worker's model to appear at the frontend",
+  );
+}
+
+Deno.test({
+  name:
+    "one trace spans the frontend's and the worker's spans, parents linked, traceparent in the worker's logs",
+  ignore: !haveServers(),
+  async fn() {
+    const servers: Servers = await startServers();
+    const stderr: string[] = [];
+    let worker: ChildHandle | undefined;
+    let runtime: DistributedRuntime | undefined;
+    let models: ModelManager | undefined;
+    let server: Deno.HttpServer | undefined;
+    try {
+      worker = spawnDeno(
+        TRACED_WORKER,
+        { ...servers.env, DYN_LOG: "debug", DYN_LOG_JSON: "1" },
+        [await builtinTestModel()],
+        { onStderrLine: (l) => stderr.push(l) },
+      );
+      await worker.waitFor((l) => typeof l.ready === "string", 30_000, "the worker to serve");
+
+      const exporter = new InMemorySpanExporter();
+      const tracing = await createTracing({ serviceName: "frontend", exporters: [exporter] });
+      runtime = await DistributedRuntime.connect({ ...servers.runtimeOptions, tracing });
+      models = new ModelManager(runtime);
+      await models.start();
+      const frontend = createFrontend({ models, tracing });
+      const listening = Promise.withResolvers<Deno.NetAddr>();
+      server = Deno.serve(
+        { port: 0, hostname: "127.0.0.1", onListen: (a) => listening.resolve(a as Deno.NetAddr) },
+        frontend.fetch,
+      );
+      const base = `http://127.0.0.1:${(await listening.promise).port}`;
+      await waitForModel(base);
+
+      // A request that carries its client's trace context, and one that starts its own trace.
+      await chat(base, { traceparent: TRACEPARENT, tracestate: "vendor=abc" });
+      await chat(base, {}, true);
+
+      await stopChild(worker);
+      const report = await worker.waitFor<{ spans: ReportedSpan[] }>(
+        (l) => Array.isArray(l.spans),
+        5_000,
+        "the worker's spans",
+      );
+      const workerSpans: SpanLine[] = report.spans;
+      const frontSpans = exporter.getFinishedSpans().map(fromSdk);
+
+      // The client's trace: HTTP span under the client's span, then the stages under it.
+      const http = one(frontSpans, "POST /v1/chat/completions", CLIENT_TRACE);
+      assert.equal(http.kind, SERVER);
+      assert.equal(http.parentSpanId, CLIENT_SPAN);
+      assert.equal(http.attributes["gen_ai.request.model"], MODEL);
+      const pre = one(frontSpans, "preprocess", CLIENT_TRACE);
+      assert.equal(pre.parentSpanId, http.spanId);
+      assert.ok(Number(pre.attributes["gen_ai.usage.input_tokens"]) > 0);
+      const route = one(frontSpans, "route", CLIENT_TRACE);
+      assert.equal(route.parentSpanId, http.spanId);
+      assert.equal(route.attributes["dynamo.router_mode"], "round-robin");
+      const hop = one(frontSpans, "request_plane", CLIENT_TRACE);
+      assert.equal(hop.parentSpanId, route.spanId);
+      assert.equal(hop.kind, CLIENT);
+      assert.equal(hop.attributes["dynamo.instance_id"], route.attributes["dynamo.instance_id"]);
+      // ... and across the process boundary, the worker's span under the hop.
+      const engine = one(workerSpans, "engine", CLIENT_TRACE);
+      assert.equal(engine.kind, SERVER);
+      assert.equal(engine.parentSpanId, hop.spanId);
+      assert.equal(engine.attributes["dynamo.request_id"], http.attributes["dynamo.request_id"]);
+
+      // The request without a traceparent: a trace of its own, still one across both processes.
+      const roots = frontSpans.filter((s) =>
+        s.name === "POST /v1/chat/completions" && s.traceId !== CLIENT_TRACE
+      );
+      assert.equal(roots.length, 1, "one more HTTP span, in a new trace");
+      const root = roots[0]!;
+      assert.equal(root.parentSpanId, undefined);
+      const rootHop = one(frontSpans, "request_plane", root.traceId);
+      assert.equal(one(workerSpans, "engine", root.traceId).parentSpanId, rootHop.spanId);
+
+      // The worker's log lines for the request name its trace and its span.
+      const logs = stderr.flatMap((l) => {
+        try {
+          return [JSON.parse(l) as Record<string, unknown>];
+        } catch {
+          return [];
+        }
+      });
+      const traced = logs.filter((l) => l.trace_id === CLIENT_TRACE);
+      assert.ok(
+        traced.some((l) => l.msg === "request started" && l.span_id === engine.spanId),
+        `no "request started" line with the trace's ids in the worker's log: ${
+          JSON.stringify(logs.slice(-10))
+        }`,
+      );
+      assert.ok(traced.some((l) => l.msg === "request finished" && l.span_id === engine.spanId));
+      await tracing.shutdown();
+    } finally {
+      await server?.shutdown();
+      await models?.close();
+      await runtime?.shutdown();
+      if (worker) await stopChild(worker);
+      await servers.stop();
+    }
+  },
+});
+
+/** OTLP/HTTP JSON as a collector receives it (the parts read here). */
+interface OtlpExport {
+  resourceSpans: {
+    resource: { attributes: { key: string; value: { stringValue?: string } }[] };
+    scopeSpans: {
+      spans: { name: string; traceId: string; spanId: string; parentSpanId?: string }[];
+    }[];
+  }[];
+}
+
+Deno.test({
+  name: "OTEL_EXPORTER_OTLP_ENDPOINT sends the frontend's and the worker's spans to a collector",
+  ignore: !haveServers(),
+  async fn() {
+    // The collector: records what arrives at /v1/traces.
+    const received: { path: string; type: string | null; body: OtlpExport }[] = [];
+    const listening = Promise.withResolvers<Deno.NetAddr>();
+    const collector = Deno.serve(
+      { port: 0, hostname: "127.0.0.1", onListen: (a) => listening.resolve(a as Deno.NetAddr) },
+      async (req) => {
+        const path = new URL(req.url).pathname;
+        received.push({ path, type: req.headers.get("content-type"), body: await req.json() });
+        return Response.json({});
+      },
+    );
+    const endpoint = `http://127.0.0.1:${(await listening.promise).port}`;
+    const servers = await startServers();
+    const children: ChildHandle[] = [];
+    try {
+      const otel = (service: string) => ({
+        ...servers.env,
+        DYN_LOG: "warn",
+        OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
+        OTEL_SERVICE_NAME: service,
+      });
+      const worker = spawnDeno(LLM_WORKER, otel("test-worker"), [await builtinTestModel()]);
+      children.push(worker);
+      const front = spawnFrontend(otel("test-frontend"));
+      children.push(front);
+      const base = await frontendUrl(front);
+      await worker.waitFor((l) => typeof l.ready === "string", 30_000, "the worker to serve");
+      await waitForModel(base);
+      await chat(base, { traceparent: TRACEPARENT }, true);
+      // A graceful stop exports what is left.
+      await Promise.all(children.map((c) => stopChild(c)));
+
+      const byService = new Map<string, OtlpExport["resourceSpans"][number]["scopeSpans"]>();
+      for (const r of received) {
+        assert.equal(r.path, "/v1/traces");
+        assert.match(r.type ?? "", /^application\/json/);
+        for (const rs of r.body.resourceSpans) {
+          const name = rs.resource.attributes.find((a) => a.key === "service.name")?.value
+            .stringValue ?? "";
+          byService.set(name, [...(byService.get(name) ?? []), ...rs.scopeSpans]);
+        }
+      }
+      const spansOf = (service: string) =>
+        (byService.get(service) ?? []).flatMap((s) => s.spans)
+          .filter((s) => s.traceId === CLIENT_TRACE);
+      const frontSpans = spansOf("test-frontend");
+      const workerSpans = spansOf("test-worker");
+      const http = frontSpans.find((s) => s.name === "POST /v1/chat/completions");
+      assert.ok(http, `no HTTP span from test-frontend; services: ${[...byService.keys()]}`);
+      assert.equal(http.parentSpanId, CLIENT_SPAN);
+      const hop = frontSpans.find((s) => s.name === "request_plane");
+      assert.ok(hop, "no request_plane span from test-frontend");
+      const engine = workerSpans.find((s) => s.name === "engine");
+      assert.ok(engine, `no engine span from test-worker; services: ${[...byService.keys()]}`);
+      assert.equal(engine.parentSpanId, hop.spanId);
+    } finally {
+      for (const c of children) await stopChild(c);
+      await servers.stop();
+      await collector.shutdown();
+    }
+  },
+});

@@ -271,3 +271,32 @@ Deno.test({
     }
   },
 });
+
+const ROOT = new URL("..", import.meta.url).pathname;
+
+Deno.test("tracing off loads nothing of the OpenTelemetry SDK: the library and the CLI import it only dynamically", async () => {
+  for (const entry of ["mod.ts", "cli/main.ts"]) {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["info", "--json", entry],
+      cwd: ROOT,
+      stdout: "piped",
+      stderr: "null",
+      signal: AbortSignal.timeout(60_000),
+    }).output();
+    assert.equal(out.code, 0, `deno info ${entry} failed`);
+    const graph = JSON.parse(new TextDecoder().decode(out.stdout)) as {
+      modules: {
+        specifier: string;
+        dependencies?: { specifier: string; code?: unknown; isDynamic?: boolean }[];
+      }[];
+    };
+    const edges = graph.modules.flatMap((m) =>
+      (m.dependencies ?? [])
+        .filter((d) => d.specifier.startsWith("@opentelemetry/") && d.code !== undefined)
+        .map((d) => ({ from: m.specifier, to: d.specifier, dynamic: d.isDynamic === true }))
+    );
+    assert.ok(edges.length > 0, `${entry} does not reach the SDK at all: the check is void`);
+    const loadedStatically = edges.filter((e) => !e.dynamic);
+    assert.deepEqual(loadedStatically, [], `${entry} imports the SDK statically`);
+  }
+});

@@ -18,6 +18,7 @@ import {
   openaiUpstream,
   registerLlm,
   startMockerWorkers,
+  tracingFromEnv,
 } from "../mod.ts";
 import {
   type Command,
@@ -223,6 +224,8 @@ async function run(args: string[], io: Io): Promise<number> {
     );
   }
 
+  // OTEL_EXPORTER_OTLP_ENDPOINT set: the frontend's and the engines' spans, one tracing.
+  const tracing = await tracingFromEnv(Deno.env.toObject(), { defaultServiceName: "dynamo-run" });
   const signals = untilSignal();
   const embedded = new EmbeddedCluster();
   const runtime = await DistributedRuntime.connect({
@@ -230,6 +233,7 @@ async function run(args: string[], io: Io): Promise<number> {
     requestPlane: "local",
     logger,
     embedded,
+    tracing,
   });
   announceBackends(runtime, logger, "process", true);
   let mockers: MockerWorkers | undefined;
@@ -245,7 +249,7 @@ async function run(args: string[], io: Io): Promise<number> {
       ) as LlamaCppModule;
       // Each worker is its own runtime (own instance id, own KV events) on the shared cluster.
       for (let i = 0; i < llama.numWorkers; i++) {
-        const rt = await DistributedRuntime.connect({ logger, embedded });
+        const rt = await DistributedRuntime.connect({ logger, embedded, tracing });
         workerRuntimes.push(rt);
         const endpoint = rt.namespace("dynamo").component("backend").endpoint("generate");
         try {
@@ -277,7 +281,7 @@ async function run(args: string[], io: Io): Promise<number> {
         ...mocker.engine,
         logger,
         embedded,
-        connect: { logger },
+        connect: { logger, tracing },
         component: "backend",
         modelPath,
         register: {
@@ -324,6 +328,9 @@ async function run(args: string[], io: Io): Promise<number> {
     // A worker's runtime shutdown waits for its requests, then its engine closes.
     await Promise.all(workerRuntimes.map((rt) => rt.shutdown()));
     await runtime.shutdown();
+    await tracing?.shutdown().catch((err) =>
+      logger.warn("exporting the last spans failed", { error: String(err) })
+    );
   }
 
   async function serveUntilSignal(): Promise<number> {

@@ -10,7 +10,12 @@ import {
   createFrontend,
   createTracing,
   DistributedRuntime,
+  echoEngine,
+  EmbeddedCluster,
+  ModelInput,
   ModelManager,
+  ModelType,
+  registerLlm,
 } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
 import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
@@ -90,109 +95,187 @@ async function waitForModel(base: string): Promise<void> {
   );
 }
 
-Deno.test({
-  name:
-    "one trace spans the frontend's and the worker's spans, parents linked, traceparent in the worker's logs",
-  ignore: !haveServers(),
-  async fn() {
-    const servers: Servers = await startServers();
-    const stderr: string[] = [];
-    let worker: ChildHandle | undefined;
-    let runtime: DistributedRuntime | undefined;
-    let models: ModelManager | undefined;
-    let server: Deno.HttpServer | undefined;
-    try {
-      worker = spawnDeno(
-        TRACED_WORKER,
-        { ...servers.env, DYN_LOG: "debug", DYN_LOG_JSON: "1" },
-        [await builtinTestModel()],
-        { onStderrLine: (l) => stderr.push(l) },
+for (const plane of ["tcp", "nats"] as const) {
+  Deno.test({
+    name:
+      `one trace spans the frontend's and the worker's spans, parents linked, traceparent in the worker's logs (${plane} request plane)`,
+    ignore: !haveServers(),
+    async fn() {
+      const servers: Servers = await startServers();
+      const stderr: string[] = [];
+      let worker: ChildHandle | undefined;
+      let runtime: DistributedRuntime | undefined;
+      let models: ModelManager | undefined;
+      let server: Deno.HttpServer | undefined;
+      try {
+        worker = spawnDeno(
+          TRACED_WORKER,
+          { ...servers.env, DYN_REQUEST_PLANE: plane, DYN_LOG: "debug", DYN_LOG_JSON: "1" },
+          [await builtinTestModel()],
+          { onStderrLine: (l) => stderr.push(l) },
+        );
+        await worker.waitFor((l) => typeof l.ready === "string", 30_000, "the worker to serve");
+
+        const exporter = new InMemorySpanExporter();
+        const tracing = await createTracing({ serviceName: "frontend", exporters: [exporter] });
+        runtime = await DistributedRuntime.connect({
+          ...servers.runtimeOptions,
+          requestPlane: plane,
+          tracing,
+        });
+        models = new ModelManager(runtime);
+        await models.start();
+        const frontend = createFrontend({ models, tracing });
+        const listening = Promise.withResolvers<Deno.NetAddr>();
+        server = Deno.serve(
+          { port: 0, hostname: "127.0.0.1", onListen: (a) => listening.resolve(a as Deno.NetAddr) },
+          frontend.fetch,
+        );
+        const base = `http://127.0.0.1:${(await listening.promise).port}`;
+        await waitForModel(base);
+
+        // A request that carries its client's trace context, and one that starts its own trace.
+        await chat(base, { traceparent: TRACEPARENT, tracestate: "vendor=abc" });
+        await chat(base, {}, true);
+
+        await stopChild(worker);
+        const report = await worker.waitFor<{ spans: ReportedSpan[] }>(
+          (l) => Array.isArray(l.spans),
+          5_000,
+          "the worker's spans",
+        );
+        const workerSpans: SpanLine[] = report.spans;
+        const frontSpans = exporter.getFinishedSpans().map(fromSdk);
+
+        // The client's trace: HTTP span under the client's span, then the stages under it.
+        const http = one(frontSpans, "POST /v1/chat/completions", CLIENT_TRACE);
+        assert.equal(http.kind, SERVER);
+        assert.equal(http.parentSpanId, CLIENT_SPAN);
+        assert.equal(http.attributes["gen_ai.request.model"], MODEL);
+        const pre = one(frontSpans, "preprocess", CLIENT_TRACE);
+        assert.equal(pre.parentSpanId, http.spanId);
+        assert.ok(Number(pre.attributes["gen_ai.usage.input_tokens"]) > 0);
+        const route = one(frontSpans, "route", CLIENT_TRACE);
+        assert.equal(route.parentSpanId, http.spanId);
+        assert.equal(route.attributes["dynamo.router_mode"], "round-robin");
+        const hop = one(frontSpans, "request_plane", CLIENT_TRACE);
+        assert.equal(hop.parentSpanId, route.spanId);
+        assert.equal(hop.kind, CLIENT);
+        assert.equal(hop.attributes["dynamo.instance_id"], route.attributes["dynamo.instance_id"]);
+        // ... and across the process boundary, the worker's span under the hop.
+        const engine = one(workerSpans, "engine", CLIENT_TRACE);
+        assert.equal(engine.kind, SERVER);
+        assert.equal(engine.parentSpanId, hop.spanId);
+        assert.equal(engine.attributes["dynamo.request_id"], http.attributes["dynamo.request_id"]);
+
+        // The request without a traceparent: a trace of its own, still one across both processes.
+        const roots = frontSpans.filter((s) =>
+          s.name === "POST /v1/chat/completions" && s.traceId !== CLIENT_TRACE
+        );
+        assert.equal(roots.length, 1, "one more HTTP span, in a new trace");
+        const root = roots[0]!;
+        assert.equal(root.parentSpanId, undefined);
+        const rootHop = one(frontSpans, "request_plane", root.traceId);
+        assert.equal(one(workerSpans, "engine", root.traceId).parentSpanId, rootHop.spanId);
+
+        // The worker's log lines for the request name its trace and its span.
+        const logs = stderr.flatMap((l) => {
+          try {
+            return [JSON.parse(l) as Record<string, unknown>];
+          } catch {
+            return [];
+          }
+        });
+        const traced = logs.filter((l) => l.trace_id === CLIENT_TRACE);
+        assert.ok(
+          traced.some((l) => l.msg === "request started" && l.span_id === engine.spanId),
+          `no "request started" line with the trace's ids in the worker's log: ${
+            JSON.stringify(logs.slice(-10))
+          }`,
+        );
+        assert.ok(traced.some((l) => l.msg === "request finished" && l.span_id === engine.spanId));
+        await tracing.shutdown();
+      } finally {
+        await server?.shutdown();
+        await models?.close();
+        await runtime?.shutdown();
+        if (worker) await stopChild(worker);
+        await servers.stop();
+      }
+    },
+  });
+}
+
+Deno.test("in one process: a malformed traceparent starts a new trace, a failed request's span says so", async () => {
+  const exporter = new InMemorySpanExporter();
+  const tracing = await createTracing({ serviceName: "one-process", exporters: [exporter] });
+  const cluster = new EmbeddedCluster();
+  const worker = await DistributedRuntime.connect({ embedded: cluster, tracing });
+  const front = await DistributedRuntime.connect({ embedded: cluster, tracing });
+  const models = new ModelManager(front);
+  try {
+    const endpoint = worker.namespace("one").component("backend").endpoint("generate");
+    const serving = endpoint.serveEndpoint(echoEngine());
+    await registerLlm(
+      ModelInput.Tokens,
+      ModelType.Chat,
+      endpoint,
+      await builtinTestModel(),
+    );
+    await models.start();
+    const app = createFrontend({ models, tracing });
+    const post = (body: unknown, traceparent: string) =>
+      app.fetch(
+        new Request("http://x/v1/chat/completions", {
+          method: "POST",
+          headers: { "content-type": "application/json", traceparent },
+          body: JSON.stringify(body),
+        }),
       );
-      await worker.waitFor((l) => typeof l.ready === "string", 30_000, "the worker to serve");
+    await eventually(
+      async () =>
+        (await (await app.fetch(new Request("http://x/v1/models"))).text()).includes(MODEL),
+      10_000,
+      "the model to appear",
+    );
+    const ok = await post(
+      { model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 2 },
+      "00-not-a-traceparent-01",
+    );
+    assert.equal(ok.status, 200, await ok.text());
+    const missing = await post(
+      { model: "no-such-model", messages: [{ role: "user", content: "hi" }] },
+      TRACEPARENT,
+    );
+    assert.equal(missing.status, 404);
+    await missing.body?.cancel();
+    await eventually(
+      () => Promise.resolve(exporter.getFinishedSpans().some((s) => s.name === "engine")),
+      5_000,
+      "the engine span to end",
+    );
 
-      const exporter = new InMemorySpanExporter();
-      const tracing = await createTracing({ serviceName: "frontend", exporters: [exporter] });
-      runtime = await DistributedRuntime.connect({ ...servers.runtimeOptions, tracing });
-      models = new ModelManager(runtime);
-      await models.start();
-      const frontend = createFrontend({ models, tracing });
-      const listening = Promise.withResolvers<Deno.NetAddr>();
-      server = Deno.serve(
-        { port: 0, hostname: "127.0.0.1", onListen: (a) => listening.resolve(a as Deno.NetAddr) },
-        frontend.fetch,
-      );
-      const base = `http://127.0.0.1:${(await listening.promise).port}`;
-      await waitForModel(base);
-
-      // A request that carries its client's trace context, and one that starts its own trace.
-      await chat(base, { traceparent: TRACEPARENT, tracestate: "vendor=abc" });
-      await chat(base, {}, true);
-
-      await stopChild(worker);
-      const report = await worker.waitFor<{ spans: ReportedSpan[] }>(
-        (l) => Array.isArray(l.spans),
-        5_000,
-        "the worker's spans",
-      );
-      const workerSpans: SpanLine[] = report.spans;
-      const frontSpans = exporter.getFinishedSpans().map(fromSdk);
-
-      // The client's trace: HTTP span under the client's span, then the stages under it.
-      const http = one(frontSpans, "POST /v1/chat/completions", CLIENT_TRACE);
-      assert.equal(http.kind, SERVER);
-      assert.equal(http.parentSpanId, CLIENT_SPAN);
-      assert.equal(http.attributes["gen_ai.request.model"], MODEL);
-      const pre = one(frontSpans, "preprocess", CLIENT_TRACE);
-      assert.equal(pre.parentSpanId, http.spanId);
-      assert.ok(Number(pre.attributes["gen_ai.usage.input_tokens"]) > 0);
-      const route = one(frontSpans, "route", CLIENT_TRACE);
-      assert.equal(route.parentSpanId, http.spanId);
-      assert.equal(route.attributes["dynamo.router_mode"], "round-robin");
-      const hop = one(frontSpans, "request_plane", CLIENT_TRACE);
-      assert.equal(hop.parentSpanId, route.spanId);
-      assert.equal(hop.kind, CLIENT);
-      assert.equal(hop.attributes["dynamo.instance_id"], route.attributes["dynamo.instance_id"]);
-      // ... and across the process boundary, the worker's span under the hop.
-      const engine = one(workerSpans, "engine", CLIENT_TRACE);
-      assert.equal(engine.kind, SERVER);
-      assert.equal(engine.parentSpanId, hop.spanId);
-      assert.equal(engine.attributes["dynamo.request_id"], http.attributes["dynamo.request_id"]);
-
-      // The request without a traceparent: a trace of its own, still one across both processes.
-      const roots = frontSpans.filter((s) =>
-        s.name === "POST /v1/chat/completions" && s.traceId !== CLIENT_TRACE
-      );
-      assert.equal(roots.length, 1, "one more HTTP span, in a new trace");
-      const root = roots[0]!;
-      assert.equal(root.parentSpanId, undefined);
-      const rootHop = one(frontSpans, "request_plane", root.traceId);
-      assert.equal(one(workerSpans, "engine", root.traceId).parentSpanId, rootHop.spanId);
-
-      // The worker's log lines for the request name its trace and its span.
-      const logs = stderr.flatMap((l) => {
-        try {
-          return [JSON.parse(l) as Record<string, unknown>];
-        } catch {
-          return [];
-        }
-      });
-      const traced = logs.filter((l) => l.trace_id === CLIENT_TRACE);
-      assert.ok(
-        traced.some((l) => l.msg === "request started" && l.span_id === engine.spanId),
-        `no "request started" line with the trace's ids in the worker's log: ${
-          JSON.stringify(logs.slice(-10))
-        }`,
-      );
-      assert.ok(traced.some((l) => l.msg === "request finished" && l.span_id === engine.spanId));
-      await tracing.shutdown();
-    } finally {
-      await server?.shutdown();
-      await models?.close();
-      await runtime?.shutdown();
-      if (worker) await stopChild(worker);
-      await servers.stop();
-    }
-  },
+    const spans = exporter.getFinishedSpans();
+    const http = spans.find((s) => s.name === "POST /v1/chat/completions" && s.status.code !== 2);
+    assert.ok(http, "the served request's HTTP span");
+    assert.equal(http.parentSpanContext, undefined, "a malformed traceparent is no parent");
+    const lines = spans.map(fromSdk).filter((s) => s.traceId === http.spanContext().traceId);
+    const hop = one(lines, "request_plane", http.spanContext().traceId);
+    assert.equal(one(lines, "engine", hop.traceId).parentSpanId, hop.spanId);
+    // The 404: a span in the client's trace, marked failed.
+    const failed = spans.find((s) => s.spanContext().traceId === CLIENT_TRACE);
+    assert.ok(failed, "the failed request's HTTP span");
+    assert.equal(failed.parentSpanContext?.spanId, CLIENT_SPAN);
+    assert.equal(failed.status.code, 2);
+    assert.match(failed.status.message ?? "", /no-such-model/);
+    await worker.shutdown();
+    await serving;
+  } finally {
+    await models.close();
+    await front.shutdown();
+    await worker.shutdown();
+    await tracing.shutdown();
+  }
 });
 
 /** OTLP/HTTP JSON as a collector receives it (the parts read here). */

@@ -262,7 +262,7 @@ export class DistributedRuntime {
     }
     let ownsTracing = false;
     if (options.tracing === undefined) {
-      opts.tracing = await tracingFromEnv(env);
+      opts.tracing = await tracingFromEnv(env, { defaultServiceName: options.tracingServiceName });
       ownsTracing = opts.tracing !== undefined;
     }
     let rt: DistributedRuntime;

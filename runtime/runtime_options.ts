@@ -116,4 +116,9 @@ export interface FromEnvOptions
   extends Omit<DistributedRuntimeOptions, "discovery" | "requestPlane"> {
   /** Environment to read (default `Deno.env.toObject()`). */
   env?: Record<string, string | undefined>;
+  /**
+   * The service name of the tracing `OTEL_EXPORTER_OTLP_ENDPOINT` turns on, when
+   * `OTEL_SERVICE_NAME` is unset (default "dynamo"; `dynamoWorker`: "dynamo-worker").
+   */
+  tracingServiceName?: string;
 }

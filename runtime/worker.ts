@@ -29,7 +29,8 @@ export async function dynamoWorker<T>(
   fn: (runtime: DistributedRuntime) => Promise<T>,
   options: DynamoWorkerOptions = {},
 ): Promise<T> {
-  const runtime = options.runtime ?? (await DistributedRuntime.fromEnv(options));
+  const runtime = options.runtime ??
+    (await DistributedRuntime.fromEnv({ tracingServiceName: "dynamo-worker", ...options }));
   announceBackends(runtime, runtime.logger, "worker");
   const signals = options.signals ??
     (Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"]);

@@ -307,13 +307,13 @@ Deno.test({
     const servers = await startServers();
     const children: ChildHandle[] = [];
     try {
-      const otel = (service: string) => ({
+      const otel = (service?: string) => ({
         ...servers.env,
         DYN_LOG: "warn",
         OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
-        OTEL_SERVICE_NAME: service,
+        ...(service === undefined ? {} : { OTEL_SERVICE_NAME: service }),
       });
-      const worker = spawnDeno(LLM_WORKER, otel("test-worker"), [await builtinTestModel()]);
+      const worker = spawnDeno(LLM_WORKER, otel(), [await builtinTestModel()]);
       children.push(worker);
       const front = spawnFrontend(otel("test-frontend"));
       children.push(front);
@@ -338,14 +338,15 @@ Deno.test({
         (byService.get(service) ?? []).flatMap((s) => s.spans)
           .filter((s) => s.traceId === CLIENT_TRACE);
       const frontSpans = spansOf("test-frontend");
-      const workerSpans = spansOf("test-worker");
+      // Named by OTEL_SERVICE_NAME, or (the worker) by dynamoWorker's default.
+      const workerSpans = spansOf("dynamo-worker");
       const http = frontSpans.find((s) => s.name === "POST /v1/chat/completions");
       assert.ok(http, `no HTTP span from test-frontend; services: ${[...byService.keys()]}`);
       assert.equal(http.parentSpanId, CLIENT_SPAN);
       const hop = frontSpans.find((s) => s.name === "request_plane");
       assert.ok(hop, "no request_plane span from test-frontend");
       const engine = workerSpans.find((s) => s.name === "engine");
-      assert.ok(engine, `no engine span from test-worker; services: ${[...byService.keys()]}`);
+      assert.ok(engine, `no engine span from dynamo-worker; services: ${[...byService.keys()]}`);
       assert.equal(engine.parentSpanId, hop.spanId);
     } finally {
       for (const c of children) await stopChild(c);

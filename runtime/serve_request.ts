@@ -53,8 +53,10 @@ export interface ServeRequestOptions {
   heartbeatMs?: number;
   /**
    * Traces the request (an "engine" span, the child of the caller's span when the request
-   * carries one); its context's `trace` is that span. Without it, a request that carries a
-   * trace context still has its log lines name the caller's trace and span.
+   * carries one); its context's `trace` is that span. A traced request's log lines ("request
+   * received", "request completed", at info) carry `trace_id` and `span_id` (and `parent_id`,
+   * the caller's span); without tracing here, a request that carries a trace context still
+   * logs them, naming the caller's trace and span.
    */
   tracing?: Tracing;
 }
@@ -90,7 +92,7 @@ export async function serveRequest(
   } finally {
     if (beat) stopBeating(beat);
     if (traced) {
-      options.logger?.debug("request finished", { request: header.id });
+      options.logger?.info("request completed", { request: header.id });
       ctx.trace?.end();
     }
   }
@@ -111,7 +113,7 @@ function tracedOptions(
   const tracestate = typeof given?.tracestate === "string" && given.tracestate.length <= 512
     ? given.tracestate
     : undefined;
-  let ids: { trace_id: string; span_id: string } | undefined;
+  let ids: { trace_id: string; span_id: string; parent_id?: string } | undefined;
   if (options.tracing !== undefined) {
     const span = options.tracing.startSpan("engine", {
       kind: "server",
@@ -120,14 +122,18 @@ function tracedOptions(
       attributes: { "dynamo.request_id": header.id },
     });
     ctx.trace = span;
-    ids = { trace_id: span.traceId, span_id: span.spanId };
+    const parent = parseTraceparent(traceparent);
+    ids = parent === undefined || parent.traceId !== span.traceId
+      ? { trace_id: span.traceId, span_id: span.spanId }
+      : { trace_id: span.traceId, span_id: span.spanId, parent_id: parent.spanId };
   } else {
     const parent = parseTraceparent(traceparent);
     if (parent !== undefined) ids = { trace_id: parent.traceId, span_id: parent.spanId };
   }
   if (ids === undefined || options.logger === undefined) return options;
   const logger = options.logger.child(ids);
-  logger.debug("request started", { request: header.id });
+  // The reference's worker logs the same two lines, with the same trace fields.
+  logger.info("request received", { request: header.id });
   return { ...options, logger };
 }
 

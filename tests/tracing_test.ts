@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Tracing across processes: the frontend's spans (HTTP request, preprocess, route, request-plane
 // hop) and the worker's engine span form one trace with correct parent links, the W3C
 // traceparent carried from the HTTP request through the request plane (etcd + NATS, TCP plane)
@@ -20,7 +21,19 @@ import {
 import { eventually } from "./_helpers/backends.ts";
 import { frontendUrl, spawnFrontend, stopChild } from "./_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
-import { haveServers, type Servers, startServers } from "./_helpers/servers.ts";
+import {
+  haveServers,
+  type Servers,
+  startEtcd,
+  startNats,
+  startServers,
+} from "./_helpers/servers.ts";
+import { EtcdDiscovery } from "../runtime/discovery/etcd.ts";
+import {
+  ReferenceClient,
+  referenceTokensRequest,
+  waitForReferenceInstances,
+} from "../runtime/reference/mod.ts";
 import type { ReportedSpan } from "./_helpers/traced_worker.ts";
 
 const TRACED_WORKER = new URL("./_helpers/traced_worker.ts", import.meta.url).pathname;
@@ -110,7 +123,7 @@ for (const plane of ["tcp", "nats"] as const) {
       try {
         worker = spawnDeno(
           TRACED_WORKER,
-          { ...servers.env, DYN_REQUEST_PLANE: plane, DYN_LOG: "debug", DYN_LOG_JSON: "1" },
+          { ...servers.env, DYN_REQUEST_PLANE: plane, DYN_LOG_JSON: "1" },
           [await builtinTestModel()],
           { onStderrLine: (l) => stderr.push(l) },
         );
@@ -188,12 +201,15 @@ for (const plane of ["tcp", "nats"] as const) {
         });
         const traced = logs.filter((l) => l.trace_id === CLIENT_TRACE);
         assert.ok(
-          traced.some((l) => l.msg === "request started" && l.span_id === engine.spanId),
-          `no "request started" line with the trace's ids in the worker's log: ${
+          traced.some((l) =>
+            l.msg === "request received" && l.span_id === engine.spanId &&
+            l.parent_id === hop.spanId
+          ),
+          `no "request received" line with the trace's ids in the worker's log: ${
             JSON.stringify(logs.slice(-10))
           }`,
         );
-        assert.ok(traced.some((l) => l.msg === "request finished" && l.span_id === engine.spanId));
+        assert.ok(traced.some((l) => l.msg === "request completed" && l.span_id === engine.spanId));
         await tracing.shutdown();
       } finally {
         await server?.shutdown();
@@ -383,4 +399,113 @@ Deno.test("tracing off loads nothing of the OpenTelemetry SDK: the library and t
     const loadedStatically = edges.filter((e) => !e.dynamic);
     assert.deepEqual(loadedStatically, [], `${entry} imports the SDK statically`);
   }
+});
+
+/** The reference's Python (scripts/setup_reference.sh), or undefined where it cannot be installed. */
+async function referencePython(): Promise<string | undefined> {
+  const setup = await new Deno.Command("bash", {
+    args: [`${ROOT}scripts/setup_reference.sh`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!setup.success) {
+    console.warn(
+      "tracing_test: the reference interop test is skipped: scripts/setup_reference.sh could not " +
+        `install ai-dynamo 1.6.1 (PyPI unreachable?): ${
+          new TextDecoder().decode(setup.stderr).slice(-400)
+        }`,
+    );
+    return undefined;
+  }
+  return new TextDecoder().decode(setup.stdout).trim();
+}
+
+const referencePy = haveServers() ? await referencePython() : undefined;
+
+Deno.test({
+  name:
+    "a reference (ai-dynamo 1.6.1) worker takes our traceparent from the request headers into its log lines",
+  ignore: referencePy === undefined,
+  async fn() {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const mocker = new Deno.Command(referencePy!, {
+      args: [
+        "-m",
+        "dynamo.mocker",
+        "--model-path",
+        await builtinTestModel(),
+        "--model-name",
+        MODEL,
+      ],
+      env: {
+        ETCD_ENDPOINTS: etcd.url,
+        NATS_SERVER: nats.url,
+        DYN_TCP_RPC_HOST: "127.0.0.1",
+        DYN_EVENT_PLANE_HOST: "127.0.0.1",
+        DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
+        DYN_SYSTEM_HOST: "127.0.0.1",
+        DYN_LOG: "info",
+        DYN_LOGGING_JSONL: "1",
+      },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const output = Promise.all([
+      new Response(mocker.stdout).text(),
+      new Response(mocker.stderr).text(),
+    ])
+      .then((parts) => parts.join("\n"));
+    const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
+    const client = ReferenceClient.create({ ackTimeoutMs: 5_000, idleTimeoutMs: 15_000 });
+    let stopped = false;
+    const stop = async () => {
+      if (stopped) return;
+      stopped = true;
+      mocker.kill("SIGTERM");
+      const timer = setTimeout(() => mocker.kill("SIGKILL"), 10_000);
+      await mocker.status;
+      clearTimeout(timer);
+    };
+    try {
+      const [worker] = await waitForReferenceInstances(discovery, {
+        namespace: "dynamo",
+        component: "backend",
+        endpoint: "generate",
+      }, { timeoutMs: 40_000 });
+      const request = referenceTokensRequest({
+        model: MODEL,
+        tokenIds: [9707, 11, 1879, 0],
+        maxTokens: 3,
+        ignoreEos: true,
+      });
+      // A malformed traceparent is refused before anything is sent.
+      await assert.rejects(
+        client.generate(worker!, request, { traceparent: "00-xyz-01" }).next(),
+        /traceparent must be a W3C traceparent/,
+      );
+      let tokens = 0;
+      for await (const out of client.generate(worker!, request, { traceparent: TRACEPARENT })) {
+        tokens += out.token_ids.length;
+      }
+      assert.equal(tokens, 3);
+      await stop();
+      const lines = (await output).split("\n").flatMap((l) => {
+        try {
+          return [JSON.parse(l) as Record<string, unknown>];
+        } catch {
+          return [];
+        }
+      });
+      const received = lines.find((l) => l.message === "request received");
+      assert.ok(received, `no "request received" line: ${(await output).slice(-1500)}`);
+      assert.equal(received.trace_id, CLIENT_TRACE);
+      assert.equal(received.parent_id, CLIENT_SPAN);
+    } finally {
+      await client.close();
+      await stop();
+      await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
 });

@@ -25,6 +25,7 @@ export {
   createTracing,
   type CreateTracingOptions,
   formatTraceparent,
+  type OtlpProtocol,
   parseTraceparent,
   type SpanAttribute,
   type SpanExporterLike,

@@ -18,6 +18,7 @@ export { formatTraceparent, parseTraceparent, type TraceParent } from "./tracepa
 export {
   createTracing,
   type CreateTracingOptions,
+  type OtlpProtocol,
   type SpanExporterLike,
   tracingFromEnv,
   type TracingFromEnvOptions,

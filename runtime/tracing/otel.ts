@@ -29,6 +29,9 @@ export interface SpanExporterLike {
   shutdown(): Promise<void>;
 }
 
+/** How spans travel to an OTLP collector over HTTP: JSON or protobuf bodies. */
+export type OtlpProtocol = "http/json" | "http/protobuf";
+
 /** Options of {@linkcode createTracing}. */
 export interface CreateTracingOptions {
   /** The service the spans belong to (`service.name`), e.g. "dynamo-frontend". */
@@ -37,6 +40,8 @@ export interface CreateTracingOptions {
   otlpTracesUrl?: string;
   /** Headers of the OTLP requests (e.g. an API key). */
   otlpHeaders?: Record<string, string>;
+  /** The OTLP requests' encoding (default "http/json"). */
+  otlpProtocol?: OtlpProtocol;
   /** More exporters, each sent every span as it ends (the SDK's `InMemorySpanExporter` in tests). */
   exporters?: readonly SpanExporterLike[];
 }
@@ -65,6 +70,12 @@ export async function createTracing(options: CreateTracingOptions): Promise<Trac
     );
   }
   if (options.otlpTracesUrl !== undefined) checkOtlpUrl(options.otlpTracesUrl, "otlpTracesUrl");
+  const protocol = options.otlpProtocol ?? "http/json";
+  if (protocol !== "http/json" && protocol !== "http/protobuf") {
+    throw new InvalidArgumentError(
+      `otlpProtocol must be "http/json" or "http/protobuf", got ${JSON.stringify(protocol)}`,
+    );
+  }
   const [api, sdk, resources] = await Promise.all([
     import("@opentelemetry/api"),
     import("@opentelemetry/sdk-trace-base"),
@@ -74,7 +85,9 @@ export async function createTracing(options: CreateTracingOptions): Promise<Trac
     new sdk.SimpleSpanProcessor(e as SpanExporter)
   );
   if (options.otlpTracesUrl !== undefined) {
-    const { OTLPTraceExporter } = await import("@opentelemetry/exporter-trace-otlp-http");
+    const { OTLPTraceExporter } = protocol === "http/json"
+      ? await import("@opentelemetry/exporter-trace-otlp-http")
+      : await import("@opentelemetry/exporter-trace-otlp-proto");
     processors.push(
       new sdk.BatchSpanProcessor(
         new OTLPTraceExporter({ url: options.otlpTracesUrl, headers: options.otlpHeaders }),
@@ -98,11 +111,14 @@ export interface TracingFromEnvOptions {
  * Tracing as the OpenTelemetry environment variables ask: on when `OTEL_EXPORTER_OTLP_ENDPOINT`
  * (the collector's base URL; spans go to `<it>/v1/traces`) or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
  * (the full URL) is set, named by `OTEL_SERVICE_NAME`, with `OTEL_EXPORTER_OTLP_HEADERS`
- * (`k=v,k2=v2`); off when neither is set or `OTEL_SDK_DISABLED=true`. Off loads nothing.
+ * (`k=v,k2=v2`), encoded as `OTEL_EXPORTER_OTLP_PROTOCOL` (or `..._TRACES_PROTOCOL`) says:
+ * `http/json` (the default) or `http/protobuf` (`grpc` is refused: no gRPC exporter here); off
+ * when neither endpoint is set or `OTEL_SDK_DISABLED=true`. Off loads nothing.
  *
  * @param env the environment
  * @returns the tracing, or undefined when off
- * @throws {InvalidArgumentError} an endpoint that is not an http(s) URL, or malformed headers
+ * @throws {InvalidArgumentError} an endpoint that is not an http(s) URL, malformed headers, or a
+ *   protocol other than http/json and http/protobuf
  */
 export async function tracingFromEnv(
   env: Record<string, string | undefined>,
@@ -124,7 +140,22 @@ export async function tracingFromEnv(
     serviceName: env.OTEL_SERVICE_NAME?.trim() || (options.defaultServiceName ?? "dynamo"),
     otlpTracesUrl: url,
     otlpHeaders: parseOtlpHeaders(env.OTEL_EXPORTER_OTLP_HEADERS),
+    otlpProtocol: otlpProtocolFromEnv(env),
   });
+}
+
+function otlpProtocolFromEnv(env: Record<string, string | undefined>): OtlpProtocol {
+  for (const name of ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"]) {
+    const value = env[name]?.trim();
+    if (!value) continue;
+    if (value === "http/json" || value === "http/protobuf") return value;
+    throw new InvalidArgumentError(
+      `${name} must be "http/json" or "http/protobuf" (OTLP over HTTP; gRPC is not supported), got ${
+        JSON.stringify(value)
+      }`,
+    );
+  }
+  return "http/json";
 }
 
 function checkOtlpUrl(value: string, name: string): string {

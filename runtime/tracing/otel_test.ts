@@ -86,3 +86,51 @@ Deno.test("tracingFromEnv: off without an endpoint or with OTEL_SDK_DISABLED, ba
   assert.equal(tracing?.serviceName, "named");
   await tracing?.shutdown();
 });
+
+Deno.test("tracingFromEnv: OTEL_EXPORTER_OTLP_PROTOCOL picks JSON or protobuf, and refuses gRPC", async () => {
+  await assert.rejects(
+    tracingFromEnv({
+      OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4317",
+      OTEL_EXPORTER_OTLP_PROTOCOL: "grpc",
+    }),
+    /OTEL_EXPORTER_OTLP_PROTOCOL must be "http\/json" or "http\/protobuf" \(OTLP over HTTP; gRPC is not supported\), got "grpc"/,
+  );
+  // What arrives at a collector for each protocol.
+  const got: { type: string | null; body: Uint8Array }[] = [];
+  const listening = Promise.withResolvers<Deno.NetAddr>();
+  const collector = Deno.serve(
+    { port: 0, hostname: "127.0.0.1", onListen: (a) => listening.resolve(a as Deno.NetAddr) },
+    async (req) => {
+      got.push({
+        type: req.headers.get("content-type"),
+        body: new Uint8Array(await req.arrayBuffer()),
+      });
+      return new Response(null, { status: 200 });
+    },
+  );
+  try {
+    const base = `http://127.0.0.1:${(await listening.promise).port}`;
+    for (const protocol of ["http/protobuf", "http/json"]) {
+      const tracing = await tracingFromEnv({
+        OTEL_EXPORTER_OTLP_ENDPOINT: base,
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: protocol,
+      });
+      assert.ok(tracing);
+      tracing.startSpan("work", { traceparent: `00-${TRACE}-${SPAN}-01` }).end();
+      await tracing.shutdown();
+    }
+    assert.equal(got.length, 2, "one export per protocol");
+    const [proto, json] = got;
+    assert.equal(proto!.type, "application/x-protobuf");
+    // Protobuf carries the trace id as its 16 raw bytes.
+    const raw = Uint8Array.from(TRACE.match(/../g)!.map((h) => parseInt(h, 16)));
+    assert.ok(
+      proto!.body.some((_, i) => raw.every((b, j) => proto!.body[i + j] === b)),
+      "the protobuf body holds the trace id",
+    );
+    assert.match(json!.type ?? "", /^application\/json/);
+    assert.match(new TextDecoder().decode(json!.body), new RegExp(TRACE));
+  } finally {
+    await collector.shutdown();
+  }
+});

@@ -77,6 +77,7 @@ export async function serveFrontend(
     checkHealth: options.checkHealth,
     toolCallParser: options.toolCallParser,
     reasoningParser: options.reasoningParser,
+    tracing: runtime.tracing,
   });
   frontend.metrics.registry.setDefaultLabels({
     dynamo_namespace: options.namespace ?? "dynamo",

@@ -354,7 +354,10 @@ async function run(args: string[], io: Io): Promise<number> {
   applyRequestPlaneFlag("frontend", values["request-plane"]);
   const logger = loggerFromEnv("frontend");
   const signals = untilSignal();
-  const runtime = await DistributedRuntime.fromEnv({ logger });
+  const runtime = await DistributedRuntime.fromEnv({
+    logger,
+    tracingServiceName: "dynamo-frontend",
+  });
   announceBackends(runtime, logger, "frontend");
   try {
     const frontend = await serveFrontend(runtime, { ...http, logger }, io);

@@ -20,6 +20,7 @@ import {
   runMockerWorker,
   RuntimeMetrics,
   startMockerWorkers,
+  tracingFromEnv,
 } from "../mod.ts";
 import {
   applyRequestPlaneFlag,
@@ -284,18 +285,21 @@ async function run(args: string[], io: Io): Promise<number> {
     );
   }
 
+  // OTEL_EXPORTER_OTLP_ENDPOINT set: the frontend's and the engines' spans, one tracing.
+  const tracing = await tracingFromEnv(Deno.env.toObject(), { defaultServiceName: "dynamo-run" });
   const signals = untilSignal();
   const embedded = new EmbeddedCluster();
   // One registry for every runtime of the process: the frontend's /metrics shows the workers'.
   const metrics = new RuntimeMetrics();
   const runtime = worker
-    ? await DistributedRuntime.fromEnv({ logger, metrics })
+    ? await DistributedRuntime.fromEnv({ logger, metrics, tracing })
     : await DistributedRuntime.connect({
       discovery: "memory",
       requestPlane: "local",
       logger,
       embedded,
       metrics,
+      tracing,
     });
   if (worker && backendsInfo(runtime).process_local) {
     signals.dispose();
@@ -310,8 +314,8 @@ async function run(args: string[], io: Io): Promise<number> {
   /** Another runtime for one more worker (own instance id): on the network, or embedded. */
   const workerRuntime = () =>
     worker
-      ? DistributedRuntime.fromEnv({ logger, metrics })
-      : DistributedRuntime.connect({ logger, embedded, metrics });
+      ? DistributedRuntime.fromEnv({ logger, metrics, tracing })
+      : DistributedRuntime.connect({ logger, embedded, metrics, tracing });
   let mockers: MockerWorkers | undefined;
   const workerRuntimes: DistributedRuntime[] = [];
   let referenceWorkers: ReferenceWorkers | undefined;
@@ -409,7 +413,7 @@ async function run(args: string[], io: Io): Promise<number> {
         ...mocker.engine,
         logger,
         embedded,
-        connect: { logger, metrics },
+        connect: { logger, metrics, tracing },
         component: "backend",
         modelPath,
         register: {
@@ -457,6 +461,9 @@ async function run(args: string[], io: Io): Promise<number> {
     // A worker's runtime shutdown waits for its requests, then its engine closes.
     await Promise.all(workerRuntimes.map((rt) => rt.shutdown()));
     await runtime.shutdown();
+    await tracing?.shutdown().catch((err) =>
+      logger.warn("exporting the last spans failed", { error: String(err) })
+    );
   }
 
   async function serveUntilSignal(): Promise<number> {

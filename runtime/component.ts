@@ -15,6 +15,7 @@ import type { ObjectStore } from "./objects/mod.ts";
 import { DynamoError, InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
+import type { Tracing } from "./tracing/types.ts";
 import { componentKey, instanceKey } from "./keys.ts";
 import { type InstanceRecord, instanceSubject, validateName } from "./names.ts";
 import { type Handler, serveRequest } from "./serve_request.ts";
@@ -50,6 +51,8 @@ export interface RuntimeInternals {
   readonly leaseTtlSeconds: number;
   /** Routing trace for this runtime's clients (off when unset). */
   readonly routeTrace?: RouteTrace;
+  /** OpenTelemetry tracing of this runtime's endpoints' requests (off when unset). */
+  readonly tracing?: Tracing;
   /** Puts `key` on the runtime's lease, and again on every new lease after a loss. */
   registerKey(key: string, value: string): Promise<void>;
   /** Deletes a key put with registerKey. */
@@ -358,6 +361,7 @@ export class Endpoint {
       await serveRequest(conn, header, body, handler, {
         logger: log,
         heartbeatMs: this.#rt.heartbeatMs,
+        tracing: this.#rt.tracing,
         onContext: (c) => contexts.add(ctx = c),
         tally,
       });

@@ -7,6 +7,8 @@ import type { Discovery, Lease } from "./discovery/types.ts";
 import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import { type Logger, loggerFromSettings, logSettingsFromEnv, silentLogger } from "./logger.ts";
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
+import { tracingFromEnv } from "./tracing/otel.ts";
+import type { Tracing } from "./tracing/types.ts";
 import type { RequestPlane } from "./transport/types.ts";
 import { natsConnectionOf } from "./transport/tcp.ts";
 import { RuntimeMetrics } from "./metrics/runtime_metrics.ts";
@@ -57,6 +59,8 @@ export class DistributedRuntime {
   readonly objects: ObjectStore;
   /** Where the runtime logs. */
   readonly logger: Logger;
+  /** The runtime's OpenTelemetry tracing, when on (hand it to the frontend too). */
+  readonly tracing: Tracing | undefined;
   /** This process's instance id: the first lease's id, in lowercase hex. */
   readonly instanceId: string;
   /**
@@ -72,6 +76,8 @@ export class DistributedRuntime {
   readonly #clients = new Set<Client>();
   #shutdownDone: Promise<void> | undefined;
   #recovering: Promise<void> | undefined;
+  /** Tracing made by `fromEnv`: shut down (its last spans exported) with the runtime. */
+  #ownsTracing = false;
 
   private constructor(
     discovery: Discovery,
@@ -84,6 +90,7 @@ export class DistributedRuntime {
     routeTrace: RouteTrace | undefined,
     liveness: { streamIdleTimeoutMs?: number; heartbeatMs?: number },
     metrics: RuntimeMetrics,
+    tracing: Tracing | undefined,
   ) {
     this.discovery = discovery;
     this.metrics = metrics;
@@ -91,6 +98,7 @@ export class DistributedRuntime {
     this.events = events;
     this.objects = objects;
     this.logger = logger;
+    this.tracing = tracing;
     this.#lease = lease;
     this.instanceId = lease.id;
     this.#watchLease(lease);
@@ -108,6 +116,7 @@ export class DistributedRuntime {
       connectTimeoutMs,
       ...liveness,
       routeTrace,
+      tracing,
       leaseTtlSeconds: lease.ttlSeconds,
       registerKey: (k, v) => self.#registerKey(k, v),
       unregisterKey: (k) => self.#unregisterKey(k),
@@ -180,6 +189,7 @@ export class DistributedRuntime {
       options.routeTrace,
       { streamIdleTimeoutMs: options.streamIdleTimeoutMs, heartbeatMs: options.heartbeatMs },
       options.metrics ?? new RuntimeMetrics(),
+      options.tracing,
     );
     logger.debug("runtime connected", {
       discovery: discovery.kind,
@@ -201,9 +211,11 @@ export class DistributedRuntime {
    * `DYN_ROUTE_TRACE=1` (a JSON-lines routing trace on standard error, see `routeTrace`),
    * `ETCD_USERNAME`/`ETCD_PASSWORD`, `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`, and the TLS
    * files `ETCD_TLS_CA`/`ETCD_TLS_CERT`/`ETCD_TLS_KEY` (and `ETCD_TLS_SERVER_NAME`) and
-   * `NATS_TLS_CA`/`NATS_TLS_CERT`/`NATS_TLS_KEY` (any NATS_TLS_* set makes NATS require TLS).
+   * `NATS_TLS_CA`/`NATS_TLS_CERT`/`NATS_TLS_KEY` (any NATS_TLS_* set makes NATS require TLS),
+   * and the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, ...:
+   * {@linkcode tracingFromEnv}) unless `tracing` is given.
    */
-  static fromEnv(options: FromEnvOptions = {}): Promise<DistributedRuntime> {
+  static async fromEnv(options: FromEnvOptions = {}): Promise<DistributedRuntime> {
     const env = options.env ?? Deno.env.toObject();
     const real = Boolean(env.ETCD_ENDPOINTS || env.NATS_SERVER);
     const hub = !real && Boolean(env.DYN_HUB);
@@ -248,7 +260,20 @@ export class DistributedRuntime {
     const natsTls = tlsFromEnv(env, "NATS");
     if (natsTls) opts.natsTls = natsTls;
     if (!options.logger) opts.logger = loggerFromSettings(logSettingsFromEnv(env));
-    return DistributedRuntime.connect(opts);
+    let ownsTracing = false;
+    if (options.tracing === undefined) {
+      opts.tracing = await tracingFromEnv(env, { defaultServiceName: options.tracingServiceName });
+      ownsTracing = opts.tracing !== undefined;
+    }
+    let rt: DistributedRuntime;
+    try {
+      rt = await DistributedRuntime.connect(opts);
+    } catch (err) {
+      if (ownsTracing) await opts.tracing!.shutdown().catch(() => {});
+      throw err;
+    }
+    rt.#ownsTracing = ownsTracing;
+    return rt;
   }
 
   /** A namespace (a pipeline). */
@@ -350,5 +375,12 @@ export class DistributedRuntime {
     await this.discovery.close().catch((err) =>
       this.logger.warn("discovery close failed", { error: String(err) })
     );
+    // The last spans go out (a collector that is gone must not hold the shutdown up long).
+    const tracing = this.tracing;
+    if (tracing !== undefined) {
+      await (this.#ownsTracing ? tracing.shutdown() : tracing.forceFlush()).catch((err) =>
+        this.logger.warn("exporting the last spans failed", { error: String(err) })
+      );
+    }
   }
 }

@@ -21,6 +21,23 @@ export {
   type RouteTrace,
   type RouteTraceEvent,
 } from "./route_trace.ts";
+export {
+  createTracing,
+  type CreateTracingOptions,
+  formatTraceparent,
+  type OtlpProtocol,
+  parseTraceparent,
+  type SpanAttribute,
+  type SpanExporterLike,
+  type SpanKindName,
+  type SpanOptions,
+  type StartSpanOptions,
+  type TraceParent,
+  type TraceSpan,
+  type Tracing,
+  tracingFromEnv,
+  type TracingFromEnvOptions,
+} from "./tracing/mod.ts";
 export type { Handler } from "./serve_request.ts";
 export {
   type EndpointErrorType,
@@ -74,6 +91,7 @@ export {
   type RequestOptions,
   type RequestPayload,
   type RequestPlane,
+  type RequestTraceHeaders,
   type Subscription,
   TcpRequestPlane,
   type TcpRequestPlaneOptions,

@@ -38,7 +38,8 @@ export async function dynamoWorker<T>(
   options: DynamoWorkerOptions = {},
 ): Promise<T> {
   const system = systemServerFromEnv(options.env ?? Deno.env.toObject());
-  const runtime = options.runtime ?? (await DistributedRuntime.fromEnv(options));
+  const runtime = options.runtime ??
+    (await DistributedRuntime.fromEnv({ tracingServiceName: "dynamo-worker", ...options }));
   announceBackends(runtime, runtime.logger, "worker");
   let server;
   if (system) {

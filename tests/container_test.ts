@@ -1,7 +1,8 @@
 // The container image: `docker build` of the Dockerfile, then `dynamo run in=http out=echo`
 // (the image's default command) inside it answers a chat request, runs as a non-root user,
-// passes its own health check and stops gracefully on SIGTERM. Skipped, with the reason in
-// the test's name, where no docker daemon answers or no base image can be had.
+// passes its own health check and stops gracefully on SIGTERM; and with no network at all,
+// `out=llamacpp` serves a tiny GGUF (nothing is fetched at run time). Skipped, with the
+// reason in the test's name, where no docker daemon answers or no base image can be had.
 //
 // The base image: $DYNAMO_IMAGE_BASE, else debian:bookworm-slim if present or pullable, else
 // dynamo-deno/base:bookworm as scripts/docker_base_image.sh makes it from Debian packages.
@@ -9,6 +10,7 @@
 // layers and rebuild only the source layer.
 
 import assert from "node:assert/strict";
+import { tinyLlamaGguf } from "./_helpers/tiny_gguf.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const IMAGE = "dynamo-deno:test";
@@ -70,6 +72,37 @@ const skip = "skip" in found ? found.skip : undefined;
 // deno-lint-ignore no-console
 if (skip) console.warn(`tests/container_test.ts skipped: ${skip}`);
 
+let built: Promise<{ healthcheck: string[] }> | undefined;
+
+/** Builds the image once for this file's tests; checks its user, entrypoint, health check. */
+function buildImage(base: string): Promise<{ healthcheck: string[] }> {
+  built ??= (async () => {
+    // Without the buildx plugin, the docker CLI builds only with the legacy builder.
+    const buildx = (await docker(["buildx", "version"], 30_000)).code === 0;
+    const build = await docker(
+      ["build", "--quiet", "--build-arg", `BASE_IMAGE=${base}`, "-t", IMAGE, "."],
+      BUILD_TIMEOUT_MS,
+      buildx ? {} : { DOCKER_BUILDKIT: "0" },
+    );
+    assert.equal(build.code, 0, `docker build failed:\n${build.stdout}\n${build.stderr}`);
+    const inspect = await docker(
+      ["image", "inspect", "--format", "{{json .Config}}", IMAGE],
+      30_000,
+    );
+    assert.equal(inspect.code, 0, inspect.stderr);
+    const config = JSON.parse(inspect.stdout) as {
+      User: string;
+      Entrypoint: string[];
+      Healthcheck?: { Test: string[] };
+    };
+    assert.equal(config.User, "dynamo");
+    assert.deepEqual(config.Entrypoint, ["/app/dynamo"]);
+    assert.equal(config.Healthcheck?.Test[0], "CMD", "the image has a health check");
+    return { healthcheck: config.Healthcheck.Test.slice(1) };
+  })();
+  return built;
+}
+
 /** Polls `url` until it answers 2xx; throws with the last answer after `timeoutMs`. */
 async function waitOk(url: string, timeoutMs: number, logs: () => Promise<string>) {
   const deadline = Date.now() + timeoutMs;
@@ -98,29 +131,7 @@ Deno.test({
   sanitizeResources: false,
   fn: async () => {
     const base = "base" in found ? found.base : OFFICIAL_BASE;
-    // Without the buildx plugin, the docker CLI builds only with the legacy builder.
-    const buildx = (await docker(["buildx", "version"], 30_000)).code === 0;
-    const build = await docker(
-      ["build", "--quiet", "--build-arg", `BASE_IMAGE=${base}`, "-t", IMAGE, "."],
-      BUILD_TIMEOUT_MS,
-      buildx ? {} : { DOCKER_BUILDKIT: "0" },
-    );
-    assert.equal(build.code, 0, `docker build failed:\n${build.stdout}\n${build.stderr}`);
-
-    const inspect = await docker(
-      ["image", "inspect", "--format", "{{json .Config}}", IMAGE],
-      30_000,
-    );
-    assert.equal(inspect.code, 0, inspect.stderr);
-    const config = JSON.parse(inspect.stdout) as {
-      User: string;
-      Entrypoint: string[];
-      Healthcheck?: { Test: string[] };
-    };
-    assert.equal(config.User, "dynamo");
-    assert.deepEqual(config.Entrypoint, ["/app/dynamo"]);
-    assert.equal(config.Healthcheck?.Test[0], "CMD", "the image has a health check");
-
+    const { healthcheck } = await buildImage(base);
     const name = `dynamo-test-${crypto.randomUUID().slice(0, 8)}`;
     const started = await docker(
       ["run", "-d", "--name", name, "-p", "127.0.0.1::8000", IMAGE],
@@ -156,7 +167,7 @@ Deno.test({
       const uid = await docker(["exec", name, "id", "-u"], 30_000);
       assert.equal(uid.stdout, "10001", `the server runs as uid ${uid.stdout}, not root`);
       // The image's own health check command passes against the running server.
-      const check = await docker(["exec", name, ...config.Healthcheck!.Test.slice(1)], 60_000);
+      const check = await docker(["exec", name, ...healthcheck], 60_000);
       assert.equal(check.code, 0, `health check failed: ${check.stderr}`);
 
       // SIGTERM (docker stop) is a graceful stop: exit code 0, well within the grace time.
@@ -166,6 +177,79 @@ Deno.test({
       assert.equal(exit.stdout, "0", `exit code after SIGTERM\n${await logs()}`);
     } finally {
       await docker(["rm", "-f", name], 60_000);
+    }
+  },
+});
+
+Deno.test({
+  name: skip
+    ? `container image, llama.cpp offline (skipped: ${skip})`
+    : "the container image serves a GGUF with llama.cpp with no network at all",
+  ignore: skip !== undefined,
+  sanitizeResources: false,
+  fn: async () => {
+    const base = "base" in found ? found.base : OFFICIAL_BASE;
+    await buildImage(base);
+    // A folder the container's user (uid 10001) can read.
+    const dir = await Deno.makeTempDir({ prefix: "dynamo-container-" });
+    const name = `dynamo-test-${crypto.randomUUID().slice(0, 8)}`;
+    try {
+      await Deno.chmod(dir, 0o755);
+      const model = await tinyLlamaGguf({ dir });
+      await Deno.chmod(model, 0o644);
+      const file = model.slice(dir.length + 1);
+      const started = await docker([
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "none",
+        "-v",
+        `${dir}:/models:ro`,
+        IMAGE,
+        "run",
+        "in=http",
+        "out=llamacpp",
+        `/models/${file}`,
+        "--http-port",
+        "8000",
+      ], 60_000);
+      assert.equal(started.code, 0, started.stderr);
+      // No published port without a network: ask from inside, with the image's own Deno.
+      const inside = (script: string) =>
+        docker(
+          ["exec", name, "deno", "eval", `const url = "http://127.0.0.1:8000"; ${script}`],
+          60_000,
+        );
+      const deadline = Date.now() + 120_000;
+      let health = await inside("const r = await fetch(url + '/health'); Deno.exit(r.ok ? 0 : 1);");
+      while (health.code !== 0 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 500));
+        health = await inside("const r = await fetch(url + '/health'); Deno.exit(r.ok ? 0 : 1);");
+      }
+      const logs = await docker(["logs", name], 30_000);
+      assert.equal(health.code, 0, `not healthy within 120 s:\n${logs.stdout}\n${logs.stderr}`);
+      const answer = await inside(`
+        const r = await fetch(url + "/v1/chat/completions", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            model: "${file.replace(/\.gguf$/, "")}",
+            messages: [{ role: "user", content: "hi" }],
+            max_tokens: 5,
+          }),
+        });
+        console.log(JSON.stringify({ status: r.status, body: await r.json() }));`);
+      assert.equal(answer.code, 0, answer.stderr);
+      const { status, body } = JSON.parse(answer.stdout);
+      assert.equal(status, 200, JSON.stringify(body));
+      assert.equal(body.usage.completion_tokens, 5);
+      assert.equal(body.choices[0].finish_reason, "length");
+      assert.equal(typeof body.choices[0].message.content, "string");
+    } finally {
+      await docker(["rm", "-f", name], 60_000);
+      await Deno.remove(dir, { recursive: true });
     }
   },
 });

@@ -27,6 +27,8 @@ COPY native/src native/src
 RUN cargo build --release --offline --manifest-path native/Cargo.toml
 
 FROM ${BASE_IMAGE} AS deno
+# linux/amd64: the npm package (@deno/linux-arm64-glibc for arm64) and its checksum are
+# per platform.
 ARG DENO_VERSION=2.9.6
 # sha512 of npm's @deno/linux-x64-glibc@2.9.6 tarball (its registry "integrity", in hex).
 ARG DENO_SHA512=de67784ca2c2bb3b0b0e67cea02e4a37b34065ac525643209bae2f83a7e80f4d090400c2a584b6ff942a5dfce09cfe59433de22cff6f05026d120735d7a380a1

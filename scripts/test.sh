@@ -35,6 +35,9 @@ fi
 # Prometheus, for the dashboard test (tests/prometheus_test.ts installs it too, and skips
 # saying why when it cannot).
 bash scripts/install_prometheus.sh || echo "WARNING: no prometheus: the dashboard test will be skipped" >&2
+# Docker (daemon and a base image), for the container image test (it skips, saying why, when
+# docker cannot be readied).
+bash scripts/setup_docker.sh || echo "WARNING: no docker daemon or base image: the container test will be skipped" >&2
 
 # 2. Deno, through npm (no global install needed). Later steps call the binary directly.
 section "deno ${DENO_VERSION}"

@@ -9,6 +9,7 @@ import {
   echoEngine,
   EmbeddedCluster,
   type Endpoint,
+  type LoadedModel,
   type Logger,
   type MockerEngineOptions,
   type MockerWorkers,
@@ -16,8 +17,11 @@ import {
   ModelInput,
   ModelType,
   openaiUpstream,
+  publishModelCard,
   registerLlm,
   startMockerWorkers,
+  UpstreamError,
+  upstreamModelCard,
 } from "../mod.ts";
 import {
   type Command,
@@ -46,6 +50,8 @@ Engines:
                            made of the real Qwen3 tokenizer files)
   out=openai:http://H:P    forward to an OpenAI-compatible server you already run (vLLM,
                            SGLang, llama.cpp); MODEL is the model name to ask it for
+                           (default: the one model its /v1/models lists); more servers
+                           of the same model with --upstream
   out=mocker               simulated vLLM workers (KV cache, batching, timing model;
                            pseudo-random tokens) for routing and scale tests; MODEL as
                            for echo
@@ -93,8 +99,14 @@ Options:
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)
   --delay-ms N             echo: pause per token (default 0)
-  --model-path PATH        openai: card source (tokenizer, context length) instead of
-                           the built-in test model
+  --model-path PATH        openai: card source (tokenizer, context length: a model
+                           folder, repo id or GGUF); without it the card comes from the
+                           upstream's /v1/models (name, context length where reported;
+                           tokenizer unknown: token counts from the upstream's usage)
+  --upstream URL           openai: one more upstream server of the model (repeatable);
+                           each request goes to the reachable one with the fewest
+                           requests in flight, one that cannot be reached is passed over
+                           for 5 s; /health is 503 only while none answers
   --num-workers N          mocker, llamacpp: workers in this process (default 1); with
                            --router-mode kv, prompts go where their prefix is cached
   --speedup-ratio X        mocker: simulated time runs X times faster (default 1)
@@ -127,6 +139,7 @@ async function run(args: string[], io: Io): Promise<number> {
     "migration-limit": { type: "string" },
     "delay-ms": { type: "string" },
     "model-path": { type: "string" },
+    upstream: { type: "string", multiple: true },
     "num-workers": { type: "string" },
     "speedup-ratio": { type: "string" },
     "block-size": { type: "string" },
@@ -171,23 +184,34 @@ async function run(args: string[], io: Io): Promise<number> {
   let mocker: { numWorkers: number; engine: MockerEngineOptions } | undefined;
   let checkHealth: (() => Promise<string | undefined>) | undefined;
   let llama: { numWorkers: number; engine: LlamaCppWorkerOptions } | undefined;
+  let upstream: { baseUrls: string[]; model?: string; modelPath?: string } | undefined;
+  if (values.upstream !== undefined && !output.startsWith("openai")) {
+    throw new UsageError("--upstream applies to out=openai only", "run");
+  }
   if (output === "echo") {
     handler = echoEngine({ delayMs });
     modelInput = ModelInput.Tokens;
     modelPath = rest[0] ?? await builtinTestModel();
-  } else if (output.startsWith("openai:")) {
-    const baseUrl = output.slice("openai:".length);
-    if (!/^https?:\/\/[^/]+/.test(baseUrl)) {
-      throw new UsageError(
-        `out=openai: needs a URL like openai:http://127.0.0.1:8001, got ${output}`,
-        "run",
-      );
+  } else if (output === "openai" || output.startsWith("openai:")) {
+    const baseUrls = [
+      ...(output === "openai" ? [] : [output.slice("openai:".length)]),
+      ...(values.upstream ?? []),
+    ];
+    if (baseUrls.length === 0) {
+      throw new UsageError("out=openai needs a URL (out=openai:URL or --upstream URL)", "run");
     }
-    handler = openaiUpstream({ baseUrl, upstreamModel: rest[0], logger });
-    checkHealth = () => checkUpstream({ baseUrl });
+    for (const url of baseUrls) {
+      if (!/^https?:\/\/[^/]+/.test(url)) {
+        throw new UsageError(
+          `out=openai: needs URLs like http://127.0.0.1:8001, got ${JSON.stringify(url)}`,
+          "run",
+        );
+      }
+    }
+    upstream = { baseUrls, model: rest[0], modelPath: values["model-path"] };
+    checkHealth = () => checkUpstream({ baseUrl: baseUrls });
     modelInput = ModelInput.Text;
-    modelPath = values["model-path"] ?? await builtinTestModel();
-    modelName ??= rest[0];
+    modelPath = values["model-path"] ?? "";
   } else if (output === "mocker") {
     mocker = parseMockerFlags(values);
     modelInput = ModelInput.Tokens;
@@ -298,6 +322,29 @@ async function run(args: string[], io: Io): Promise<number> {
     const component = runtime.namespace("dynamo").component("backend");
     await component.createService();
     const endpoint = component.endpoint("generate");
+    if (upstream) {
+      const card = await upstreamCard(upstream, { modelName, contextLength, migrationLimit });
+      if (card === undefined) return ExitCode.Failure;
+      handler = openaiUpstream({
+        baseUrl: upstream.baseUrls,
+        upstreamModel: upstream.model ?? card.upstreamModel,
+        logger,
+      });
+      modelName = card.modelName;
+      if (card.loaded) {
+        const serving = endpoint.serveEndpoint(handler, { gracefulShutdown: true });
+        serving.catch((err) => logger.error("engine stopped", { error: String(err) }));
+        const published = await publishModelCard(endpoint, card.loaded);
+        logger.info("model registered", {
+          model: published.display_name,
+          input: modelInput,
+          upstreams: upstream.baseUrls.length,
+          context: published.context_length || "unknown",
+          tokenizer: "unknown (token counts from the upstream's usage)",
+        });
+        return await serveUntilSignal();
+      }
+    }
     const serving = endpoint.serveEndpoint(handler as never, { gracefulShutdown: true });
     serving.catch((err) => logger.error("engine stopped", { error: String(err) }));
     const card = await registerLlm(
@@ -324,6 +371,71 @@ async function run(args: string[], io: Io): Promise<number> {
     // A worker's runtime shutdown waits for its requests, then its engine closes.
     await Promise.all(workerRuntimes.map((rt) => rt.shutdown()));
     await runtime.shutdown();
+  }
+
+  /**
+   * out=openai's card: from --model-path when given (tokenizer known), else from the
+   * upstreams' /v1/models; when none answers, a card naming MODEL with no tokenizer and no
+   * context length (said in the log), so that the frontend starts and /health tells.
+   */
+  async function upstreamCard(
+    up: { baseUrls: string[]; model?: string; modelPath?: string },
+    o: { modelName?: string; contextLength?: number; migrationLimit?: number },
+  ): Promise<
+    { loaded?: LoadedModel; modelName?: string; upstreamModel?: string } | undefined
+  > {
+    if (up.modelPath !== undefined) return { modelName: o.modelName ?? up.model };
+    try {
+      const loaded = await upstreamModelCard({
+        baseUrl: up.baseUrls,
+        upstreamModel: up.model,
+        ...o,
+      });
+      const upstreamModel = (loaded.card.user_data?.upstream as { model: string }).model;
+      return { loaded, modelName: loaded.card.display_name, upstreamModel };
+    } catch (err) {
+      if (!(err instanceof UpstreamError)) throw err;
+      if (err.status !== 502 || up.model === undefined) {
+        io.err(
+          `dynamo run: ${err.message}${
+            err.status === 502 ? " (name MODEL to start before the upstream does)" : ""
+          }`,
+        );
+        return undefined;
+      }
+      logger.warn("upstream model list unreadable: card without tokenizer or context length", {
+        model: o.modelName ?? up.model,
+        error: err.message,
+      });
+      const name = o.modelName ?? up.model;
+      return {
+        modelName: name,
+        upstreamModel: up.model,
+        loaded: {
+          card: {
+            display_name: name,
+            source_path: up.baseUrls.join(","),
+            model_type: ModelType.Chat | ModelType.Completions,
+            model_input: ModelInput.Text,
+            context_length: o.contextLength ?? 0,
+            kv_cache_block_size: 16,
+            migration_limit: o.migrationLimit ?? 0,
+            files: {},
+            eos_token_ids: [],
+            user_data: {
+              upstream: {
+                model: up.model,
+                urls: up.baseUrls,
+                tokenizer: "unknown: token counts come from the upstream's usage",
+                context_length: "not reported (the upstream could not be reached)",
+              },
+            },
+          },
+          files: new Map(),
+          localPath: up.baseUrls[0]!,
+        },
+      };
+    }
   }
 
   async function serveUntilSignal(): Promise<number> {
@@ -359,7 +471,7 @@ interface LlamaCppWorkerOptions {
 }
 
 function parseMockerFlags(
-  values: Record<string, string | boolean | undefined>,
+  values: Record<string, string | boolean | string[] | undefined>,
 ): { numWorkers: number; engine: MockerEngineOptions } {
   const int = (name: string, min: number) => parseIntFlag(name, values[name] as string, min);
   const speedup = values["speedup-ratio"] as string | undefined;

@@ -8,6 +8,7 @@ export * from "./protocols.ts";
 export {
   modelCardKey,
   modelEntryKey,
+  publishModelCard,
   registerLlm,
   type RegisterLlmOptions,
 } from "./model/register.ts";
@@ -157,6 +158,8 @@ export {
   openaiUpstream,
   type OpenAIUpstreamOptions,
   UpstreamError,
+  upstreamModelCard,
+  type UpstreamModelCardOptions,
 } from "./engines/openai_upstream.ts";
 export {
   BlockManager,

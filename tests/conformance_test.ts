@@ -8,6 +8,9 @@
 // - echo with the hermes and qwen3 parsers: the deterministic tool round trip (call, tool
 //   result, final answer; streamed and not) and the reasoning split (echo writes its prompt
 //   back, so the prompt scripts the answer);
+// - out=openai in front of two such echo servers: the same round trip, reasoning, logprobs
+//   and usage pass through the upstream engine, streamed and not; its card comes from the
+//   upstreams' /v1/models (tokenizer unknown), and TTFT, ITL and token counts are measured;
 // - llama.cpp on the real SmolLM2-135M: the same shapes, logprob values (greedy picks the best
 //   alternative), seed repeatability, and a forced tool choice. SmolLM2 has no tool format and
 //   the engine does not constrain decoding, so that case checks the answer's shape, and any
@@ -15,7 +18,8 @@
 // Skipped, with a message, only where PyPI (Python client, SmolLM2) cannot be reached.
 
 import assert from "node:assert/strict";
-import { MODEL as ECHO_MODEL, startDynamoRun } from "./_helpers/dynamo_run.ts";
+import { metricValue, MODEL as ECHO_MODEL, startDynamoRun } from "./_helpers/dynamo_run.ts";
+import { runDeno } from "./_helpers/process.ts";
 import { smolLm2 } from "./_helpers/smollm2.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -73,12 +77,22 @@ async function runClient(
   }
 }
 
-/** `dynamo run` with `args`, both clients over `cases`, then the server stopped. */
-async function conform(args: string[], model: string, cases: readonly string[]): Promise<void> {
-  const run = await startDynamoRun(args);
+/**
+ * `dynamo run` with `args`, both clients over `cases`, then `after` (more checks on the
+ * running server), then the server stopped.
+ */
+async function conform(
+  args: string[],
+  model: string,
+  cases: readonly string[],
+  after?: (url: string, output: () => string) => Promise<void>,
+  env?: Record<string, string>,
+): Promise<void> {
+  const run = await startDynamoRun(args, env);
   try {
     await runClient("npm", run.url, model, cases);
     if (py.python) await runClient("python", run.url, model, cases);
+    await after?.(run.url, run.output);
   } catch (err) {
     throw new Error(`${(err as Error).message}\n--- dynamo run output ---\n${run.output()}`);
   } finally {
@@ -125,4 +139,63 @@ Deno.test({
       "SmolLM2-135M-Instruct.Q4_1",
       [...SHAPES, "seed", "tool_shape"],
     ),
+});
+
+Deno.test({
+  name: "both openai clients conform through out=openai in front of two upstream servers",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const parsers = ["--dyn-tool-call-parser", "hermes", "--dyn-reasoning-parser", "qwen3"];
+    const upstreams = await Promise.all([startDynamoRun(parsers), startDynamoRun(parsers)]);
+    try {
+      await conform(
+        // MODEL left out: the card names the one model the upstreams list.
+        [`out=openai:${upstreams[0]!.url}`, "--upstream", upstreams[1]!.url],
+        ECHO_MODEL,
+        [...SHAPES, "tools", "tools_stream", "reasoning"],
+        async (url, output) => {
+          assert.match(output(), /model registered model=Qwen3-0\.6B input=text upstreams=2/);
+          assert.match(output(), /tokenizer="?unknown/);
+          const ttft = "dynamo_frontend_time_to_first_token_seconds_count";
+          const model = { model: ECHO_MODEL };
+          assert.ok(await metricValue(url, ttft, model) > 0, "TTFT measured");
+          assert.ok(
+            await metricValue(url, "dynamo_frontend_inter_token_latency_seconds_count", model) > 0,
+            "ITL measured",
+          );
+          assert.ok(
+            await metricValue(url, "dynamo_frontend_output_sequence_tokens_sum", model) > 0,
+            "output tokens counted from the upstreams' usage",
+          );
+          for (const u of upstreams) {
+            assert.ok(await metricValue(u.url, ttft, model) > 0, `${u.url} served requests too`);
+          }
+        },
+        { DYN_LOG: "info" },
+      );
+    } finally {
+      await Promise.all(upstreams.map((u) => u.stop()));
+    }
+  },
+});
+
+Deno.test("out=openai with no upstream answering and no MODEL to name says so; --upstream needs it", async () => {
+  const closed = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (closed.addr as Deno.NetAddr).port;
+  closed.close(); // nothing listens there now
+  const cli = `${ROOT}cli/main.ts`;
+  const down = await runDeno(
+    [cli, "run", "in=http", `out=openai:http://127.0.0.1:${port}`, "--http-port", "0"],
+    { DYN_LOG: "warn", NO_COLOR: "1" },
+  );
+  assert.equal(down.code, 1, down.stderr);
+  assert.match(down.stderr, /cannot read the model list \(GET \/v1\/models\) of any upstream/);
+  assert.match(down.stderr, /name MODEL to start before the upstream does/);
+  const misplaced = await runDeno(
+    [cli, "run", "in=http", "out=echo", "--upstream", "http://127.0.0.1:1"],
+    { DYN_LOG: "warn", NO_COLOR: "1" },
+  );
+  assert.equal(misplaced.code, 2);
+  assert.match(misplaced.stderr, /--upstream applies to out=openai only/);
 });

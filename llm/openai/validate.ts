@@ -32,14 +32,14 @@ const VERBOSITIES = ["low", "medium", "high"] as const;
 
 /**
  * Fields OpenAI accepts that this server checks (a malformed one is a 400) and then does not
- * use: no effect on the answer. `seed` is not here: the engines sample with it.
+ * use: no effect on the answer. `seed` and `parallel_tool_calls` are not here: the engines
+ * sample with the one, the tool-call parsers follow the other.
  */
 export const ACCEPTED_UNUSED_FIELDS: readonly string[] = [
   "user",
   "metadata",
   "service_tier",
   "store",
-  "parallel_tool_calls",
   "prompt_cache_key",
   "safety_identifier",
   "reasoning_effort",

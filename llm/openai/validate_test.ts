@@ -247,7 +247,6 @@ Deno.test("fields OpenAI accepts and we do not use are accepted when well formed
     metadata: { suite: "conformance", empty: "" },
     service_tier: "auto",
     store: false,
-    parallel_tool_calls: true,
     prompt_cache_key: "k",
     safety_identifier: "hashed-user",
     reasoning_effort: "low",

@@ -105,8 +105,9 @@ Options:
                            tokenizer unknown: token counts from the upstream's usage)
   --upstream URL           openai: one more upstream server of the model (repeatable);
                            each request goes to the reachable one with the fewest
-                           requests in flight, one that cannot be reached is passed over
-                           for 5 s; /health is 503 only while none answers
+                           requests in flight; one that cannot be reached is passed over
+                           until its /v1/models answers (checked every 5 s); /health is
+                           503 only while none answers
   --num-workers N          mocker, llamacpp: workers in this process (default 1); with
                            --router-mode kv, prompts go where their prefix is cached
   --speedup-ratio X        mocker: simulated time runs X times faster (default 1)

@@ -26,9 +26,9 @@ export interface OpenAIUpstreamOptions {
   /** Deadline for the upstream's response headers in ms (default 60000). */
   connectTimeoutMs?: number;
   /**
-   * How long an upstream that could not be reached is passed over before a request tries it
-   * again, in ms (default 5000). While every upstream is down, requests still try the one down
-   * longest.
+   * How long an upstream that could not be reached is passed over before it is checked again
+   * (`GET /v1/models`, started by the next request, which goes elsewhere meanwhile), in ms
+   * (default 5000). While every upstream is down, requests still try the one down longest.
    */
   retryAfterMs?: number;
   /** fetch to use (tests). */
@@ -43,6 +43,8 @@ interface Upstream {
   inflight: number;
   /** performance.now() when it was last found unreachable; undefined while it answers. */
   downSince?: number;
+  /** Whether a health check of this down upstream is under way. */
+  probing?: boolean;
 }
 
 /**
@@ -81,16 +83,28 @@ export function openaiUpstream(
     u.downSince = performance.now();
     return new UpstreamError(502, `cannot reach upstream ${u.base.origin}: ${why}`);
   };
+  /** Checks a down upstream in the background; it takes requests again once it answers. */
+  const probe = (u: Upstream) => {
+    u.probing = true;
+    checkOne(u.base, options, PROBE_TIMEOUT_MS)
+      .then((problem) => {
+        if (problem === undefined) reached(u);
+        else if (u.downSince !== undefined) u.downSince = performance.now();
+      })
+      .catch(() => {})
+      .finally(() => u.probing = false);
+  };
   /** Upstreams in the order to try: reachable ones by load (ties in turn), then down ones. */
   const order = (): Upstream[] => {
     const now = performance.now();
     const start = turn++ % upstreams.length;
     const rotated = [...upstreams.slice(start), ...upstreams.slice(0, start)];
-    const up = rotated.filter((u) =>
-      u.downSince === undefined || now - u.downSince >= retryAfterMs
-    );
-    const down = rotated.filter((u) => !up.includes(u))
+    const up = rotated.filter((u) => u.downSince === undefined);
+    const down = rotated.filter((u) => u.downSince !== undefined)
       .sort((a, b) => a.downSince! - b.downSince!);
+    for (const u of down) {
+      if (!u.probing && now - u.downSince! >= retryAfterMs && up.length > 0) probe(u);
+    }
     // A stable sort keeps the rotation among equally loaded upstreams.
     return [...up.sort((a, b) => a.inflight - b.inflight), ...down];
   };
@@ -167,6 +181,9 @@ export function openaiUpstream(
     }
   };
 }
+
+/** Deadline of the health check of an upstream found unreachable, in ms. */
+const PROBE_TIMEOUT_MS = 2_000;
 
 /** The chunks of an upstream's SSE body, each with our model name. */
 async function* events(

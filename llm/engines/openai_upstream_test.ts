@@ -209,7 +209,7 @@ Deno.test("requests go to the upstream with the fewest in flight, ties in turn",
   await Promise.all(open.map(drain));
 });
 
-Deno.test("an upstream that cannot be reached is passed over, reported once, and tried again later", async () => {
+Deno.test("an upstream that cannot be reached is passed over, reported once, and health-checked back in", async () => {
   const answers: Record<string, "down" | (() => Response)> = {
     "http://a.test": "down",
     "http://b.test": () => sse([chunk("from b")]),
@@ -241,15 +241,25 @@ Deno.test("an upstream that cannot be reached is passed over, reported once, and
       );
     }
     assert.equal(lines.filter((l) => l.msg === "upstream unreachable").length, 1);
-    // a is back; after retryAfterMs a request tries it again (it is the least recently down).
+    // Before retryAfterMs, a is not even checked.
+    assert.equal(up.calls.filter((c) => c.origin === "http://a.test").length, 0);
+    // a is back; after retryAfterMs the next request (served by b) starts a health check of
+    // a, and once that answered, a takes requests again.
     answers["http://a.test"] = () => sse([chunk("from a")]);
     now = 1_000;
+    await drain(handler(chatReq({ stream: true }), new Context()));
+    assert.equal(up.calls.at(-1)!.origin, "http://b.test");
+    await new Promise((r) => setTimeout(r, 0));
+    assert.deepEqual(
+      up.calls.filter((c) => c.origin === "http://a.test").map((c) => c.path),
+      ["/v1/models"],
+    );
     const origins = [];
     for (let i = 0; i < 2; i++) {
       await drain(handler(chatReq({ stream: true }), new Context()));
       origins.push(up.calls.at(-1)!.origin);
     }
-    assert.ok(origins.includes("http://a.test"), `a tried again: ${origins}`);
+    assert.ok(origins.includes("http://a.test"), `a takes requests again: ${origins}`);
     assert.equal(lines.filter((l) => l.msg === "upstream reachable again").length, 1);
   } finally {
     performance.now = perf;

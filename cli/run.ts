@@ -102,7 +102,8 @@ Options:
   --model-path PATH        openai: card source (tokenizer, context length: a model
                            folder, repo id or GGUF); without it the card comes from the
                            upstream's /v1/models (name, context length where reported;
-                           tokenizer unknown: token counts from the upstream's usage)
+                           the tokenizer of the folder it names when that is here, else
+                           unknown: token counts from the upstream's usage)
   --upstream URL           openai: one more upstream server of the model (repeatable);
                            each request goes to the reachable one with the fewest
                            requests in flight; one that cannot be reached is passed over
@@ -186,6 +187,8 @@ async function run(args: string[], io: Io): Promise<number> {
   let checkHealth: (() => Promise<string | undefined>) | undefined;
   let llama: { numWorkers: number; engine: LlamaCppWorkerOptions } | undefined;
   let upstream: { baseUrls: string[]; model?: string; modelPath?: string } | undefined;
+  // The context length an upstream reports, over its model folder's own.
+  let upstreamContext: number | undefined;
   if (values.upstream !== undefined && !output.startsWith("openai")) {
     throw new UsageError("--upstream applies to out=openai only", "run");
   }
@@ -332,7 +335,10 @@ async function run(args: string[], io: Io): Promise<number> {
         logger,
       });
       modelName = card.modelName;
-      if (card.loaded) {
+      if (card.modelPath !== undefined) {
+        modelPath = card.modelPath;
+        upstreamContext = card.contextLength;
+      } else if (card.loaded) {
         const serving = endpoint.serveEndpoint(handler, { gracefulShutdown: true });
         serving.catch((err) => logger.error("engine stopped", { error: String(err) }));
         const published = await publishModelCard(endpoint, card.loaded);
@@ -355,7 +361,7 @@ async function run(args: string[], io: Io): Promise<number> {
       modelPath,
       {
         modelName,
-        contextLength,
+        contextLength: contextLength ?? upstreamContext,
         migrationLimit,
         huggingFace: huggingFaceOptionsFromEnv(),
       },
@@ -383,7 +389,13 @@ async function run(args: string[], io: Io): Promise<number> {
     up: { baseUrls: string[]; model?: string; modelPath?: string },
     o: { modelName?: string; contextLength?: number; migrationLimit?: number },
   ): Promise<
-    { loaded?: LoadedModel; modelName?: string; upstreamModel?: string } | undefined
+    {
+      loaded?: LoadedModel;
+      modelName?: string;
+      upstreamModel?: string;
+      modelPath?: string;
+      contextLength?: number;
+    } | undefined
   > {
     if (up.modelPath !== undefined) return { modelName: o.modelName ?? up.model };
     try {
@@ -392,8 +404,20 @@ async function run(args: string[], io: Io): Promise<number> {
         upstreamModel: up.model,
         ...o,
       });
-      const upstreamModel = (loaded.card.user_data?.upstream as { model: string }).model;
-      return { loaded, modelName: loaded.card.display_name, upstreamModel };
+      const said = loaded.card.user_data?.upstream as { model: string; root?: string };
+      const modelName = loaded.card.display_name;
+      // A server that loaded its model from a folder this machine has (vLLM's `root`, or an
+      // id that is a path): that folder's tokenizer and template describe the model.
+      const local = await modelFolder([said.root, said.model]);
+      if (local !== undefined) {
+        logger.info("upstream model folder found here: its tokenizer describes the model", {
+          model: modelName,
+          path: local,
+        });
+        const contextLength = loaded.card.context_length || undefined;
+        return { modelName, upstreamModel: said.model, modelPath: local, contextLength };
+      }
+      return { loaded, modelName, upstreamModel: said.model };
     } catch (err) {
       if (!(err instanceof UpstreamError)) throw err;
       if (err.status !== 502 || up.model === undefined) {
@@ -446,6 +470,19 @@ async function run(args: string[], io: Io): Promise<number> {
     await frontend.shutdown();
     return ExitCode.Ok;
   }
+}
+
+/** The first of `paths` that is a model folder (config.json and the tokenizer files). */
+async function modelFolder(paths: (string | undefined)[]): Promise<string | undefined> {
+  for (const path of paths) {
+    if (path === undefined || !path.startsWith("/")) continue;
+    const files = ["config.json", "tokenizer.json", "tokenizer_config.json"];
+    const found = await Promise.all(
+      files.map((f) => Deno.stat(`${path}/${f}`).then((s) => s.isFile, () => false)),
+    );
+    if (found.every(Boolean)) return path;
+  }
+  return undefined;
 }
 
 /**

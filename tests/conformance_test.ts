@@ -20,6 +20,7 @@
 import assert from "node:assert/strict";
 import { metricValue, MODEL as ECHO_MODEL, startDynamoRun } from "./_helpers/dynamo_run.ts";
 import { runDeno } from "./_helpers/process.ts";
+import { builtinTestModel } from "../mod.ts";
 import { smolLm2 } from "./_helpers/smollm2.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -215,4 +216,39 @@ Deno.test("out=openai with no upstream answering and no MODEL to name says so; -
   );
   assert.equal(misplaced.code, 2);
   assert.match(misplaced.stderr, /--upstream applies to out=openai only/);
+});
+
+Deno.test({
+  name:
+    "out=openai describes a model the upstream loaded from a folder here with that folder's tokenizer",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    // A vLLM-like upstream: /v1/models names the folder it loaded the model from (`root`).
+    const folder = await builtinTestModel();
+    const upstream = Deno.serve(
+      { hostname: "127.0.0.1", port: 0, onListen() {} },
+      (req) =>
+        new URL(req.url).pathname === "/v1/models"
+          ? Response.json({
+            object: "list",
+            data: [{ id: "served-name", object: "model", root: folder, max_model_len: 2048 }],
+          })
+          : Response.json({ error: { message: "not here" } }, { status: 404 }),
+    );
+    const run = await startDynamoRun([`out=openai:http://127.0.0.1:${upstream.addr.port}`], {
+      DYN_LOG: "info",
+    });
+    try {
+      assert.match(run.output(), /upstream model folder found here/);
+      // The folder's card (its tokenizer, so a token count of its own), the upstream's
+      // name and context length.
+      assert.match(run.output(), /model registered model=served-name input=text context=2048/);
+      const models = await (await fetch(`${run.url}/v1/models`)).json();
+      assert.deepEqual(models.data.map((m: { id: string }) => m.id), ["served-name"]);
+    } finally {
+      await run.stop();
+      await upstream.shutdown();
+    }
+  },
 });

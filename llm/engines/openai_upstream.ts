@@ -388,6 +388,8 @@ export async function upstreamModelCard(options: UpstreamModelCardOptions): Prom
         user_data: {
           upstream: {
             model: id,
+            // vLLM's: the folder or repo id the server loaded the model from.
+            ...(typeof entry.root === "string" && entry.root !== id && { root: entry.root }),
             urls: bases.map((b) => b.origin),
             tokenizer: "unknown: token counts come from the upstream's usage",
             context_length: reported ?? "not reported",

@@ -114,7 +114,17 @@ async function conform(
   }
 }
 
-const SHAPES = ["chat", "stream", "completions", "logprobs", "fields", "errors"];
+const SHAPES = [
+  "chat",
+  "stream",
+  "completions",
+  "completions_stream",
+  "models",
+  "n_choices",
+  "logprobs",
+  "fields",
+  "errors",
+];
 
 Deno.test({
   name: "both openai clients conform against dynamo run out=mocker",
@@ -136,7 +146,7 @@ Deno.test({
     conform(
       ["out=echo", "--dyn-tool-call-parser", "hermes", "--dyn-reasoning-parser", "qwen3"],
       ECHO_MODEL,
-      ["tools", "tools_stream", "reasoning", "errors"],
+      ["tools", "tools_stream", "reasoning", "stop", "errors"],
     ),
 });
 
@@ -168,7 +178,7 @@ Deno.test({
         // MODEL left out: the card names the one model the upstreams list.
         [`out=openai:${upstreams[0]!.url}`, "--upstream", upstreams[1]!.url],
         ECHO_MODEL,
-        [...SHAPES, "tools", "tools_stream", "reasoning"],
+        [...SHAPES, "tools", "tools_stream", "reasoning", "stop"],
         {
           after: async (url, output) => {
             assert.match(output(), /model registered model=Qwen3-0\.6B input=text upstreams=2/);

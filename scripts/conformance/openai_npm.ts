@@ -102,6 +102,68 @@ const CASES: Record<string, Case> = {
     return `${r.usage!.completion_tokens} tokens`;
   },
 
+  /** A streamed legacy completion: text deltas, a finish reason, the usage chunk. */
+  async completions_stream({ client, model }) {
+    const stream = await client.completions.create({
+      model,
+      prompt: "Once upon a time",
+      max_tokens: 6,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let finish: string | null = null;
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of stream) {
+      assert.equal(chunk.object, "text_completion");
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) finish = c.finish_reason ?? finish;
+    }
+    assert.ok(finish === "stop" || finish === "length", `finish_reason ${finish}`);
+    usageAddsUp(usage);
+    return `finish ${finish}, ${usage!.completion_tokens} tokens`;
+  },
+
+  /** The model list names the model, and the model can be fetched by its id. */
+  async models({ client, model }) {
+    const ids: string[] = [];
+    for await (const m of client.models.list()) {
+      assert.equal(m.object, "model");
+      ids.push(m.id);
+    }
+    assert.ok(ids.includes(model), `${model} in ${ids}`);
+    const one = await client.models.retrieve(model);
+    assert.equal(one.id, model);
+    return `${ids.length} model(s)`;
+  },
+
+  /** `n: 2` gives two choices, indexed 0 and 1, and usage counts both. */
+  async n_choices({ client, model }) {
+    const r = await client.chat.completions.create({
+      model,
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 4,
+      n: 2,
+      seed: 5,
+    });
+    assert.deepEqual(r.choices.map((c) => c.index).sort(), [0, 1]);
+    usageAddsUp(r.usage);
+    return `2 choices, ${r.usage!.completion_tokens} tokens`;
+  },
+
+  /** A stop string ends the answer before it, with finish_reason "stop" (echo engine). */
+  async stop({ client, model }) {
+    const r = await client.completions.create({
+      model,
+      prompt: "alpha beta gamma delta",
+      stop: [" gamma"],
+      max_tokens: 20,
+    });
+    const choice = only(r.choices);
+    assert.equal(choice.finish_reason, "stop");
+    assert.equal(choice.text, "alpha beta");
+    return `stopped at " gamma": ${JSON.stringify(choice.text)}`;
+  },
+
   /** Logprobs: one entry per token, each <= 0, alternatives sorted, greedy picks the best. */
   async logprobs({ client, model }) {
     const r = await client.chat.completions.create({

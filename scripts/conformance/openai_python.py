@@ -129,6 +129,56 @@ def case_completions(ctx):
     return f"{r.usage.completion_tokens} tokens"
 
 
+def case_completions_stream(ctx):
+    """A streamed legacy completion: text deltas, a finish reason, the usage chunk."""
+    stream = ctx.client.completions.create(
+        model=ctx.model,
+        prompt="Once upon a time",
+        max_tokens=6,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    finish, usage = None, None
+    for chunk in stream:
+        check(chunk.object == "text_completion", f"object {chunk.object}")
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            finish = c.finish_reason or finish
+    check(finish in ("stop", "length"), f"finish_reason {finish}")
+    usage_adds_up(usage)
+    return f"finish {finish}, {usage.completion_tokens} tokens"
+
+
+def case_models(ctx):
+    """The model list names the model, and the model can be fetched by its id."""
+    ids = [m.id for m in ctx.client.models.list()]
+    check(ctx.model in ids, f"{ctx.model} in {ids}")
+    check(ctx.client.models.retrieve(ctx.model).id == ctx.model, "retrieve by id")
+    return f"{len(ids)} model(s)"
+
+
+def case_n_choices(ctx):
+    """`n: 2` gives two choices, indexed 0 and 1, and usage counts both."""
+    r = ctx.client.chat.completions.create(
+        model=ctx.model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, n=2, seed=5
+    )
+    check(sorted(c.index for c in r.choices) == [0, 1], f"indexes {[c.index for c in r.choices]}")
+    usage_adds_up(r.usage)
+    return f"2 choices, {r.usage.completion_tokens} tokens"
+
+
+def case_stop(ctx):
+    """A stop string ends the answer before it, with finish_reason "stop" (echo engine)."""
+    r = ctx.client.completions.create(
+        model=ctx.model, prompt="alpha beta gamma delta", stop=[" gamma"], max_tokens=20
+    )
+    choice = only(r.choices)
+    check(choice.finish_reason == "stop", f"finish {choice.finish_reason}")
+    check(choice.text == "alpha beta", f"text {choice.text!r}")
+    return f"stopped at ' gamma': {choice.text!r}"
+
+
 def case_logprobs(ctx):
     """Logprobs: one entry per token, each <= 0, alternatives sorted, greedy picks the best."""
     r = ctx.client.chat.completions.create(

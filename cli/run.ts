@@ -3,6 +3,7 @@
 
 import { announceBackends } from "../runtime/backends.ts";
 import {
+  bareUpstreamCard,
   builtinTestModel,
   checkUpstream,
   DistributedRuntime,
@@ -432,34 +433,8 @@ async function run(args: string[], io: Io): Promise<number> {
         model: o.modelName ?? up.model,
         error: err.message,
       });
-      const name = o.modelName ?? up.model;
-      return {
-        modelName: name,
-        upstreamModel: up.model,
-        loaded: {
-          card: {
-            display_name: name,
-            source_path: up.baseUrls.join(","),
-            model_type: ModelType.Chat | ModelType.Completions,
-            model_input: ModelInput.Text,
-            context_length: o.contextLength ?? 0,
-            kv_cache_block_size: 16,
-            migration_limit: o.migrationLimit ?? 0,
-            files: {},
-            eos_token_ids: [],
-            user_data: {
-              upstream: {
-                model: up.model,
-                urls: up.baseUrls,
-                tokenizer: "unknown: token counts come from the upstream's usage",
-                context_length: "not reported (the upstream could not be reached)",
-              },
-            },
-          },
-          files: new Map(),
-          localPath: up.baseUrls[0]!,
-        },
-      };
+      const loaded = bareUpstreamCard({ baseUrl: up.baseUrls, upstreamModel: up.model, ...o });
+      return { modelName: loaded.card.display_name, upstreamModel: up.model, loaded };
     }
   }
 

@@ -154,6 +154,7 @@ export type {
 } from "./http/metric_types.ts";
 export { echoEngine, type EchoEngineOptions } from "./engines/echo.ts";
 export {
+  bareUpstreamCard,
   checkUpstream,
   openaiUpstream,
   type OpenAIUpstreamOptions,

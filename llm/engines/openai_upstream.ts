@@ -374,36 +374,72 @@ export async function upstreamModelCard(options: UpstreamModelCardOptions): Prom
     }
     const id = entry.id as string;
     const reported = reportedContextLength(entry);
-    return {
-      card: {
-        display_name: options.modelName ?? id,
-        source_path: bases.map((b) => b.origin + b.pathname.replace(/\/$/, "")).join(","),
-        model_type: ModelType.Chat | ModelType.Completions,
-        model_input: ModelInput.Text,
-        context_length: options.contextLength ?? reported ?? 0,
-        kv_cache_block_size: 16,
-        migration_limit: options.migrationLimit ?? 0,
-        files: {},
-        eos_token_ids: [],
-        user_data: {
-          upstream: {
-            model: id,
-            // vLLM's: the folder or repo id the server loaded the model from.
-            ...(typeof entry.root === "string" && entry.root !== id && { root: entry.root }),
-            urls: bases.map((b) => b.origin),
-            tokenizer: "unknown: token counts come from the upstream's usage",
-            context_length: reported ?? "not reported",
-          },
-        },
-      },
-      files: new Map(),
-      localPath: base.href,
-    };
+    return textModelCard(bases, options, {
+      model: id,
+      // vLLM's: the folder or repo id the server loaded the model from.
+      ...(typeof entry.root === "string" && entry.root !== id && { root: entry.root }),
+      context_length: reported ?? "not reported",
+    }, reported);
   }
   throw new UpstreamError(
     502,
     `cannot read the model list (GET /v1/models) of any upstream: ${problems.join("; ")}`,
   );
+}
+
+/**
+ * The card of a model whose upstreams cannot be asked for it (none answers yet): its name and
+ * nothing else the upstreams would tell, which `user_data.upstream` says. With it a frontend
+ * can start before its upstreams and report them down until they answer.
+ *
+ * @param options the upstreams, the model's upstream id (required), and overrides
+ * @returns the card (Text input, chat and completions) with no files and, unless given, no
+ *   context length (0)
+ * @throws {InvalidArgumentError} no `upstreamModel`, or a bad URL
+ * @example
+ * ```ts ignore
+ * const card = bareUpstreamCard({ baseUrl: "http://127.0.0.1:8001", upstreamModel: "m" });
+ * ```
+ */
+export function bareUpstreamCard(options: UpstreamModelCardOptions): LoadedModel {
+  if (options.upstreamModel === undefined || options.upstreamModel === "") {
+    throw new InvalidArgumentError("a card without the upstream's model list needs its name");
+  }
+  return textModelCard(upstreamBases(options.baseUrl), options, {
+    model: options.upstreamModel,
+    context_length: "not reported (the upstream could not be reached)",
+  });
+}
+
+/** A Text-input card for an upstream model, with what is known of it in `user_data`. */
+function textModelCard(
+  bases: URL[],
+  options: UpstreamModelCardOptions,
+  known: { model: string; [key: string]: unknown },
+  reportedContext?: number,
+): LoadedModel {
+  return {
+    card: {
+      display_name: options.modelName ?? known.model,
+      source_path: bases.map((b) => b.origin + b.pathname.replace(/\/$/, "")).join(","),
+      model_type: ModelType.Chat | ModelType.Completions,
+      model_input: ModelInput.Text,
+      context_length: options.contextLength ?? reportedContext ?? 0,
+      kv_cache_block_size: 16,
+      migration_limit: options.migrationLimit ?? 0,
+      files: {},
+      eos_token_ids: [],
+      user_data: {
+        upstream: {
+          ...known,
+          urls: bases.map((b) => b.origin),
+          tokenizer: "unknown: token counts come from the upstream's usage",
+        },
+      },
+    },
+    files: new Map(),
+    localPath: bases[0]!.href,
+  };
 }
 
 /** The context length an upstream's `/v1/models` entry reports, if any. */

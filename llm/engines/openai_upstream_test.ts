@@ -2,7 +2,12 @@ import assert from "node:assert/strict";
 import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { UpstreamError } from "../../runtime/errors.ts";
 import { Context } from "../../runtime/context.ts";
-import { checkUpstream, openaiUpstream, upstreamModelCard } from "./openai_upstream.ts";
+import {
+  bareUpstreamCard,
+  checkUpstream,
+  openaiUpstream,
+  upstreamModelCard,
+} from "./openai_upstream.ts";
 import { ModelInput } from "../protocols.ts";
 import type { Logger } from "../../runtime/logger.ts";
 
@@ -365,4 +370,22 @@ Deno.test("checkUpstream is healthy while one upstream answers", async () => {
   const problem = await checkUpstream({ baseUrl: ["http://a.test"], fetch: up.fetch });
   assert.match(problem ?? "", /upstream http:\/\/a\.test cannot be reached/);
   assert.throws(() => openaiUpstream({ baseUrl: [] }), /at least one upstream URL/);
+});
+
+Deno.test("a bare card names the upstream's model and says what is not known", () => {
+  const card = bareUpstreamCard({
+    baseUrl: ["http://a.test/v1", "http://b.test"],
+    upstreamModel: "m",
+    migrationLimit: 2,
+  });
+  assert.equal(card.card.display_name, "m");
+  assert.equal(card.card.context_length, 0);
+  assert.equal(card.card.migration_limit, 2);
+  assert.equal(card.card.model_input, ModelInput.Text);
+  assert.equal(card.card.source_path, "http://a.test,http://b.test");
+  const said = card.card.user_data?.upstream as Record<string, unknown>;
+  assert.deepEqual(said.urls, ["http://a.test", "http://b.test"]);
+  assert.match(String(said.tokenizer), /unknown/);
+  assert.match(String(said.context_length), /could not be reached/);
+  assert.throws(() => bareUpstreamCard({ baseUrl: "http://a.test" }), /needs its name/);
 });

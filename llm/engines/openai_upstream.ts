@@ -131,8 +131,14 @@ export function openaiUpstream(
     let chosen: Upstream | undefined;
     let lastError: UpstreamError | undefined;
     for (const u of order()) {
-      const timeout = AbortSignal.timeout(connectTimeoutMs);
-      const signal = AbortSignal.any([ctx.signal, timeout]);
+      // The deadline is for the headers only: the signal also ends the body, which may
+      // stream for as long as the generation lasts.
+      const timeout = new AbortController();
+      const timer = setTimeout(
+        () => timeout.abort(new DOMException("upstream headers deadline", "TimeoutError")),
+        connectTimeoutMs,
+      );
+      const signal = AbortSignal.any([ctx.signal, timeout.signal]);
       u.inflight++;
       try {
         res = await doFetch(new URL(path, u.base), {
@@ -148,8 +154,12 @@ export function openaiUpstream(
         ctx.signal.throwIfAborted();
         lastError = failed(
           u,
-          timeout.aborted ? `no answer within ${connectTimeoutMs} ms` : (err as Error).message,
+          timeout.signal.aborted
+            ? `no answer within ${connectTimeoutMs} ms`
+            : (err as Error).message,
         );
+      } finally {
+        clearTimeout(timer);
       }
     }
     if (!res || !chosen) throw lastError!;

@@ -389,3 +389,45 @@ Deno.test("a bare card names the upstream's model and says what is not known", (
   assert.match(String(said.context_length), /could not be reached/);
   assert.throws(() => bareUpstreamCard({ baseUrl: "http://a.test" }), /needs its name/);
 });
+
+Deno.test("the headers deadline does not cut a stream that lasts longer; a silent upstream fails", async () => {
+  // A fetch that honours its signal, as the real one does, for the body too.
+  const slowFetch = ((_url: URL, init: RequestInit) => {
+    const signal = init.signal!;
+    const body = new ReadableStream<Uint8Array>({
+      async start(c) {
+        for (let i = 0; i < 3; i++) {
+          await new Promise((r) => setTimeout(r, 40));
+          if (signal.aborted) return c.error(signal.reason);
+          c.enqueue(new TextEncoder().encode(`data: ${JSON.stringify(chunk(`t${i}`))}\n\n`));
+        }
+        c.close();
+      },
+    });
+    return Promise.resolve(
+      new Response(body, { headers: { "content-type": "text/event-stream" } }),
+    );
+  }) as unknown as typeof fetch;
+  const handler = openaiUpstream({
+    baseUrl: "http://a.test",
+    fetch: slowFetch,
+    connectTimeoutMs: 30,
+  });
+  const got = await drain(handler(chatReq({ stream: true }), new Context()));
+  assert.equal(got.length, 3, "120 ms of stream past a 30 ms headers deadline");
+
+  const silentFetch =
+    ((_url: URL, init: RequestInit) =>
+      new Promise((_, reject) =>
+        init.signal!.addEventListener("abort", () => reject(init.signal!.reason), { once: true })
+      )) as unknown as typeof fetch;
+  const silent = openaiUpstream({
+    baseUrl: "http://a.test",
+    fetch: silentFetch,
+    connectTimeoutMs: 30,
+  });
+  await assert.rejects(
+    drain(silent(chatReq({ stream: true }), new Context())),
+    (e: unknown) => e instanceof UpstreamError && /no answer within 30 ms/.test(e.message),
+  );
+});

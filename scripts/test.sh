@@ -60,7 +60,8 @@ gate "deno task check" "$DENO" task check
 # The TypeScript blocks of README.md, the example READMEs and native/README.md compile as shown.
 gate "deno task check:docs" "$DENO" task check:docs
 gate "deno doc --lint mod.ts" "$DENO" doc --lint mod.ts
-# The native transfer library (Rust, std only, offline): its tests load it.
+# The native transfer library (Rust; its crates and deno_bindgen's CLI are fetched once, then
+# it builds offline) and its generated bindings: its tests load it.
 if command -v cargo >/dev/null 2>&1; then
   gate "deno task build:native" "$DENO" task build:native
   gate "cargo test (native)" cargo test --offline --quiet --manifest-path native/Cargo.toml

@@ -18,6 +18,8 @@ export interface RequestResult {
   cachedTokens?: number;
   /** ms from sending to the end of the stream. */
   latencyMs: number;
+  /** ms from the start of the replay to sending (set by replays, for throughput over time). */
+  startMs?: number;
 }
 
 /** Options of {@linkcode replayTrace}. */
@@ -136,8 +138,10 @@ export async function replayTrace(
       const wait = due - (performance.now() - started);
       if (wait > 1) await new Promise((r) => setTimeout(r, wait));
       sent++;
+      const startMs = performance.now() - started;
       running.push(
         sendOne(req, options).then((r) => {
+          r.startMs = startMs;
           results[i] = r;
           done++;
           if (!r.ok) failed++;

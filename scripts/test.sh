@@ -32,6 +32,16 @@ if ! have_servers; then
   fi
 fi
 
+# Headless Chromium for tests/bench_report_test.ts (which installs it itself, or skips saying
+# why, when this fails).
+if ! command -v chromium >/dev/null 2>&1; then
+  section "installing chromium (apt)"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  { $SUDO apt-get update && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; } ||
+    echo "WARNING: could not install chromium with apt: the bench report browser test will try again" >&2
+fi
+
 # 2. Deno, through npm (no global install needed). Later steps call the binary directly.
 section "deno ${DENO_VERSION}"
 if ! DENO="$(npx -y "deno@${DENO_VERSION}" eval 'console.log(Deno.execPath())')" || [ ! -x "$DENO" ]; then

@@ -484,7 +484,7 @@ async function run(args: string[], io: Io): Promise<number> {
     io.out(`TTFT p90: round-robin / kv = ${(rr.ttft_ms.p90 / kv.ttft_ms.p90).toFixed(2)}x`);
   }
   io.out(
-    `wrote ${flags.out}/report.html, results.json, ${charts.map((c) => c.file).join(", ")}`,
+    `wrote ${flags.out}/results.json, report.html, ${charts.map((c) => c.file).join(", ")}`,
   );
   const failed = Object.values(modes).reduce((s, m) => s + m.failed, 0);
   return failed > 0 ? ExitCode.Failure : ExitCode.Ok;

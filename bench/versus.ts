@@ -1,0 +1,272 @@
+// deno-lint-ignore-file no-console -- a program that prints
+// `deno task bench:versus`: our frontend against the reference's (ai-dynamo 1.6.1), on the same
+// trace and the same workers: N reference mocker workers (`python -m dynamo.mocker
+// --num-workers N`, one process) on fresh etcd + NATS, then one frontend (ours: `dynamo frontend
+// --reference-workers`; the reference's: `python -m dynamo.frontend`) per router mode, the
+// trace replayed open-loop against it (cli/_bench/replay.ts). Per run: requests, failures, TTFT
+// p50/p90, prefix hit rate (the mockers' own cached-token counts) against the trace's ceiling,
+// throughput, and the frontend process's CPU per request. Ratios ours/reference per trace and mode.
+//
+//   deno task bench:versus [--quick] [--traces mooncake,multi-tenant] [--modes kv,round-robin]
+//     [--workers 8] [--max-requests N] [--speedup X] [--engine-speedup R] [--json PATH]
+//
+// The reference is installed by scripts/setup_reference.sh (PyPI, cached in .dynamo/).
+
+import { clockTicks, cpuSeconds } from "./_cpu_time.ts";
+import { flag } from "./_stats.ts";
+import { replayTrace } from "../cli/_bench/replay.ts";
+import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
+import { limitTrace, loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
+import { parseSyntheticSpec, synthesizeTrace } from "../cli/_bench/synthetic.ts";
+import { builtinTestModel } from "../mod.ts";
+import { freePort, startEtcd, startNats } from "../tests/_helpers/servers.ts";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+const quick = Deno.args.includes("--quick");
+const TRACES = (flag("--traces") ?? "mooncake,multi-tenant").split(",").filter(Boolean);
+const MODES = (flag("--modes") ?? "kv,round-robin").split(",").filter(Boolean);
+const FRONTENDS = (flag("--frontends") ?? "ours,reference").split(",").filter(Boolean);
+const WORKERS = Number(flag("--workers") ?? 8);
+const MAX_REQUESTS = Number(flag("--max-requests") ?? (quick ? 150 : 600));
+const SPEEDUP = Number(flag("--speedup") ?? 10);
+const ENGINE_SPEEDUP = Number(flag("--engine-speedup") ?? SPEEDUP);
+const jsonPath = flag("--json");
+const MODEL = "Qwen3-0.6B";
+const LOOPBACK = {
+  DYN_TCP_RPC_HOST: "127.0.0.1",
+  DYN_EVENT_PLANE_HOST: "127.0.0.1",
+  DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
+  DYN_SYSTEM_HOST: "127.0.0.1",
+  DYN_HTTP_HOST: "127.0.0.1",
+  DYN_LOG: "warn",
+};
+const log = (msg: string) => console.error(`[versus] ${msg}`);
+
+for (const [name, v] of [["--workers", WORKERS], ["--max-requests", MAX_REQUESTS]] as const) {
+  if (!(Number.isInteger(v) && v > 0)) throw new Error(`${name} must be a whole number > 0`);
+}
+for (const m of MODES) {
+  if (m !== "kv" && m !== "round-robin" && m !== "random") {
+    throw new Error(`--modes takes kv, round-robin, random; got ${m}`);
+  }
+}
+for (const f of FRONTENDS) {
+  if (f !== "ours" && f !== "reference") throw new Error(`--frontends takes ours, reference`);
+}
+
+async function python(): Promise<string> {
+  const setup = await new Deno.Command("bash", {
+    args: [`${ROOT}scripts/setup_reference.sh`],
+    stdout: "piped",
+    stderr: "inherit",
+  }).output();
+  if (!setup.success) throw new Error("scripts/setup_reference.sh could not install ai-dynamo");
+  return new TextDecoder().decode(setup.stdout).trim();
+}
+
+async function traceOf(name: string): Promise<TraceRequest[]> {
+  const all = name === "mooncake"
+    ? await loadTrace(`${ROOT}bench/data/mooncake_conversation_trace.jsonl`)
+    : synthesizeTrace(parseSyntheticSpec(name.includes(",") ? name : `${name},seed=1`));
+  return limitTrace(all, { maxRequests: MAX_REQUESTS });
+}
+
+interface Proc {
+  pid: number;
+  stop(): Promise<void>;
+  tail(): string;
+}
+
+function spawn(cmd: string, args: string[], env: Record<string, string>): Proc {
+  const child = new Deno.Command(cmd, {
+    args,
+    env,
+    cwd: ROOT,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let tail = "";
+  for (const stream of [child.stdout, child.stderr]) {
+    (async () => {
+      for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+        tail = (tail + chunk).slice(-3000);
+      }
+    })().catch(() => {});
+  }
+  return {
+    pid: child.pid,
+    tail: () => tail,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch { /* exited */ }
+      const timer = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* exited */ }
+      }, 15_000);
+      await child.status;
+      clearTimeout(timer);
+    },
+  };
+}
+
+async function until(what: string, ms: number, probe: () => Promise<boolean>, p?: Proc) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try {
+      if (await probe()) return;
+    } catch { /* not yet */ }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what}\n${p?.tail() ?? ""}`);
+    }
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+interface Run {
+  trace: string;
+  mode: string;
+  frontend: string;
+  summary: ModeSummary;
+  ceiling: number;
+  requestsPerS: number;
+  frontendCpuMsPerRequest: number;
+}
+
+async function one(
+  py: string,
+  trace: string,
+  requests: TraceRequest[],
+  mode: string,
+  frontend: string,
+): Promise<Run> {
+  const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+  const env = { ...LOOPBACK, ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+  const procs: Proc[] = [];
+  try {
+    const mockers = spawn(py, [
+      "-m",
+      "dynamo.mocker",
+      "--model-path",
+      await builtinTestModel(),
+      "--model-name",
+      MODEL,
+      "--num-workers",
+      String(WORKERS),
+      "--speedup-ratio",
+      String(ENGINE_SPEEDUP),
+    ], env);
+    procs.push(mockers);
+    const port = freePort();
+    const front = frontend === "ours"
+      ? spawn(Deno.execPath(), [
+        "run",
+        "-A",
+        "cli/main.ts",
+        "frontend",
+        "--reference-workers",
+        "--http-port",
+        String(port),
+        "--http-host",
+        "127.0.0.1",
+        "--router-mode",
+        mode,
+      ], env)
+      : spawn(
+        py,
+        ["-m", "dynamo.frontend", "--http-port", String(port), "--router-mode", mode],
+        env,
+      );
+    procs.push(front);
+    const base = `http://127.0.0.1:${port}`;
+    await until(`${frontend} frontend to list ${MODEL}`, 180_000, async () => {
+      const list = await (await fetch(`${base}/v1/models`)).json();
+      return (list.data as { id: string }[]).some((m) => m.id === MODEL);
+    }, front);
+    // Every worker registered before the clock starts (the mocker process starts them in turn).
+    await new Promise((r) => setTimeout(r, 3000));
+    await clockTicks();
+    const cpu0 = cpuSeconds(front.pid);
+    const { results, seconds } = await replayTrace(requests, {
+      baseUrl: base,
+      model: MODEL,
+      speedup: SPEEDUP,
+      requestTimeoutMs: 300_000,
+      onProgress: (p) =>
+        log(`${trace} ${mode} ${frontend}: ${p.done}/${p.total} (${p.failed} failed)`),
+    });
+    const cpu = cpuSeconds(front.pid) - cpu0;
+    const summary = summarizeMode(results, seconds);
+    return {
+      trace,
+      mode,
+      frontend,
+      summary,
+      ceiling: prefixCeiling(requests).tokens,
+      requestsPerS: results.length / seconds,
+      frontendCpuMsPerRequest: cpu * 1000 / results.length,
+    };
+  } finally {
+    for (const p of procs.reverse()) await p.stop();
+    await Promise.all([etcd.stop(), nats.stop()]);
+  }
+}
+
+const py = await python();
+const runs: Run[] = [];
+for (const trace of TRACES) {
+  const requests = await traceOf(trace);
+  log(
+    `${trace}: ${requests.length} requests, prefix ceiling ${
+      (prefixCeiling(requests).tokens * 100).toFixed(1)
+    }%`,
+  );
+  for (const mode of MODES) {
+    for (const frontend of FRONTENDS) runs.push(await one(py, trace, requests, mode, frontend));
+  }
+}
+
+const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
+console.log(
+  `\n${WORKERS} reference mocker workers (one process, --speedup-ratio ${ENGINE_SPEEDUP}), ` +
+    `trace arrivals / ${SPEEDUP}, first ${MAX_REQUESTS} requests`,
+);
+console.log(
+  "| trace | mode | frontend | requests | failed | TTFT p50 ms | TTFT p90 ms | hit | hit / ceiling | req/s | frontend CPU ms/req |",
+);
+console.log("| --- | --- | --- | --: | --: | --: | --: | --: | --: | --: | --: |");
+for (const r of runs) {
+  const s = r.summary;
+  console.log(
+    `| ${r.trace} | ${r.mode} | ${r.frontend} | ${s.requests} | ${s.failed} | ${
+      s.ttft_ms.p50.toFixed(1)
+    } | ${s.ttft_ms.p90.toFixed(1)} | ${pct(s.prefix_hit_rate)} | ${
+      pct(s.prefix_hit_rate / r.ceiling)
+    } | ${r.requestsPerS.toFixed(1)} | ${r.frontendCpuMsPerRequest.toFixed(2)} |`,
+  );
+}
+console.log(
+  "\nours / reference, per trace and mode (TTFT p90: lower is better; CPU per request: lower)",
+);
+for (const trace of TRACES) {
+  for (const mode of MODES) {
+    const ours = runs.find((r) => r.trace === trace && r.mode === mode && r.frontend === "ours");
+    const ref = runs.find((r) =>
+      r.trace === trace && r.mode === mode && r.frontend === "reference"
+    );
+    if (!ours || !ref) continue;
+    console.log(
+      `${trace} ${mode}: TTFT p90 ${
+        (ours.summary.ttft_ms.p90 / ref.summary.ttft_ms.p90).toFixed(2)
+      }x, ` +
+        `hit ${pct(ours.summary.prefix_hit_rate)} vs ${pct(ref.summary.prefix_hit_rate)}, ` +
+        `frontend CPU/request ${
+          (ours.frontendCpuMsPerRequest / ref.frontendCpuMsPerRequest).toFixed(2)
+        }x, ` +
+        `failed ${ours.summary.failed} vs ${ref.summary.failed}`,
+    );
+  }
+}
+if (jsonPath) await Deno.writeTextFile(jsonPath, JSON.stringify({ runs }, null, 2) + "\n");

@@ -16,6 +16,7 @@ import { type EndpointKind, parseRequest } from "../pipeline/parse.ts";
 import { resolveModel } from "../pipeline/resolve.ts";
 import { reasoningFormat } from "../parsers/reasoning.ts";
 import { toolCallFormat } from "../parsers/tool_calls.ts";
+import { embeddingsRoute } from "./embeddings.ts";
 import { routePath } from "./guard.ts";
 import { FrontendMetrics } from "./metrics.ts";
 
@@ -111,6 +112,13 @@ export function createFrontend(options: FrontendOptions): Frontend {
       case "/v1/completions":
         only("POST");
         return await generate("completion", request);
+      case "/v1/embeddings":
+        only("POST");
+        return await embeddingsRoute(request, clientRequestId(request) ?? crypto.randomUUID(), {
+          models,
+          metrics,
+          maxBodyBytes: maxBody,
+        });
       case "/v1/models":
         only("GET");
         return jsonResponse({ object: "list", data: models.list().map(modelObject) });

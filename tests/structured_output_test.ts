@@ -116,6 +116,18 @@ Deno.test({
       assert.equal(finish, "stop");
       assertValid(text, FINITE_SCHEMA);
 
+      // The Responses API's text.format is the same constraint.
+      const viaResponses = await client.responses.create({
+        model: "tiny",
+        input: "Pick a color.",
+        text: {
+          format: { type: "json_schema", name: "pick", schema: FINITE_SCHEMA, strict: true },
+        },
+        max_output_tokens: 200,
+      });
+      assert.equal(viaResponses.status, "completed");
+      assertValid(viaResponses.output_text, FINITE_SCHEMA);
+
       // json_object: any JSON object.
       const obj = await client.chat.completions.create({
         model: "tiny",

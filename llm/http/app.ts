@@ -18,6 +18,7 @@ import { reasoningFormat } from "../parsers/reasoning.ts";
 import { toolCallFormat } from "../parsers/tool_calls.ts";
 import { embeddingsRoute } from "./embeddings.ts";
 import { routePath } from "./guard.ts";
+import { responsesRoute } from "./responses.ts";
 import { FrontendMetrics } from "./metrics.ts";
 
 export { aggregateChunks } from "../pipeline/encode.ts";
@@ -54,7 +55,11 @@ export interface FrontendOptions {
 
 /** The frontend: a fetch handler and its metrics. */
 export interface Frontend {
-  /** Answers one HTTP request (OpenAI routes, `/health`, `/live`, `/metrics`). */
+  /**
+   * Answers one HTTP request: the OpenAI routes (`/v1/chat/completions`, `/v1/completions`,
+   * `/v1/responses`, `/v1/embeddings`, `/v1/models`, `/v1/models/{id}`), `/health`, `/live`,
+   * `/metrics`.
+   */
   fetch(request: Request): Promise<Response>;
   /** The frontend's Prometheus metrics. */
   readonly metrics: FrontendMetrics;
@@ -112,6 +117,14 @@ export function createFrontend(options: FrontendOptions): Frontend {
       case "/v1/completions":
         only("POST");
         return await generate("completion", request);
+      case "/v1/responses":
+        only("POST");
+        return await responsesRoute(request, clientRequestId(request) ?? crypto.randomUUID(), {
+          models,
+          pipelines,
+          metrics,
+          maxBodyBytes: maxBody,
+        });
       case "/v1/embeddings":
         only("POST");
         return await embeddingsRoute(request, clientRequestId(request) ?? crypto.randomUUID(), {

@@ -5,7 +5,7 @@
 // engine behind the hermes parser), max_output_tokens, and the 400s.
 
 import assert from "node:assert/strict";
-import OpenAI from "openai";
+import type OpenAI from "openai";
 import { echoEngine } from "../llm/engines/echo.ts";
 import { registerLlm } from "../llm/model/register.ts";
 import { builtinTestModel } from "../llm/model/test_model.ts";

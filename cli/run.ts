@@ -103,6 +103,7 @@ Options:
   --max-num-seqs N         mocker: running sequences per worker (default 256);
                            llamacpp: sequences in the context (default 4)
   --n-gpu-layers N         llamacpp: layers offloaded to a GPU (default 0)
+  --embedding              llamacpp: also serve /v1/embeddings with the model
   --max-num-batched-tokens N
                            mocker: tokens per forward pass (default 8192)
   -h, --help               show this help`;
@@ -134,6 +135,7 @@ async function run(args: string[], io: Io): Promise<number> {
     "max-num-seqs": { type: "string" },
     "max-num-batched-tokens": { type: "string" },
     "n-gpu-layers": { type: "string" },
+    embedding: { type: "boolean" },
     help: { type: "boolean", short: "h" },
   });
   if (values.help) {
@@ -156,6 +158,9 @@ async function run(args: string[], io: Io): Promise<number> {
     );
   }
   if (rest.length > 1) throw new UsageError(`at most one MODEL, got ${rest.join(" ")}`, "run");
+  if (values.embedding && output !== "llamacpp") {
+    throw new UsageError(`--embedding is for out=llamacpp, got out=${output}`, "run");
+  }
   const http = parseHttpFlags("run", values, { host: "127.0.0.1" });
   const contextLength = parseIntFlag("context-length", values["context-length"], 1);
   const migrationLimit = parseIntFlag("migration-limit", values["migration-limit"], 0);
@@ -212,6 +217,7 @@ async function run(args: string[], io: Io): Promise<number> {
         kvBlockSize: parseIntFlag("block-size", values["block-size"], 1),
         contextLength,
         logger,
+        embedding: values.embedding === true,
       },
     };
     modelInput = ModelInput.Tokens;
@@ -355,6 +361,7 @@ interface LlamaCppWorkerOptions {
   kvBlockSize?: number;
   contextLength?: number;
   logger?: Logger;
+  embedding?: boolean;
   register?: { modelName?: string; migrationLimit?: number };
 }
 

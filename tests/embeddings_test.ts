@@ -13,6 +13,7 @@ import { ModelInput, ModelType } from "../llm/protocols.ts";
 import type { DistributedRuntime } from "../runtime/distributed_runtime.ts";
 import { withOpenAIFrontend } from "./_helpers/openai_frontend.ts";
 import { tinyLlamaGguf } from "./_helpers/tiny_gguf.ts";
+import { startDynamoRun } from "./_helpers/dynamo_run.ts";
 
 /** Embedding width of the tiny GGUF (`embd`, default 64). */
 const TINY_WIDTH = 64;
@@ -170,5 +171,63 @@ Deno.test({
       assert.equal(get.status, 405);
       await get.body?.cancel();
     });
+  },
+});
+
+Deno.test({
+  name: "dynamo run out=llamacpp --embedding serves /v1/embeddings to the openai client",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const run = await startDynamoRun([
+      "out=llamacpp",
+      await tinyLlamaGguf(),
+      "--model-name",
+      "tiny-cli",
+      "--context-length",
+      "256",
+      "--embedding",
+    ]);
+    try {
+      const client = new OpenAI({ baseURL: `${run.url}/v1`, apiKey: "unused", maxRetries: 0 });
+      const res = await client.embeddings.create({
+        model: "tiny-cli",
+        input: ["same text", "same text", "other words"],
+      });
+      const [a, b, c] = res.data.map((d) => d.embedding) as [number[], number[], number[]];
+      assert.equal(a.length, TINY_WIDTH);
+      assert.ok(Math.abs(cosine(a, b) - 1) < 1e-6);
+      assert.ok(cosine(a, c) < 0.999);
+      // The chat routes still serve the same model.
+      const chat = await client.chat.completions.create({
+        model: "tiny-cli",
+        messages: [{ role: "user", content: "hi" }],
+        max_tokens: 2,
+        temperature: 0,
+      });
+      assert.equal(chat.choices[0]!.finish_reason, "length");
+      assert.equal(chat.usage?.completion_tokens, 2);
+    } finally {
+      await run.stop();
+    }
+    const echo = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        new URL("../cli/main.ts", import.meta.url).pathname,
+        "run",
+        "in=http",
+        "out=echo",
+        "--embedding",
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    });
+    const out = await echo.output();
+    assert.equal(out.code, 2);
+    assert.match(
+      new TextDecoder().decode(out.stderr),
+      /--embedding is for out=llamacpp, got out=echo/,
+    );
   },
 });

@@ -316,6 +316,8 @@ async function run(args: string[], io: Io): Promise<number> {
         contextLength,
         migrationLimit,
         huggingFace: huggingFaceOptionsFromEnv(),
+        // Named in the frontend's errors (e.g. no guided decoding for `response_format`).
+        ...(output === "echo" ? { runtimeData: { engine: "echo" } } : {}),
       },
     );
     logger.info("model registered", {

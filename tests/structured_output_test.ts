@@ -9,6 +9,7 @@ import { Ajv } from "ajv";
 import OpenAI from "openai";
 import { runLlamaCppWorker } from "../llm/engines/llamacpp/mod.ts";
 import { echoEngine } from "../llm/engines/echo.ts";
+import { runMockerWorker } from "../llm/engines/mocker/worker.ts";
 import { registerLlm } from "../llm/model/register.ts";
 import { builtinTestModel } from "../llm/model/test_model.ts";
 import { ModelInput, ModelType } from "../llm/protocols.ts";
@@ -39,8 +40,13 @@ function workers(path: string, name: string) {
       await builtinTestModel(),
       { modelName: "echo" },
     );
+    const mocker = await runMockerWorker(
+      runtime.namespace("so").component("mocker").endpoint("generate"),
+      { publish: false, speedupRatio: 100, register: { modelName: "mocker" } },
+    );
     return async () => {
       await worker.serving;
+      await mocker.serving;
     };
   };
 }
@@ -82,69 +88,73 @@ Deno.test({
   sanitizeResources: false,
   async fn() {
     const tiny = await tinyLlamaGguf();
-    await withOpenAIFrontend(workers(tiny, "tiny"), ["tiny", "echo"], async ({ client }) => {
-      const response_format = {
-        type: "json_schema" as const,
-        json_schema: { name: "pick", schema: FINITE_SCHEMA, strict: true },
-      };
-      // Several seeds: random weights take different paths through the grammar.
-      for (const seed of [1, 2, 3]) {
-        const res = await client.chat.completions.create({
+    await withOpenAIFrontend(
+      workers(tiny, "tiny"),
+      ["tiny", "echo", "mocker"],
+      async ({ client }) => {
+        const response_format = {
+          type: "json_schema" as const,
+          json_schema: { name: "pick", schema: FINITE_SCHEMA, strict: true },
+        };
+        // Several seeds: random weights take different paths through the grammar.
+        for (const seed of [1, 2, 3]) {
+          const res = await client.chat.completions.create({
+            model: "tiny",
+            messages: [{ role: "user", content: "Pick a color." }],
+            response_format,
+            temperature: 1,
+            seed,
+            max_tokens: 200,
+          });
+          assert.equal(res.choices[0]!.finish_reason, "stop");
+          assertValid(res.choices[0]!.message.content, FINITE_SCHEMA);
+        }
+        const stream = await client.chat.completions.create({
           model: "tiny",
           messages: [{ role: "user", content: "Pick a color." }],
           response_format,
-          temperature: 1,
-          seed,
           max_tokens: 200,
+          stream: true,
         });
-        assert.equal(res.choices[0]!.finish_reason, "stop");
-        assertValid(res.choices[0]!.message.content, FINITE_SCHEMA);
-      }
-      const stream = await client.chat.completions.create({
-        model: "tiny",
-        messages: [{ role: "user", content: "Pick a color." }],
-        response_format,
-        max_tokens: 200,
-        stream: true,
-      });
-      let text = "";
-      let finish: string | null = null;
-      for await (const chunk of stream) {
-        text += chunk.choices[0]?.delta.content ?? "";
-        finish = chunk.choices[0]?.finish_reason ?? finish;
-      }
-      assert.equal(finish, "stop");
-      assertValid(text, FINITE_SCHEMA);
+        let text = "";
+        let finish: string | null = null;
+        for await (const chunk of stream) {
+          text += chunk.choices[0]?.delta.content ?? "";
+          finish = chunk.choices[0]?.finish_reason ?? finish;
+        }
+        assert.equal(finish, "stop");
+        assertValid(text, FINITE_SCHEMA);
 
-      // The Responses API's text.format is the same constraint.
-      const viaResponses = await client.responses.create({
-        model: "tiny",
-        input: "Pick a color.",
-        text: {
-          format: { type: "json_schema", name: "pick", schema: FINITE_SCHEMA, strict: true },
-        },
-        max_output_tokens: 200,
-      });
-      assert.equal(viaResponses.status, "completed");
-      assertValid(viaResponses.output_text, FINITE_SCHEMA);
+        // The Responses API's text.format is the same constraint.
+        const viaResponses = await client.responses.create({
+          model: "tiny",
+          input: "Pick a color.",
+          text: {
+            format: { type: "json_schema", name: "pick", schema: FINITE_SCHEMA, strict: true },
+          },
+          max_output_tokens: 200,
+        });
+        assert.equal(viaResponses.status, "completed");
+        assertValid(viaResponses.output_text, FINITE_SCHEMA);
 
-      // json_object: any JSON object.
-      const obj = await client.chat.completions.create({
-        model: "tiny",
-        messages: [{ role: "user", content: "Answer in JSON." }],
-        response_format: { type: "json_object" },
-        temperature: 0,
-        max_tokens: 300,
-      });
-      if (obj.choices[0]!.finish_reason === "stop") {
-        const value = JSON.parse(obj.choices[0]!.message.content ?? "");
-        assert.ok(typeof value === "object" && value !== null && !Array.isArray(value));
-      } else {
-        // Random weights may write a long string; what came is still the start of an object.
-        assert.equal(obj.choices[0]!.finish_reason, "length");
-        assert.match(obj.choices[0]!.message.content ?? "", /^\s*\{/);
-      }
-    });
+        // json_object: any JSON object.
+        const obj = await client.chat.completions.create({
+          model: "tiny",
+          messages: [{ role: "user", content: "Answer in JSON." }],
+          response_format: { type: "json_object" },
+          temperature: 0,
+          max_tokens: 300,
+        });
+        if (obj.choices[0]!.finish_reason === "stop") {
+          const value = JSON.parse(obj.choices[0]!.message.content ?? "");
+          assert.ok(typeof value === "object" && value !== null && !Array.isArray(value));
+        } else {
+          // Random weights may write a long string; what came is still the start of an object.
+          assert.equal(obj.choices[0]!.finish_reason, "length");
+          assert.match(obj.choices[0]!.message.content ?? "", /^\s*\{/);
+        }
+      },
+    );
   },
 });
 
@@ -154,50 +164,60 @@ Deno.test({
   sanitizeResources: false,
   async fn() {
     const tiny = await tinyLlamaGguf();
-    await withOpenAIFrontend(workers(tiny, "tiny"), ["tiny", "echo"], async ({ client }) => {
-      const ask = async (model: string, schema: unknown) => {
-        const err = await client.chat.completions.create({
-          model,
+    await withOpenAIFrontend(
+      workers(tiny, "tiny"),
+      ["tiny", "echo", "mocker"],
+      async ({ client }) => {
+        const ask = async (model: string, schema: unknown) => {
+          const err = await client.chat.completions.create({
+            model,
+            messages: [{ role: "user", content: "hi" }],
+            response_format: {
+              type: "json_schema",
+              json_schema: { name: "x", schema: schema as Record<string, unknown> },
+            },
+          }).then(() => undefined, (e) => e);
+          assert.ok(err instanceof OpenAI.BadRequestError, `expected a 400, got ${err}`);
+          return err;
+        };
+        const invalid = await ask("tiny", { type: "objekt" });
+        assert.equal(invalid.param, "response_format.json_schema.schema");
+        assert.equal(invalid.type, "invalid_request_error");
+        assert.match(invalid.message, /not a valid JSON schema: .*type/);
+
+        const pattern = await ask("tiny", {
+          type: "object",
+          properties: { zip: { type: "string", pattern: "^[0-9]{5}$" } },
+        });
+        assert.equal(pattern.code, "unsupported_schema");
+        assert.match(pattern.message, /`pattern` is not supported .*\/properties\/zip\/pattern/);
+
+        const echo = await ask("echo", FINITE_SCHEMA);
+        assert.equal(echo.param, "response_format");
+        assert.equal(echo.code, "unsupported_response_format");
+        assert.match(echo.message, /model `echo`.*no guided decoding/);
+        const mocker = await ask("mocker", FINITE_SCHEMA);
+        assert.equal(mocker.code, "unsupported_response_format");
+        assert.match(
+          mocker.message,
+          /model `mocker`: its engine \(mocker\) has no guided decoding/,
+        );
+        const echoObject = await client.chat.completions.create({
+          model: "echo",
           messages: [{ role: "user", content: "hi" }],
-          response_format: {
-            type: "json_schema",
-            json_schema: { name: "x", schema: schema as Record<string, unknown> },
-          },
+          response_format: { type: "json_object" },
         }).then(() => undefined, (e) => e);
-        assert.ok(err instanceof OpenAI.BadRequestError, `expected a 400, got ${err}`);
-        return err;
-      };
-      const invalid = await ask("tiny", { type: "objekt" });
-      assert.equal(invalid.param, "response_format.json_schema.schema");
-      assert.equal(invalid.type, "invalid_request_error");
-      assert.match(invalid.message, /not a valid JSON schema: .*type/);
-
-      const pattern = await ask("tiny", {
-        type: "object",
-        properties: { zip: { type: "string", pattern: "^[0-9]{5}$" } },
-      });
-      assert.equal(pattern.code, "unsupported_schema");
-      assert.match(pattern.message, /`pattern` is not supported .*\/properties\/zip\/pattern/);
-
-      const echo = await ask("echo", FINITE_SCHEMA);
-      assert.equal(echo.param, "response_format");
-      assert.equal(echo.code, "unsupported_response_format");
-      assert.match(echo.message, /model `echo`.*no guided decoding/);
-      const echoObject = await client.chat.completions.create({
-        model: "echo",
-        messages: [{ role: "user", content: "hi" }],
-        response_format: { type: "json_object" },
-      }).then(() => undefined, (e) => e);
-      assert.ok(echoObject instanceof OpenAI.BadRequestError);
-      // Plain text is still served.
-      const text = await client.chat.completions.create({
-        model: "echo",
-        messages: [{ role: "user", content: "hi" }],
-        response_format: { type: "text" },
-        max_tokens: 3,
-      });
-      assert.equal(text.choices[0]!.finish_reason, "length");
-    });
+        assert.ok(echoObject instanceof OpenAI.BadRequestError);
+        // Plain text is still served.
+        const text = await client.chat.completions.create({
+          model: "echo",
+          messages: [{ role: "user", content: "hi" }],
+          response_format: { type: "text" },
+          max_tokens: 3,
+        });
+        assert.equal(text.choices[0]!.finish_reason, "length");
+      },
+    );
   },
 });
 
@@ -220,7 +240,7 @@ Deno.test({
     };
     await withOpenAIFrontend(
       workers(smol.path!, "smol"),
-      ["smol", "echo"],
+      ["smol", "echo", "mocker"],
       async ({ client }) => {
         const res = await client.chat.completions.create({
           model: "smol",

@@ -223,6 +223,8 @@ Deno.test({
         assert.equal(JSON.parse(dataLine!.replace(/^data: /, "")).type, type);
       }
       assert.match(blocks.at(-1)!, /^event: response\.completed/);
+      // The client's id is the response's.
+      assert.match(blocks[0]!, /"id":"resp_resp-test-1"/);
 
       // Out of tokens: incomplete, and says why.
       const short = await client.responses.create({

@@ -174,12 +174,13 @@ export function createFrontend(options: FrontendOptions): Frontend {
     const req = await parseRequest(request, kind, maxBody);
     const model = resolveModel(models, req.model);
     const admission = admit(metrics, model.name, kind, req.stream === true);
-    // Internal ids stay unique (routing books load by them); a client's own id is echoed.
+    // Internal ids stay unique (routing books load by them); a client's own id is the
+    // answer's (`chatcmpl-ID`) and is echoed.
     const ctx = new Context(crypto.randomUUID());
     const echoId = clientRequestId(request) ?? ctx.id;
     try {
       const pipeline = await pipelines.get(model);
-      const run = await pipeline.start(kind, req, ctx, admission);
+      const run = await pipeline.start(kind, req, ctx, admission, echoId);
       if (req.stream) {
         return withRequestId(sseResponse(run.sse(), ctx, request, admission), echoId);
       }

@@ -67,14 +67,14 @@ export async function responsesRoute(
   });
   const ctx = new Context(crypto.randomUUID());
   const base: ResponseBase = {
-    id: `resp_${ctx.id.replaceAll("-", "")}`,
+    id: `resp_${requestId}`,
     created_at: Math.floor(Date.now() / 1000),
     model: model.name,
     echo,
   };
   try {
     const pipeline = await options.pipelines.get(model);
-    const run = await pipeline.start("chat", chat, ctx, admission);
+    const run = await pipeline.start("chat", chat, ctx, admission, requestId);
     if (stream) {
       const response = sseResponse(new ResponsesEvents(run.sse(), base), ctx, request, admission);
       response.headers.set("x-request-id", requestId);

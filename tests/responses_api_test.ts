@@ -42,6 +42,13 @@ async function* scriptedEngine(req: PreprocessedRequest): AsyncGenerator<LLMEngi
   }
 }
 
+/** A worker engine that writes two tokens, then fails. */
+async function* failingEngine(req: PreprocessedRequest): AsyncGenerator<LLMEngineOutput> {
+  yield { token_ids: [req.token_ids[0]!] };
+  yield { token_ids: [req.token_ids[1]!] };
+  throw new Error("the engine broke down");
+}
+
 async function workers(runtime: DistributedRuntime) {
   const model = await builtinTestModel();
   const echo = runtime.namespace("resp").component("echo").endpoint("generate");
@@ -56,6 +63,12 @@ async function workers(runtime: DistributedRuntime) {
     modelName: "scripted",
     contextLength: 4096,
     toolCallParser: "hermes",
+  });
+  const failing = runtime.namespace("resp").component("failing").endpoint("generate");
+  failing.serveEndpoint(failingEngine).catch(() => {});
+  await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, failing, model, {
+    modelName: "failing",
+    contextLength: 4096,
   });
 }
 
@@ -125,117 +138,136 @@ Deno.test({
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    await withOpenAIFrontend(workers, ["echo", "scripted"], async ({ client, baseUrl }) => {
-      // The echo engine answers with the prompt up to its first end of turn.
-      const chat = await client.chat.completions.create({
-        model: "echo",
-        messages: [{ role: "user", content: "Hello there" }],
-      });
-      const expected = chat.choices[0]!.message.content!;
-      assert.match(expected, /Hello there/);
-      const res = await client.responses.create({
-        model: "echo",
-        input: "Hello there",
-        metadata: { run: "1" },
-      });
-      assert.equal(res.object, "response");
-      assert.match(res.id, /^resp_/);
-      assert.equal(res.status, "completed");
-      assert.equal(res.model, "echo");
-      assert.deepEqual(res.metadata, { run: "1" });
-      assert.equal(res.output_text, expected);
-      assert.equal(res.output.length, 1);
-      const item = res.output[0]!;
-      assert.ok(item.type === "message");
-      assert.equal(item.role, "assistant");
-      assert.equal(item.status, "completed");
-      assert.equal(res.usage?.input_tokens, chat.usage?.prompt_tokens);
-      assert.equal(res.usage?.output_tokens, chat.usage?.completion_tokens);
-      assert.equal(res.usage?.total_tokens, chat.usage?.total_tokens);
+    await withOpenAIFrontend(
+      workers,
+      ["echo", "scripted", "failing"],
+      async ({ client, baseUrl }) => {
+        // The echo engine answers with the prompt up to its first end of turn.
+        const chat = await client.chat.completions.create({
+          model: "echo",
+          messages: [{ role: "user", content: "Hello there" }],
+        });
+        const expected = chat.choices[0]!.message.content!;
+        assert.match(expected, /Hello there/);
+        const res = await client.responses.create({
+          model: "echo",
+          input: "Hello there",
+          metadata: { run: "1" },
+        });
+        assert.equal(res.object, "response");
+        assert.match(res.id, /^resp_/);
+        assert.equal(res.status, "completed");
+        assert.equal(res.model, "echo");
+        assert.deepEqual(res.metadata, { run: "1" });
+        assert.equal(res.output_text, expected);
+        assert.equal(res.output.length, 1);
+        const item = res.output[0]!;
+        assert.ok(item.type === "message");
+        assert.equal(item.role, "assistant");
+        assert.equal(item.status, "completed");
+        assert.equal(res.usage?.input_tokens, chat.usage?.prompt_tokens);
+        assert.equal(res.usage?.output_tokens, chat.usage?.completion_tokens);
+        assert.equal(res.usage?.total_tokens, chat.usage?.total_tokens);
 
-      // Instructions are the system message.
-      const withSystem = await client.chat.completions.create({
-        model: "echo",
-        messages: [
-          { role: "system", content: "Be brief." },
-          { role: "user", content: "Hello there" },
-        ],
-      });
-      const instructed = await client.responses.create({
-        model: "echo",
-        instructions: "Be brief.",
-        input: "Hello there",
-      });
-      assert.equal(instructed.instructions, "Be brief.");
-      assert.match(instructed.output_text, /Be brief\./);
-      assert.equal(instructed.output_text, withSystem.choices[0]!.message.content);
+        // Instructions are the system message.
+        const withSystem = await client.chat.completions.create({
+          model: "echo",
+          messages: [
+            { role: "system", content: "Be brief." },
+            { role: "user", content: "Hello there" },
+          ],
+        });
+        const instructed = await client.responses.create({
+          model: "echo",
+          instructions: "Be brief.",
+          input: "Hello there",
+        });
+        assert.equal(instructed.instructions, "Be brief.");
+        assert.match(instructed.output_text, /Be brief\./);
+        assert.equal(instructed.output_text, withSystem.choices[0]!.message.content);
 
-      // Input items, with a developer message standing for the instructions.
-      const items = await client.responses.create({
-        model: "echo",
-        input: [
-          {
-            type: "message",
+        // Input items, with a developer message standing for the instructions.
+        const items = await client.responses.create({
+          model: "echo",
+          input: [
+            {
+              type: "message",
+              role: "user",
+              content: [{ type: "input_text", text: "Hello " }, {
+                type: "input_text",
+                text: "there",
+              }],
+            },
+          ],
+        });
+        assert.equal(items.output_text, expected);
+        const developer = await client.responses.create({
+          model: "echo",
+          input: [{ role: "developer", content: "Be brief." }, {
             role: "user",
-            content: [{ type: "input_text", text: "Hello " }, {
-              type: "input_text",
-              text: "there",
-            }],
-          },
-        ],
-      });
-      assert.equal(items.output_text, expected);
-      const developer = await client.responses.create({
-        model: "echo",
-        input: [{ role: "developer", content: "Be brief." }, {
-          role: "user",
-          content: "Hello there",
-        }],
-      });
-      assert.equal(developer.output_text, instructed.output_text);
+            content: "Hello there",
+          }],
+        });
+        assert.equal(developer.output_text, instructed.output_text);
 
-      const stream = await client.responses.create({
-        model: "echo",
-        input: "Hello there",
-        stream: true,
-      });
-      const events: Event[] = [];
-      for await (const e of stream) events.push(e);
-      const final = checkEvents(events);
-      assert.equal(final.status, "completed");
-      assert.equal(final.output_text ?? outputText(final), expected);
-      assert.ok(events.some((e) => e.type === "response.output_text.delta"));
-      assert.ok(events.filter((e) => e.type === "response.output_text.delta").length > 1);
-      assert.equal(final.usage?.output_tokens, chat.usage?.completion_tokens);
+        const stream = await client.responses.create({
+          model: "echo",
+          input: "Hello there",
+          stream: true,
+        });
+        const events: Event[] = [];
+        for await (const e of stream) events.push(e);
+        const final = checkEvents(events);
+        assert.equal(final.status, "completed");
+        assert.equal(final.output_text ?? outputText(final), expected);
+        assert.ok(events.some((e) => e.type === "response.output_text.delta"));
+        assert.ok(events.filter((e) => e.type === "response.output_text.delta").length > 1);
+        assert.equal(final.usage?.output_tokens, chat.usage?.completion_tokens);
 
-      // The wire: `event:` names the data's type; x-request-id comes back.
-      const raw = await fetch(`${baseUrl}/v1/responses`, {
-        method: "POST",
-        headers: { "content-type": "application/json", "x-request-id": "resp-test-1" },
-        body: JSON.stringify({ model: "echo", input: "Hi", stream: true }),
-      });
-      assert.equal(raw.headers.get("x-request-id"), "resp-test-1");
-      assert.match(raw.headers.get("content-type") ?? "", /text\/event-stream/);
-      const blocks = (await raw.text()).split("\n\n").filter((b) => b !== "");
-      for (const block of blocks) {
-        const [eventLine, dataLine] = block.split("\n");
-        const type = /^event: (\S+)$/.exec(eventLine ?? "")?.[1];
-        assert.equal(JSON.parse(dataLine!.replace(/^data: /, "")).type, type);
-      }
-      assert.match(blocks.at(-1)!, /^event: response\.completed/);
-      // The client's id is the response's.
-      assert.match(blocks[0]!, /"id":"resp_resp-test-1"/);
+        // The wire: `event:` names the data's type; x-request-id comes back.
+        const raw = await fetch(`${baseUrl}/v1/responses`, {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-request-id": "resp-test-1" },
+          body: JSON.stringify({ model: "echo", input: "Hi", stream: true }),
+        });
+        assert.equal(raw.headers.get("x-request-id"), "resp-test-1");
+        assert.match(raw.headers.get("content-type") ?? "", /text\/event-stream/);
+        const blocks = (await raw.text()).split("\n\n").filter((b) => b !== "");
+        for (const block of blocks) {
+          const [eventLine, dataLine] = block.split("\n");
+          const type = /^event: (\S+)$/.exec(eventLine ?? "")?.[1];
+          assert.equal(JSON.parse(dataLine!.replace(/^data: /, "")).type, type);
+        }
+        assert.match(blocks.at(-1)!, /^event: response\.completed/);
+        // The client's id is the response's.
+        assert.match(blocks[0]!, /"id":"resp_resp-test-1"/);
 
-      // Out of tokens: incomplete, and says why.
-      const short = await client.responses.create({
-        model: "echo",
-        input: "Hello there",
-        max_output_tokens: 3,
-      });
-      assert.equal(short.status, "incomplete");
-      assert.equal(short.incomplete_details?.reason, "max_output_tokens");
-      assert.equal(short.usage?.output_tokens, 3);
-    });
+        // A worker that fails mid-stream: the stream ends with response.failed, saying why.
+        const broken = await client.responses.create({
+          model: "failing",
+          input: "Hello there",
+          stream: true,
+        });
+        const brokenEvents: Event[] = [];
+        for await (const e of broken) brokenEvents.push(e);
+        brokenEvents.forEach((e, i) => assert.equal(e.sequence_number, i));
+        const failed = brokenEvents.at(-1)!;
+        assert.equal(failed.type, "response.failed");
+        assert.ok(failed.type === "response.failed");
+        assert.equal(failed.response.status, "failed");
+        assert.match(failed.response.error?.message ?? "", /the engine broke down/);
+
+        // Out of tokens: incomplete, and says why.
+        const short = await client.responses.create({
+          model: "echo",
+          input: "Hello there",
+          max_output_tokens: 3,
+        });
+        assert.equal(short.status, "incomplete");
+        assert.equal(short.incomplete_details?.reason, "max_output_tokens");
+        assert.equal(short.usage?.output_tokens, 3);
+      },
+    );
   },
 });
 
@@ -250,7 +282,7 @@ Deno.test({
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    await withOpenAIFrontend(workers, ["echo", "scripted"], async ({ client }) => {
+    await withOpenAIFrontend(workers, ["echo", "scripted", "failing"], async ({ client }) => {
       const first = await client.responses.create({
         model: "scripted",
         input: "What is the weather in Paris?",
@@ -310,7 +342,7 @@ Deno.test({
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    await withOpenAIFrontend(workers, ["echo", "scripted"], async ({ baseUrl }) => {
+    await withOpenAIFrontend(workers, ["echo", "scripted", "failing"], async ({ baseUrl }) => {
       const fails = async (body: Record<string, unknown>, status: number, param: string | null) => {
         const res = await fetch(`${baseUrl}/v1/responses`, {
           method: "POST",

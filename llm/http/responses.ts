@@ -76,7 +76,8 @@ export async function responsesRoute(
     const pipeline = await options.pipelines.get(model);
     const run = await pipeline.start("chat", chat, ctx, admission, requestId);
     if (stream) {
-      const response = sseResponse(new ResponsesEvents(run.sse(), base), ctx, request, admission);
+      const events = new ResponsesEvents(run.sse(), base, () => admission.finish("error"));
+      const response = sseResponse(events, ctx, request, admission);
       response.headers.set("x-request-id", requestId);
       return response;
     }
@@ -109,11 +110,18 @@ class ResponsesEvents implements SseSource {
   readonly #chat: SseSource;
   readonly #base: ResponseBase;
   readonly #events: AsyncGenerator<string, void, void>;
+  readonly #onFailed: () => void;
   #sequence = 0;
 
-  constructor(chat: SseSource, base: ResponseBase) {
+  /**
+   * @param chat the chat pipeline's events
+   * @param base what every Response object of the request shares
+   * @param onFailed called when the stream ends with `response.failed`
+   */
+  constructor(chat: SseSource, base: ResponseBase, onFailed: () => void) {
     this.#chat = chat;
     this.#base = base;
+    this.#onFailed = onFailed;
     this.#events = this.#run();
   }
 
@@ -279,6 +287,7 @@ class ResponsesEvents implements SseSource {
       // The status line is long gone: the failure is the stream's last event.
       this.#chat.close();
       this.#finished = true;
+      this.#onFailed();
       yield this.#event("response.failed", {
         response: responseObject(base, "failed", output, {
           error: {

@@ -129,6 +129,37 @@ Deno.test({
 });
 
 Deno.test({
+  name: "/v1/embeddings and chat on one model behind --router-mode kv",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    await withOpenAIFrontend(
+      workers,
+      ["tiny-embed"],
+      async ({ client }) => {
+        const res = await client.embeddings.create({
+          model: "tiny-embed",
+          input: ["hello world", "hello world"],
+          encoding_format: "float",
+        });
+        const [a, b] = res.data.map((d) => d.embedding) as [number[], number[]];
+        assert.ok(Math.abs(cosine(a, b) - 1) < 1e-6);
+        // Chat on the same model is still KV-routed.
+        const chat = await client.chat.completions.create({
+          model: "tiny-embed",
+          messages: [{ role: "user", content: "hi" }],
+          max_tokens: 2,
+          temperature: 0,
+        });
+        assert.equal(chat.usage?.completion_tokens, 2);
+      },
+      {},
+      { routerMode: "kv" },
+    );
+  },
+});
+
+Deno.test({
   name: "/v1/embeddings refuses bad requests in OpenAI's error shape",
   sanitizeOps: false,
   sanitizeResources: false,

@@ -3,7 +3,7 @@
 
 import OpenAI from "openai";
 import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
-import { ModelManager } from "../../llm/model/registry.ts";
+import { ModelManager, type ModelManagerOptions } from "../../llm/model/registry.ts";
 import { createFrontend, type FrontendOptions } from "../../llm/http/app.ts";
 
 /** What a test body gets: the client, the server's base URL (`http://127.0.0.1:PORT`). */
@@ -19,24 +19,26 @@ export interface OpenAIFrontend {
  * `body`, and stops everything.
  *
  * @param setup starts the workers (and returns what to close afterwards, if anything)
- * @param models the model names to wait for
+ * @param names the model names to wait for
  * @param body the test
  * @param frontend extra createFrontend options
+ * @param manager ModelManager options (router mode)
  */
 export async function withOpenAIFrontend(
   setup: (runtime: DistributedRuntime) => Promise<(() => Promise<void>) | void>,
-  models: string[],
+  names: string[],
   body: (f: OpenAIFrontend) => Promise<void>,
   frontend: Partial<FrontendOptions> = {},
+  manager: ModelManagerOptions = {},
 ): Promise<void> {
   const runtime = await DistributedRuntime.connect();
   let cleanup: (() => Promise<void>) | void = undefined;
   let server: Deno.HttpServer | undefined;
-  const manager = new ModelManager(runtime);
+  const models = new ModelManager(runtime, manager);
   try {
     cleanup = await setup(runtime);
-    await manager.start();
-    const app = createFrontend({ ...frontend, models: manager });
+    await models.start();
+    const app = createFrontend({ ...frontend, models });
     const listening = Promise.withResolvers<Deno.NetAddr>();
     server = Deno.serve({
       port: 0,
@@ -46,9 +48,9 @@ export async function withOpenAIFrontend(
     const { port } = await listening.promise;
     const baseUrl = `http://127.0.0.1:${port}`;
     const deadline = Date.now() + 10_000;
-    while (!models.every((name) => manager.list().some((m) => m.name === name))) {
+    while (!names.every((name) => models.list().some((m) => m.name === name))) {
       if (Date.now() > deadline) {
-        throw new Error(`models ${models.join(", ")} were not all listed within 10 s`);
+        throw new Error(`models ${names.join(", ")} were not all listed within 10 s`);
       }
       await new Promise((r) => setTimeout(r, 10));
     }
@@ -56,7 +58,7 @@ export async function withOpenAIFrontend(
     await body({ client, baseUrl, runtime });
   } finally {
     await server?.shutdown();
-    await manager.close();
+    await models.close();
     await runtime.shutdown();
     if (cleanup) await cleanup();
   }

@@ -224,6 +224,14 @@ Deno.test({
         assert.ok(events.filter((e) => e.type === "response.output_text.delta").length > 1);
         assert.equal(final.usage?.output_tokens, chat.usage?.completion_tokens);
 
+        // The SDK's own accumulator (responses.stream) folds the events into the same response.
+        const helper = client.responses.stream({ model: "echo", input: "Hello there" });
+        let helperText = "";
+        helper.on("response.output_text.delta", (e) => helperText += e.delta);
+        const folded = await helper.finalResponse();
+        assert.equal(folded.output_text, expected);
+        assert.equal(helperText, expected);
+
         // The wire: `event:` names the data's type; x-request-id comes back.
         const raw = await fetch(`${baseUrl}/v1/responses`, {
           method: "POST",
@@ -330,6 +338,16 @@ Deno.test({
       const argsDone = events.find((e) => e.type === "response.function_call_arguments.done");
       assert.ok(argsDone && argsDone.type === "response.function_call_arguments.done");
       assert.equal(argsDone.arguments, streamedCall!.arguments);
+
+      const helper = client.responses.stream({
+        model: "scripted",
+        input: "What is the weather in Paris?",
+        tools: [weatherTool],
+      });
+      const folded = await helper.finalResponse();
+      const foldedCall = folded.output.find((o) => o.type === "function_call");
+      assert.ok(foldedCall?.type === "function_call");
+      assert.deepEqual(JSON.parse(foldedCall.arguments), { city: "Paris" });
 
       const plain = await client.responses.create({ model: "scripted", input: "Hi" });
       assert.equal(plain.output_text, PLAIN_TEXT);

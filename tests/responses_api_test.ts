@@ -23,6 +23,7 @@ const CALL_TEXT =
   '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
 const FINAL_TEXT = "It is sunny in Paris, 21C.";
 const PLAIN_TEXT = "Hello! How can I help?";
+const THINKING_TEXT = "<think>\nThe user greets me.\n</think>\n\nHello!";
 
 /** A worker engine that writes a tool call when tools are offered, else a reply. */
 async function* scriptedEngine(req: PreprocessedRequest): AsyncGenerator<LLMEngineOutput> {
@@ -35,6 +36,16 @@ async function* scriptedEngine(req: PreprocessedRequest): AsyncGenerator<LLMEngi
     ? CALL_TEXT
     : PLAIN_TEXT;
   const ids = tok.encode(text, { addSpecialTokens: false });
+  for (let i = 0; i < ids.length; i++) {
+    yield i === ids.length - 1
+      ? { token_ids: [ids[i]!], finish_reason: "stop" }
+      : { token_ids: [ids[i]!] };
+  }
+}
+
+/** A worker engine that thinks, then answers. */
+async function* thinkingEngine(): AsyncGenerator<LLMEngineOutput> {
+  const ids = qwen3Tokenizer().encode(THINKING_TEXT, { addSpecialTokens: false });
   for (let i = 0; i < ids.length; i++) {
     yield i === ids.length - 1
       ? { token_ids: [ids[i]!], finish_reason: "stop" }
@@ -63,6 +74,13 @@ async function workers(runtime: DistributedRuntime) {
     modelName: "scripted",
     contextLength: 4096,
     toolCallParser: "hermes",
+  });
+  const thinking = runtime.namespace("resp").component("thinking").endpoint("generate");
+  thinking.serveEndpoint(thinkingEngine).catch(() => {});
+  await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, thinking, model, {
+    modelName: "thinking",
+    contextLength: 4096,
+    reasoningParser: "qwen3",
   });
   const failing = runtime.namespace("resp").component("failing").endpoint("generate");
   failing.serveEndpoint(failingEngine).catch(() => {});
@@ -140,7 +158,7 @@ Deno.test({
   async fn() {
     await withOpenAIFrontend(
       workers,
-      ["echo", "scripted", "failing"],
+      ["echo", "scripted", "thinking", "failing"],
       async ({ client, baseUrl }) => {
         // The echo engine answers with the prompt up to its first end of turn.
         const chat = await client.chat.completions.create({
@@ -290,68 +308,117 @@ Deno.test({
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    await withOpenAIFrontend(workers, ["echo", "scripted", "failing"], async ({ client }) => {
-      const first = await client.responses.create({
-        model: "scripted",
-        input: "What is the weather in Paris?",
-        tools: [weatherTool],
-      });
-      assert.equal(first.status, "completed");
-      const calls = first.output.filter((o) => o.type === "function_call");
-      assert.equal(calls.length, 1);
-      const call = calls[0]! as OpenAI.Responses.ResponseFunctionToolCall;
-      assert.equal(call.name, "get_weather");
-      assert.deepEqual(JSON.parse(call.arguments), { city: "Paris" });
-      assert.match(call.call_id, /^call_/);
-      assert.match(call.id ?? "", /^fc_/);
+    await withOpenAIFrontend(
+      workers,
+      ["echo", "scripted", "thinking", "failing"],
+      async ({ client }) => {
+        const first = await client.responses.create({
+          model: "scripted",
+          input: "What is the weather in Paris?",
+          tools: [weatherTool],
+        });
+        assert.equal(first.status, "completed");
+        const calls = first.output.filter((o) => o.type === "function_call");
+        assert.equal(calls.length, 1);
+        const call = calls[0]! as OpenAI.Responses.ResponseFunctionToolCall;
+        assert.equal(call.name, "get_weather");
+        assert.deepEqual(JSON.parse(call.arguments), { city: "Paris" });
+        assert.match(call.call_id, /^call_/);
+        assert.match(call.id ?? "", /^fc_/);
 
-      const second = await client.responses.create({
-        model: "scripted",
-        input: [
-          { role: "user", content: "What is the weather in Paris?" },
-          {
-            type: "function_call",
-            call_id: call.call_id,
-            name: call.name,
-            arguments: call.arguments,
-          },
-          { type: "function_call_output", call_id: call.call_id, output: '{"sky": "sunny"}' },
-        ],
-        tools: [weatherTool],
-      });
-      assert.equal(second.output_text, FINAL_TEXT);
+        const second = await client.responses.create({
+          model: "scripted",
+          input: [
+            { role: "user", content: "What is the weather in Paris?" },
+            {
+              type: "function_call",
+              call_id: call.call_id,
+              name: call.name,
+              arguments: call.arguments,
+            },
+            { type: "function_call_output", call_id: call.call_id, output: '{"sky": "sunny"}' },
+          ],
+          tools: [weatherTool],
+        });
+        assert.equal(second.output_text, FINAL_TEXT);
 
-      const stream = await client.responses.create({
-        model: "scripted",
-        input: "What is the weather in Paris?",
-        tools: [weatherTool],
-        stream: true,
-      });
-      const events: Event[] = [];
-      for await (const e of stream) events.push(e);
-      const final = checkEvents(events);
-      const streamedCall = final.output.find((o) => o.type === "function_call") as
-        | OpenAI.Responses.ResponseFunctionToolCall
-        | undefined;
-      assert.equal(streamedCall?.name, "get_weather");
-      assert.deepEqual(JSON.parse(streamedCall!.arguments), { city: "Paris" });
-      const argsDone = events.find((e) => e.type === "response.function_call_arguments.done");
-      assert.ok(argsDone && argsDone.type === "response.function_call_arguments.done");
-      assert.equal(argsDone.arguments, streamedCall!.arguments);
+        const stream = await client.responses.create({
+          model: "scripted",
+          input: "What is the weather in Paris?",
+          tools: [weatherTool],
+          stream: true,
+        });
+        const events: Event[] = [];
+        for await (const e of stream) events.push(e);
+        const final = checkEvents(events);
+        const streamedCall = final.output.find((o) => o.type === "function_call") as
+          | OpenAI.Responses.ResponseFunctionToolCall
+          | undefined;
+        assert.equal(streamedCall?.name, "get_weather");
+        assert.deepEqual(JSON.parse(streamedCall!.arguments), { city: "Paris" });
+        const argsDone = events.find((e) => e.type === "response.function_call_arguments.done");
+        assert.ok(argsDone && argsDone.type === "response.function_call_arguments.done");
+        assert.equal(argsDone.arguments, streamedCall!.arguments);
 
-      const helper = client.responses.stream({
-        model: "scripted",
-        input: "What is the weather in Paris?",
-        tools: [weatherTool],
-      });
-      const folded = await helper.finalResponse();
-      const foldedCall = folded.output.find((o) => o.type === "function_call");
-      assert.ok(foldedCall?.type === "function_call");
-      assert.deepEqual(JSON.parse(foldedCall.arguments), { city: "Paris" });
+        const helper = client.responses.stream({
+          model: "scripted",
+          input: "What is the weather in Paris?",
+          tools: [weatherTool],
+        });
+        const folded = await helper.finalResponse();
+        const foldedCall = folded.output.find((o) => o.type === "function_call");
+        assert.ok(foldedCall?.type === "function_call");
+        assert.deepEqual(JSON.parse(foldedCall.arguments), { city: "Paris" });
 
-      const plain = await client.responses.create({ model: "scripted", input: "Hi" });
-      assert.equal(plain.output_text, PLAIN_TEXT);
-    });
+        const plain = await client.responses.create({ model: "scripted", input: "Hi" });
+        assert.equal(plain.output_text, PLAIN_TEXT);
+      },
+    );
+  },
+});
+
+Deno.test({
+  name: "/v1/responses puts reasoning in a reasoning item, streamed and not",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    await withOpenAIFrontend(
+      workers,
+      ["echo", "scripted", "thinking", "failing"],
+      async ({ client }) => {
+        const res = await client.responses.create({ model: "thinking", input: "Hi" });
+        assert.deepEqual(res.output.map((o) => o.type), ["reasoning", "message"]);
+        const reasoning = res.output[0]!;
+        assert.ok(reasoning.type === "reasoning");
+        assert.deepEqual(reasoning.content, [{
+          type: "reasoning_text",
+          text: "\nThe user greets me.\n",
+        }]);
+        assert.equal(res.output_text, "Hello!");
+
+        const stream = await client.responses.create({
+          model: "thinking",
+          input: "Hi",
+          stream: true,
+        });
+        const events: Event[] = [];
+        for await (const e of stream) events.push(e);
+        const final = checkEvents(events);
+        assert.deepEqual(
+          final.output,
+          res.output.map((o, i) => ({ ...o, id: final.output[i]!.id })),
+        );
+        const done = events.find((e) => e.type === "response.reasoning_text.done");
+        assert.ok(done?.type === "response.reasoning_text.done");
+        assert.equal(done.text, "\nThe user greets me.\n");
+        // The reasoning item is done before the message starts.
+        const types = events.map((e) => e.type);
+        assert.ok(
+          types.indexOf("response.reasoning_text.done") <
+            types.indexOf("response.output_text.delta"),
+        );
+      },
+    );
   },
 });
 
@@ -360,50 +427,58 @@ Deno.test({
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    await withOpenAIFrontend(workers, ["echo", "scripted", "failing"], async ({ baseUrl }) => {
-      const fails = async (body: Record<string, unknown>, status: number, param: string | null) => {
-        const res = await fetch(`${baseUrl}/v1/responses`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify(body),
-        });
-        const json = await res.json();
-        assert.equal(res.status, status, JSON.stringify(json));
-        assert.equal(json.error.param, param, JSON.stringify(json));
-        assert.equal(json.error.type, "invalid_request_error");
-        return json.error;
-      };
-      const stored = await fails(
-        { model: "echo", input: "hi", previous_response_id: "resp_1" },
-        400,
-        "previous_response_id",
-      );
-      assert.match(stored.message, /stores no responses/);
-      await fails({ model: "echo" }, 400, "input");
-      await fails({ model: "echo", input: [] }, 400, "input");
-      await fails(
-        { model: "echo", input: [{ role: "robot", content: "x" }] },
-        400,
-        "input[0].role",
-      );
-      await fails(
-        { model: "echo", input: [{ role: "user", content: [{ type: "input_image" }] }] },
-        400,
-        "input[0].content[0].type",
-      );
-      await fails({ model: "echo", input: "hi", max_output_tokens: 0 }, 400, "max_output_tokens");
-      await fails({ model: "echo", input: "hi", temperature: 5 }, 400, "temperature");
-      await fails(
-        { model: "echo", input: "hi", tools: [{ type: "web_search" }] },
-        400,
-        "tools[0].type",
-      );
-      await fails(
-        { model: "echo", input: "hi", text: { format: { type: "json_object" } } },
-        400,
-        "text.format",
-      );
-      await fails({ model: "nope", input: "hi" }, 404, "model");
-    });
+    await withOpenAIFrontend(
+      workers,
+      ["echo", "scripted", "thinking", "failing"],
+      async ({ baseUrl }) => {
+        const fails = async (
+          body: Record<string, unknown>,
+          status: number,
+          param: string | null,
+        ) => {
+          const res = await fetch(`${baseUrl}/v1/responses`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify(body),
+          });
+          const json = await res.json();
+          assert.equal(res.status, status, JSON.stringify(json));
+          assert.equal(json.error.param, param, JSON.stringify(json));
+          assert.equal(json.error.type, "invalid_request_error");
+          return json.error;
+        };
+        const stored = await fails(
+          { model: "echo", input: "hi", previous_response_id: "resp_1" },
+          400,
+          "previous_response_id",
+        );
+        assert.match(stored.message, /stores no responses/);
+        await fails({ model: "echo" }, 400, "input");
+        await fails({ model: "echo", input: [] }, 400, "input");
+        await fails(
+          { model: "echo", input: [{ role: "robot", content: "x" }] },
+          400,
+          "input[0].role",
+        );
+        await fails(
+          { model: "echo", input: [{ role: "user", content: [{ type: "input_image" }] }] },
+          400,
+          "input[0].content[0].type",
+        );
+        await fails({ model: "echo", input: "hi", max_output_tokens: 0 }, 400, "max_output_tokens");
+        await fails({ model: "echo", input: "hi", temperature: 5 }, 400, "temperature");
+        await fails(
+          { model: "echo", input: "hi", tools: [{ type: "web_search" }] },
+          400,
+          "tools[0].type",
+        );
+        await fails(
+          { model: "echo", input: "hi", text: { format: { type: "json_object" } } },
+          400,
+          "text.format",
+        );
+        await fails({ model: "nope", input: "hi" }, 404, "model");
+      },
+    );
   },
 });

@@ -60,34 +60,35 @@ async function* failingEngine(req: PreprocessedRequest): AsyncGenerator<LLMEngin
   throw new Error("the engine broke down");
 }
 
-async function workers(runtime: DistributedRuntime) {
-  const model = await builtinTestModel();
-  const echo = runtime.namespace("resp").component("echo").endpoint("generate");
-  echo.serveEndpoint(echoEngine()).catch(() => {});
-  await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, echo, model, {
-    modelName: "echo",
-    contextLength: 4096,
-  });
-  const scripted = runtime.namespace("resp").component("scripted").endpoint("generate");
-  scripted.serveEndpoint(scriptedEngine).catch(() => {});
-  await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, scripted, model, {
-    modelName: "scripted",
-    contextLength: 4096,
-    toolCallParser: "hermes",
-  });
-  const thinking = runtime.namespace("resp").component("thinking").endpoint("generate");
-  thinking.serveEndpoint(thinkingEngine).catch(() => {});
-  await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, thinking, model, {
-    modelName: "thinking",
-    contextLength: 4096,
-    reasoningParser: "qwen3",
-  });
-  const failing = runtime.namespace("resp").component("failing").endpoint("generate");
-  failing.serveEndpoint(failingEngine).catch(() => {});
-  await registerLlm(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, failing, model, {
-    modelName: "failing",
-    contextLength: 4096,
-  });
+/** The test models: each an engine and the parsers its card names. */
+const MODELS = {
+  echo: { engine: echoEngine(), parsers: {} },
+  scripted: { engine: scriptedEngine, parsers: { toolCallParser: "hermes" } },
+  thinking: { engine: thinkingEngine, parsers: { reasoningParser: "qwen3" } },
+  failing: { engine: failingEngine, parsers: {} },
+} as const;
+type ModelName = keyof typeof MODELS;
+
+/** Starts workers serving the named test models (each its own card, tokenizer, pipeline). */
+function workers(...names: ModelName[]) {
+  return async (runtime: DistributedRuntime) => {
+    const model = await builtinTestModel();
+    for (const name of names) {
+      const endpoint = runtime.namespace("resp").component(name).endpoint("generate");
+      endpoint.serveEndpoint(MODELS[name].engine).catch(() => {});
+      await registerLlm(
+        ModelInput.Tokens,
+        ModelType.Chat | ModelType.Completions,
+        endpoint,
+        model,
+        {
+          modelName: name,
+          contextLength: 4096,
+          ...MODELS[name].parsers,
+        },
+      );
+    }
+  };
 }
 
 const weatherTool: OpenAI.Responses.FunctionTool = {
@@ -157,8 +158,8 @@ Deno.test({
   sanitizeResources: false,
   async fn() {
     await withOpenAIFrontend(
-      workers,
-      ["echo", "scripted", "thinking", "failing"],
+      workers("echo", "failing"),
+      ["echo", "failing"],
       async ({ client, baseUrl }) => {
         // The echo engine answers with the prompt up to its first end of turn.
         const chat = await client.chat.completions.create({
@@ -309,8 +310,8 @@ Deno.test({
   sanitizeResources: false,
   async fn() {
     await withOpenAIFrontend(
-      workers,
-      ["echo", "scripted", "thinking", "failing"],
+      workers("scripted"),
+      ["scripted"],
       async ({ client }) => {
         const first = await client.responses.create({
           model: "scripted",
@@ -383,8 +384,8 @@ Deno.test({
   sanitizeResources: false,
   async fn() {
     await withOpenAIFrontend(
-      workers,
-      ["echo", "scripted", "thinking", "failing"],
+      workers("thinking"),
+      ["thinking"],
       async ({ client }) => {
         const res = await client.responses.create({ model: "thinking", input: "Hi" });
         assert.deepEqual(res.output.map((o) => o.type), ["reasoning", "message"]);
@@ -428,8 +429,8 @@ Deno.test({
   sanitizeResources: false,
   async fn() {
     await withOpenAIFrontend(
-      workers,
-      ["echo", "scripted", "thinking", "failing"],
+      workers("echo"),
+      ["echo"],
       async ({ baseUrl }) => {
         const fails = async (
           body: Record<string, unknown>,

@@ -21,8 +21,11 @@ import { tinyLlamaGguf } from "./_helpers/tiny_gguf.ts";
 const smol = await smolLm2();
 const skipped = smol.path === undefined ? ` (skipped: ${smol.reason})` : "";
 
-/** A llama.cpp worker for `path` named `name`, and an echo worker named "echo". */
-function workers(path: string, name: string) {
+/**
+ * A llama.cpp worker for `path` named `name`; with `others`, an echo worker named "echo" and a
+ * mocker named "mocker" (engines without guided decoding).
+ */
+function workers(path: string, name: string, others = false) {
   return async (runtime: DistributedRuntime) => {
     const endpoint = runtime.namespace("so").component("llama").endpoint("generate");
     const worker = await runLlamaCppWorker(endpoint, path, {
@@ -31,6 +34,7 @@ function workers(path: string, name: string) {
       publish: false,
       register: { modelName: name },
     });
+    if (!others) return () => worker.serving;
     const echo = runtime.namespace("so").component("echo").endpoint("generate");
     echo.serveEndpoint(echoEngine()).catch(() => {});
     await registerLlm(
@@ -90,7 +94,7 @@ Deno.test({
     const tiny = await tinyLlamaGguf();
     await withOpenAIFrontend(
       workers(tiny, "tiny"),
-      ["tiny", "echo", "mocker"],
+      ["tiny"],
       async ({ client }) => {
         const response_format = {
           type: "json_schema" as const,
@@ -165,7 +169,7 @@ Deno.test({
   async fn() {
     const tiny = await tinyLlamaGguf();
     await withOpenAIFrontend(
-      workers(tiny, "tiny"),
+      workers(tiny, "tiny", true),
       ["tiny", "echo", "mocker"],
       async ({ client }) => {
         const ask = async (model: string, schema: unknown) => {
@@ -240,7 +244,7 @@ Deno.test({
     };
     await withOpenAIFrontend(
       workers(smol.path!, "smol"),
-      ["smol", "echo", "mocker"],
+      ["smol"],
       async ({ client }) => {
         const res = await client.chat.completions.create({
           model: "smol",

@@ -258,12 +258,15 @@ export class LlamaCppEngine {
   /**
    * Serves one pre-processed request: evaluates its prompt, then samples token by token until an
    * eos or stop token, `max_tokens`, the end of the context, or the caller stops the context.
+   * With `sampling_options.guided_decoding.json` (a JSON schema) sampling follows the schema's
+   * grammar and ends (`stop`) once the output is a complete JSON value.
    *
    * @param request `{token_ids, stop_conditions, sampling_options, eos_token_ids}`
    * @param ctx the request's context; stopping it ends generation within one decode step
    * @param prepare readies the sequence (default: keep the prefix it shares with the prompt)
    * @returns the generated tokens, one output per token, the last with `finish_reason`
-   * @throws {LlamaCppRequestError} no prompt tokens, or a prompt that fills the context
+   * @throws {LlamaCppRequestError} no prompt tokens, a prompt that fills the context, or a
+   *   guided-decoding schema outside the subset a grammar enforces
    */
   async *generate(
     request: PreprocessedRequest,

@@ -135,6 +135,7 @@ Options:
   --max-num-seqs N         mocker: running sequences per worker (default 256);
                            llamacpp: sequences in the context (default 4)
   --n-gpu-layers N         llamacpp: layers offloaded to a GPU (default 0)
+  --embedding              llamacpp: also serve /v1/embeddings with the model
   --max-num-batched-tokens N
                            mocker: tokens per forward pass (default 8192)
   -h, --help               show this help`;
@@ -193,6 +194,7 @@ async function run(args: string[], io: Io): Promise<number> {
     "max-num-batched-tokens": { type: "string" },
     "n-gpu-layers": { type: "string" },
     "reference-wire": { type: "boolean" },
+    embedding: { type: "boolean" },
     help: { type: "boolean", short: "h" },
   } as const;
   rejectReferenceOnlyFlags("run", args, flags);
@@ -224,6 +226,9 @@ async function run(args: string[], io: Io): Promise<number> {
     );
   }
   if (rest.length > 1) throw new UsageError(`at most one MODEL, got ${rest.join(" ")}`, "run");
+  if (values.embedding && output !== "llamacpp") {
+    throw new UsageError(`--embedding is for out=llamacpp, got out=${output}`, "run");
+  }
   const http = parseHttpFlags("run", values, { host: "127.0.0.1" });
   if (values["reference-wire"] && (!worker || output.startsWith("openai"))) {
     throw new UsageError(
@@ -303,6 +308,7 @@ async function run(args: string[], io: Io): Promise<number> {
         kvBlockSize: parseIntFlag("block-size", values["block-size"], 1),
         contextLength,
         logger,
+        embedding: values.embedding === true,
       },
     };
     modelInput = ModelInput.Tokens;
@@ -501,6 +507,8 @@ async function run(args: string[], io: Io): Promise<number> {
         contextLength: contextLength ?? upstreamContext,
         migrationLimit,
         huggingFace: huggingFaceOptionsFromEnv(),
+        // Named in the frontend's errors (e.g. no guided decoding for `response_format`).
+        ...(output === "echo" ? { runtimeData: { engine: "echo" } } : {}),
       },
     );
     logger.info("model registered", {
@@ -631,6 +639,7 @@ interface LlamaCppWorkerOptions {
   kvBlockSize?: number;
   contextLength?: number;
   logger?: Logger;
+  embedding?: boolean;
   register?: { modelName?: string; migrationLimit?: number };
 }
 

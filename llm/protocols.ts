@@ -56,6 +56,18 @@ export interface SamplingOptions {
   repetition_penalty?: number;
   /** Random seed, for reproducible sampling. */
   seed?: number;
+  /** Constrain the output (the reference's `GuidedDecodingOptions`): structured output. */
+  guided_decoding?: GuidedDecodingOptions;
+}
+
+/**
+ * Grammar-guided decoding of a pre-processed request: `json` is the JSON schema the answer must
+ * follow (`response_format` json_schema; json_object sends `{type: "object"}`). Only engines that
+ * say so in their card (`runtime_config.runtime_data.guided_decoding`) receive it.
+ */
+export interface GuidedDecodingOptions {
+  /** The JSON schema the output must validate against. */
+  json?: unknown;
 }
 
 /** What the engine returns besides tokens (the reference's `OutputOptions`). */
@@ -192,6 +204,33 @@ export interface ModelRuntimeConfig {
   tool_call_parser?: string;
   /** The reasoning parser of the model's answers (`--dyn-reasoning-parser`: qwen3, ...). */
   reasoning_parser?: string;
+  /**
+   * Engine-specific facts (the reference's `runtime_data`). Read by the frontend: `engine` (its
+   * name, for error messages) and `guided_decoding` (the `response_format` types the engine
+   * enforces: "json_object", "json_schema").
+   */
+  runtime_data?: Record<string, unknown>;
+}
+
+/**
+ * What a Tokens-input engine receives for `/v1/embeddings` (the reference's
+ * `PreprocessedEmbeddingRequest`): one token list per input.
+ */
+export interface PreprocessedEmbeddingRequest {
+  /** The model name the client asked for. */
+  model: string;
+  /** The inputs' token ids, one list per input. */
+  token_ids: number[][];
+}
+
+/** What an engine yields for an embedding request (one item; the reference's `EmbeddingsEngineOutput`). */
+export interface EmbeddingsEngineOutput {
+  /** One vector per input, in order. */
+  embeddings: number[][];
+  /** Tokens read, over all inputs. */
+  prompt_tokens: number;
+  /** Tokens in all (equal to `prompt_tokens`). */
+  total_tokens: number;
 }
 
 /** The discovery record that makes a model routable: `v1/models/{namespace}/{component}/{endpoint}/{instance}`. */

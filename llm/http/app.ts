@@ -17,7 +17,9 @@ import { type EndpointKind, parseRequest } from "../pipeline/parse.ts";
 import { resolveModel } from "../pipeline/resolve.ts";
 import { reasoningFormat } from "../parsers/reasoning.ts";
 import { toolCallFormat } from "../parsers/tool_calls.ts";
+import { embeddingsRoute } from "./embeddings.ts";
 import { routePath } from "./guard.ts";
+import { responsesRoute } from "./responses.ts";
 import { FrontendMetrics } from "./metrics.ts";
 
 export { aggregateChunks } from "../pipeline/encode.ts";
@@ -60,7 +62,11 @@ export interface FrontendOptions {
 
 /** The frontend: a fetch handler and its metrics. */
 export interface Frontend {
-  /** Answers one HTTP request (OpenAI routes, `/health`, `/live`, `/metrics`). */
+  /**
+   * Answers one HTTP request: the OpenAI routes (`/v1/chat/completions`, `/v1/completions`,
+   * `/v1/responses`, `/v1/embeddings`, `/v1/models`, `/v1/models/{id}`), `/health`, `/live`,
+   * `/metrics`.
+   */
   fetch(request: Request): Promise<Response>;
   /** The frontend's Prometheus metrics. */
   readonly metrics: FrontendMetrics;
@@ -119,6 +125,21 @@ export function createFrontend(options: FrontendOptions): Frontend {
       case "/v1/completions":
         only("POST");
         return await generate("completion", request);
+      case "/v1/responses":
+        only("POST");
+        return await responsesRoute(request, clientRequestId(request) ?? crypto.randomUUID(), {
+          models,
+          pipelines,
+          metrics,
+          maxBodyBytes: maxBody,
+        });
+      case "/v1/embeddings":
+        only("POST");
+        return await embeddingsRoute(request, clientRequestId(request) ?? crypto.randomUUID(), {
+          models,
+          metrics,
+          maxBodyBytes: maxBody,
+        });
       case "/v1/models":
         only("GET");
         return jsonResponse({ object: "list", data: models.list().map(modelObject) });
@@ -188,7 +209,8 @@ export function createFrontend(options: FrontendOptions): Frontend {
     const req = await parseRequest(request, kind, maxBody);
     const model = resolveModel(models, req.model);
     const admission = admit(metrics, model.name, kind, req.stream === true);
-    // Internal ids stay unique (routing books load by them); a client's own id is echoed.
+    // Internal ids stay unique (routing books load by them); a client's own id is the
+    // answer's (`chatcmpl-ID`) and is echoed.
     const ctx = new Context(crypto.randomUUID());
     const echoId = clientRequestId(request) ?? ctx.id;
     if (span !== undefined) {
@@ -199,7 +221,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
     }
     try {
       const pipeline = await pipelines.get(model);
-      const run = await pipeline.start(kind, req, ctx, admission);
+      const run = await pipeline.start(kind, req, ctx, admission, echoId);
       if (req.stream) {
         return sseResponse(run.sse(), ctx, admission, echoId);
       }

@@ -317,7 +317,8 @@ Deno.test("GET /v1/models/{id} describes one model (ids with slashes too); x-req
     for (const stream of [false, true]) {
       const mine = await ask({ "x-request-id": "client-42.a:b" }, stream);
       assert.equal(mine.headers.get("x-request-id"), "client-42.a:b");
-      await mine.text();
+      // The answer's id is the client's too.
+      assert.match(await mine.text(), /"id":"cmpl-client-42\.a:b"/);
       const bad = await ask({ "x-request-id": "not safe\u00e9" }, stream);
       assert.match(
         bad.headers.get("x-request-id") ?? "",

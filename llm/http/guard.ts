@@ -9,9 +9,9 @@ import type { FrontendMetrics } from "./metrics.ts";
 /** Options of {@linkcode guardFrontend}. */
 export interface GuardOptions {
   /**
-   * Generation requests (`POST /v1/chat/completions`, `POST /v1/completions`) handled at
-   * once, each counted from its arrival until the last byte of its response is sent or its
-   * client goes away (default 1024). A client that uploads its body slowly holds its slot
+   * Generation requests (`POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`,
+   * `/v1/embeddings`) handled at once, each counted from its arrival until the last byte of
+   * its response is sent or its client goes away (default 1024). A client that uploads its body slowly holds its slot
    * meanwhile: the body has no read deadline of its own.
    */
   maxInflight?: number;
@@ -49,7 +49,12 @@ export interface Guard {
 /** Why a request was refused (the `reason` label of the rejection counter). */
 export type RejectReason = "overloaded" | "queue_timeout" | "unauthorized";
 
-const GENERATION_PATHS = new Set(["/v1/chat/completions", "/v1/completions"]);
+const GENERATION_PATHS = new Set([
+  "/v1/chat/completions",
+  "/v1/completions",
+  "/v1/responses",
+  "/v1/embeddings",
+]);
 const OPEN_PATHS = new Set(["/health", "/live", "/metrics"]);
 const JSON_TYPE = "application/json";
 

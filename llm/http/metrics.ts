@@ -34,7 +34,7 @@ const TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144];
 export interface RequestLabels {
   /** The model's name as the request gave it. */
   model: string;
-  /** "chat_completions" or "completions". */
+  /** "chat_completions", "completions", "responses" or "embeddings". */
   endpoint: string;
   /** "stream" or "unary". */
   request_type: string;

@@ -68,6 +68,11 @@ export interface LoadModelOptions {
   toolCallParser?: string;
   /** The reasoning parser of its chat answers (`runtime_config.reasoning_parser`): basic, qwen3, deepseek_r1. */
   reasoningParser?: string;
+  /**
+   * Engine-specific facts for frontends (the card's `runtime_config.runtime_data`), e.g.
+   * `{engine: "llamacpp", guided_decoding: ["json_object", "json_schema"]}`.
+   */
+  runtimeData?: Record<string, unknown>;
   /** Where and how to download repo ids. */
   huggingFace?: HuggingFaceOptions;
   /** Cancels the load (and its download). */
@@ -287,6 +292,12 @@ function baseCard(
       ...(options.reasoningParser === undefined
         ? {}
         : { reasoning_parser: options.reasoningParser }),
+    };
+  }
+  if (options.runtimeData !== undefined) {
+    card.runtime_config = {
+      ...card.runtime_config,
+      runtime_data: JSON.parse(JSON.stringify(options.runtimeData)),
     };
   }
   return card;

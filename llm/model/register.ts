@@ -96,6 +96,7 @@ export async function registerLlm(
       userData: options.userData,
       toolCallParser: options.toolCallParser,
       reasoningParser: options.reasoningParser,
+      runtimeData: options.runtimeData,
       huggingFace: options.huggingFace,
       signal: options.signal,
     }),

@@ -2,6 +2,7 @@
 // RequestError naming the parameter out.
 
 import { RequestError } from "./errors.ts";
+import { invalidSchemaReason } from "./json_schema.ts";
 import type { ChatCompletionRequest, CompletionRequest } from "./types.ts";
 import { CHAT_ROLES } from "./types.ts";
 
@@ -445,6 +446,21 @@ function validateResponseFormat(v: Checker, format: unknown): void {
       "response_format.json_schema",
       "`response_format.json_schema` must be an object with a non-empty `name`",
     );
+  }
+  if (schema.strict !== undefined && schema.strict !== null && typeof schema.strict !== "boolean") {
+    v.fail(
+      "response_format.json_schema.strict",
+      `\`response_format.json_schema.strict\` must be a boolean, got ${describe(schema.strict)}`,
+    );
+  }
+  if (schema.schema !== undefined) {
+    const why = invalidSchemaReason(schema.schema);
+    if (why !== undefined) {
+      v.fail(
+        "response_format.json_schema.schema",
+        `\`response_format.json_schema.schema\` is not a valid JSON schema: ${why}`,
+      );
+    }
   }
 }
 

@@ -53,12 +53,15 @@ export interface ServingPipeline {
    * Starts a request: resolves once the engine accepted it (failures before that reject).
    * @param ctx the request's context
    * @param admission the request's accounting (its start time and its model's series)
+   * @param requestId the id the answer carries (`chatcmpl-ID`; the client's `x-request-id`
+   *   when valid), default the context's
    */
   start(
     kind: EndpointKind,
     req: OpenAIRequest,
     ctx: Context,
     admission: Admission,
+    requestId?: string,
   ): Promise<Run>;
 }
 
@@ -169,7 +172,7 @@ export function tokensPipeline(
   const formats = modelParsers(card, options);
   const renderTools = formats.tools !== undefined;
   return {
-    async start(kind, req, ctx, admission) {
+    async start(kind, req, ctx, admission, requestId) {
       const span = ctx.trace?.child("preprocess");
       let pre;
       try {
@@ -201,7 +204,7 @@ export function tokensPipeline(
           ...(typeof choices[0]?.output_options?.logprobs === "number" && { logprobs: kind }),
         },
       );
-      const base = chunkBase(kind, ctx.id, name);
+      const base = chunkBase(kind, requestId ?? ctx.id, name);
       const includeUsage = req.stream_options?.include_usage === true;
       return {
         sse: () => tokenSse(run, base, includeUsage),

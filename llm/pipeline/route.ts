@@ -45,9 +45,11 @@ interface TokensRequest {
   token_ids: number[];
 }
 
+/** A request with one token list (an embedding request's list of lists goes round-robin). */
 function hasTokens(request: unknown): request is TokensRequest {
-  return typeof request === "object" && request !== null &&
-    Array.isArray((request as TokensRequest).token_ids);
+  if (typeof request !== "object" || request === null) return false;
+  const ids = (request as TokensRequest).token_ids;
+  return Array.isArray(ids) && !Array.isArray(ids[0]);
 }
 
 /** Routes one model's requests: endpoints in turn, then an instance by the policy's mode. */

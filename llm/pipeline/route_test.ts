@@ -100,3 +100,17 @@ Deno.test("ModelRouter in kv mode sends token requests to the endpoint's KV rout
   assert.deepEqual(calls, ["rr:1", "rr:1"]);
   assert.equal(warnings.length, 1);
 });
+
+Deno.test("ModelRouter in kv mode sends an embedding request (token lists) round-robin", async () => {
+  const calls: string[] = [];
+  const kv: string[] = [];
+  const endpoints = new Map([group("a", ["1"], fakeClient(calls))]);
+  const router = new ModelRouter(
+    { name: "e", modelInput: ModelInput.Tokens, endpoints },
+    policy("kv", kv, []),
+    () => Promise.resolve(16),
+  );
+  await router.generate({ token_ids: [[1, 2], [3]] }, new Context());
+  assert.deepEqual(kv, []);
+  assert.deepEqual(calls, ["rr:1"]);
+});

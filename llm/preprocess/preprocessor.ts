@@ -2,7 +2,10 @@
 // chat template, tokenization, stop conditions, sampling options, context-length checks.
 //
 // What the token path cannot honour is refused with a 400 rather than silently dropped:
-// - `response_format` other than "text": no guided decoding.
+// - `response_format` json_object / json_schema when the card does not say its engine enforces
+//   it (`runtime_config.runtime_data.guided_decoding`), or a schema outside the subset guided
+//   decoding enforces (llm/openai/json_schema.ts); otherwise the schema goes to the engine as
+//   `sampling_options.guided_decoding.json`.
 // - `logit_bias`: no wire field.
 // - `tools` (unless tool_choice is "none") when the caller has no tool-call parser for the
 //   model (`renderTools` false): nothing would turn the model's output into `tool_calls`.
@@ -24,9 +27,12 @@ import type {
   ChatCompletionRequest,
   CommonRequestFields,
   CompletionRequest,
+  ResponseFormat,
 } from "../openai/types.ts";
+import { grammarSchema, UnsupportedSchemaError } from "../openai/json_schema.ts";
 import { RequestError } from "../openai/errors.ts";
 import type {
+  GuidedDecodingOptions,
   ModelDeploymentCard,
   PreprocessedRequest,
   SamplingOptions,
@@ -119,15 +125,7 @@ export class Preprocessor {
         { param: "messages" },
       );
     }
-    if (req.response_format !== undefined && req.response_format.type !== "text") {
-      throw new RequestError(
-        400,
-        `\`response_format\` of type ${
-          JSON.stringify(req.response_format.type)
-        } is not supported: this server has no guided decoding.`,
-        { param: "response_format" },
-      );
-    }
+    const guided = this.#guidedDecoding(req.response_format);
     const tools = this.#toolsToRender(req, options.renderTools ?? this.#renderTools);
     const kwargs = { ...req.chat_template_args, ...req.chat_template_kwargs };
     const prompt = this.#template.render({
@@ -143,8 +141,44 @@ export class Preprocessor {
     if (req.logprobs === true) {
       result.request.output_options = { logprobs: req.top_logprobs ?? 0 };
     }
+    if (guided !== undefined) result.request.sampling_options.guided_decoding = guided;
     result.promptText = prompt;
     return result;
+  }
+
+  /**
+   * The guided decoding a `response_format` asks for: undefined for text; the JSON schema for
+   * json_object (`{type: "object"}`) and json_schema, when the model's engine enforces it.
+   */
+  #guidedDecoding(format: ResponseFormat | undefined): GuidedDecodingOptions | undefined {
+    if (format === undefined || format.type === "text") return undefined;
+    const data = this.#card.runtime_config?.runtime_data ?? {};
+    const types = Array.isArray(data.guided_decoding) ? data.guided_decoding : [];
+    if (!types.includes(format.type)) {
+      const engine = typeof data.engine === "string" && data.engine !== ""
+        ? `its engine (${data.engine})`
+        : "its engine (one that does not say it can, e.g. echo or mocker)";
+      throw new RequestError(
+        400,
+        `\`response_format\` of type ${
+          JSON.stringify(format.type)
+        } cannot be enforced for the model \`${this.#card.display_name}\`: ${engine} has no guided decoding for it; serve the model with the llama.cpp engine (out=llamacpp) for structured output.`,
+        { param: "response_format", code: "unsupported_response_format" },
+      );
+    }
+    if (format.type === "json_object") return { json: { type: "object" } };
+    const schema = format.json_schema.schema ?? { type: "object" };
+    try {
+      grammarSchema(schema);
+    } catch (err) {
+      if (!(err instanceof UnsupportedSchemaError)) throw err;
+      throw new RequestError(
+        400,
+        `\`response_format.json_schema.schema\` is not supported: ${err.message}.`,
+        { param: "response_format.json_schema.schema", code: "unsupported_schema" },
+      );
+    }
+    return { json: schema };
   }
 
   /**

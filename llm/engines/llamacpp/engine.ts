@@ -5,6 +5,9 @@ import {
   getLlama,
   type LlamaContext,
   type LlamaContextSequence,
+  type LlamaEmbeddingContext,
+  type LlamaGrammar,
+  LlamaGrammarEvaluationState,
   LlamaLogLevel,
   type LlamaModel,
   type SequenceEvaluateOptions,
@@ -16,11 +19,14 @@ import type { Logger } from "../../../runtime/logger.ts";
 import { GgufError, readGgufMetadata } from "../../model/gguf.ts";
 import type { ForwardPassMetrics, KvCacheEventData } from "../../kv_router/protocols.ts";
 import type {
+  EmbeddingsEngineOutput,
   LLMEngineOutput,
+  PreprocessedEmbeddingRequest,
   PreprocessedRequest,
   SamplingOptions,
   TopLogprob,
 } from "../../protocols.ts";
+import { grammarSchema, UnsupportedSchemaError } from "../../openai/json_schema.ts";
 import { LlamaCppLoadError, LlamaCppRequestError } from "./errors.ts";
 import { KvBlockTracker } from "./kv_blocks.ts";
 
@@ -52,11 +58,14 @@ export interface LlamaCppEngineOptions {
   onMetrics?: (metrics: ForwardPassMetrics) => void;
 }
 
-/** The handler shape of a Tokens-input engine. */
+/**
+ * The handler shape of a Tokens-input engine: a generation request yields token outputs; an
+ * embedding request (`token_ids` a list of token lists) yields one {@linkcode EmbeddingsEngineOutput}.
+ */
 export type LlamaCppHandler = (
-  request: PreprocessedRequest,
+  request: PreprocessedRequest | PreprocessedEmbeddingRequest,
   context?: Context,
-) => AsyncGenerator<LLMEngineOutput>;
+) => AsyncGenerator<LLMEngineOutput | EmbeddingsEngineOutput>;
 
 /**
  * Readies a sequence for a prompt before generation: leaves the KV of the prompt's first
@@ -97,6 +106,10 @@ export class LlamaCppEngine {
   #promptTokens = 0;
   #cachedTokens = 0;
   #closed = false;
+  /** Grammars of the JSON schemas seen lately, by their JSON text (compiling one costs). */
+  readonly #grammars = new Map<string, Promise<LlamaGrammar>>();
+  #embedding: Promise<LlamaEmbeddingContext> | undefined;
+  readonly #threads: number;
 
   private constructor(
     path: string,
@@ -115,7 +128,11 @@ export class LlamaCppEngine {
     this.#blocks = new KvBlockTracker(options.kvBlockSize ?? 16, (data) => onKvEvent?.(data));
     this.#onMetrics = options.onMetrics;
     this.#tracking = options.onKvEvent !== undefined || options.onMetrics !== undefined;
-    this.handler = (request, ctx) => this.generate(request, ctx);
+    this.#threads = options.threads ?? defaultThreads();
+    this.handler = (request, ctx) =>
+      isEmbeddingRequest(request)
+        ? this.embed(request)
+        : this.generate(request as PreprocessedRequest, ctx);
   }
 
   /** Tokens per KV block in events and metrics. */
@@ -241,12 +258,15 @@ export class LlamaCppEngine {
   /**
    * Serves one pre-processed request: evaluates its prompt, then samples token by token until an
    * eos or stop token, `max_tokens`, the end of the context, or the caller stops the context.
+   * With `sampling_options.guided_decoding.json` (a JSON schema) sampling follows the schema's
+   * grammar and ends (`stop`) once the output is a complete JSON value.
    *
    * @param request `{token_ids, stop_conditions, sampling_options, eos_token_ids}`
    * @param ctx the request's context; stopping it ends generation within one decode step
    * @param prepare readies the sequence (default: keep the prefix it shares with the prompt)
    * @returns the generated tokens, one output per token, the last with `finish_reason`
-   * @throws {LlamaCppRequestError} no prompt tokens, or a prompt that fills the context
+   * @throws {LlamaCppRequestError} no prompt tokens, a prompt that fills the context, or a
+   *   guided-decoding schema outside the subset a grammar enforces
    */
   async *generate(
     request: PreprocessedRequest,
@@ -272,6 +292,8 @@ export class LlamaCppEngine {
       yield { token_ids: [], finish_reason: "length" };
       return;
     }
+    const schema = request.sampling_options?.guided_decoding?.json;
+    const grammar = schema === undefined ? undefined : await this.#grammar(schema);
 
     const seq = await this.#acquire(prompt, ctx?.signal);
     if (seq === undefined) {
@@ -296,6 +318,12 @@ export class LlamaCppEngine {
         return withHead;
       };
       const options = evaluateOptions(request.sampling_options ?? {}, generated);
+      if (grammar !== undefined) {
+        options.grammarEvaluationState = new LlamaGrammarEvaluationState({
+          model: this.model,
+          grammar,
+        });
+      }
       // node-llama-cpp ends at the model's end-of-generation tokens unless told to yield them:
       // the request's ids decide here (ignore_eos, min_tokens, the frontend's eos list).
       const top = request.output_options?.logprobs;
@@ -317,6 +345,12 @@ export class LlamaCppEngine {
           this.#sync(seq);
         }
         const n = generated.length;
+        // The grammar allows only whitespace after the JSON value: end once it is complete
+        // (a small model would otherwise pad it with whitespace up to max_tokens).
+        if (grammar !== undefined && this.#jsonComplete(generated, token)) {
+          yield first({ token_ids: [token], finish_reason: "stop" });
+          return;
+        }
         const ends = n >= minTokens && (eos.has(token) || hidden.has(token));
         if (ends) {
           yield first({ token_ids: [token], finish_reason: "stop" });
@@ -340,6 +374,87 @@ export class LlamaCppEngine {
       yield { token_ids: [], finish_reason: "length" };
     } finally {
       this.#release(seq);
+    }
+  }
+
+  /**
+   * Embeds each input (its token ids) with the model: the L2-normalised vector llama.cpp's
+   * embedding context gives (the model's pooling; the last token's state for models without
+   * one). An embedding context is created at the first request and kept.
+   *
+   * @param request `{token_ids: number[][]}`, one token list per input
+   * @returns one output with a vector per input and the tokens read
+   * @throws {LlamaCppRequestError} an empty input list, an empty input, or one that does not fit
+   *   the context
+   */
+  async *embed(request: PreprocessedEmbeddingRequest): AsyncGenerator<EmbeddingsEngineOutput> {
+    const inputs = request?.token_ids;
+    if (!Array.isArray(inputs) || inputs.length === 0) {
+      throw new LlamaCppRequestError("an embedding request needs at least one input");
+    }
+    inputs.forEach((ids, i) => {
+      if (!Array.isArray(ids) || ids.length === 0) {
+        throw new LlamaCppRequestError(`embedding input ${i} has no tokens`);
+      }
+      if (ids.length > this.contextLength) {
+        throw new LlamaCppRequestError(
+          `embedding input ${i} has ${ids.length} tokens, more than the context of ${this.contextLength}`,
+        );
+      }
+    });
+    this.#embedding ??= this.model.createEmbeddingContext({
+      contextSize: this.contextLength,
+      threads: this.#threads,
+    });
+    const context = await this.#embedding;
+    const embeddings: number[][] = [];
+    let tokens = 0;
+    for (const ids of inputs) {
+      const { vector } = await context.getEmbeddingFor(ids as Token[]);
+      embeddings.push(normalize(vector));
+      tokens += ids.length;
+    }
+    yield { embeddings, prompt_tokens: tokens, total_tokens: tokens };
+  }
+
+  /** The grammar of a JSON schema (cached by its text; the last 32 kept). */
+  #grammar(schema: unknown): Promise<LlamaGrammar> {
+    const key = JSON.stringify(schema);
+    const cached = this.#grammars.get(key);
+    if (cached !== undefined) {
+      // Most recently used last.
+      this.#grammars.delete(key);
+      this.#grammars.set(key, cached);
+      return cached;
+    }
+    let converted: Record<string, unknown>;
+    try {
+      converted = grammarSchema(schema);
+    } catch (err) {
+      if (!(err instanceof UnsupportedSchemaError)) throw err;
+      return Promise.reject(
+        new LlamaCppRequestError(`guided_decoding.json is not supported: ${err.message}`),
+      );
+    }
+    // The schema's type is only known at run time: the library's generic signature is bypassed.
+    const llama = this.model.llama;
+    const create = llama.createGrammarForJsonSchema as (s: unknown) => Promise<LlamaGrammar>;
+    const grammar = create.call(llama, converted);
+    this.#grammars.set(key, grammar);
+    grammar.catch(() => this.#grammars.delete(key));
+    if (this.#grammars.size > 32) this.#grammars.delete(this.#grammars.keys().next().value!);
+    return grammar;
+  }
+
+  /** Whether the generated text is a complete JSON value (checked when a token may close one). */
+  #jsonComplete(generated: Token[], last: Token): boolean {
+    const piece = this.model.detokenize([last]);
+    if (!piece.includes("}") && !piece.includes("]")) return false;
+    try {
+      JSON.parse(this.model.detokenize(generated));
+      return true;
+    } catch {
+      return false;
     }
   }
 
@@ -384,6 +499,8 @@ export class LlamaCppEngine {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    const embedding = await this.#embedding?.catch(() => undefined);
+    await embedding?.dispose();
     await this.#context.dispose();
     await this.model.dispose();
   }
@@ -601,4 +718,20 @@ function gib(bytes: number): string {
 
 function oneLine(text: string): string {
   return text.replace(/\s+/g, " ").trim();
+}
+
+/** Whether a request is an embedding request: its `token_ids` a list of token lists. */
+function isEmbeddingRequest(
+  request: PreprocessedRequest | PreprocessedEmbeddingRequest,
+): request is PreprocessedEmbeddingRequest {
+  const ids = (request as { token_ids?: unknown } | null)?.token_ids;
+  return Array.isArray(ids) && ids.length > 0 && Array.isArray(ids[0]);
+}
+
+/** `v` scaled to length 1 (a zero vector stays zero). */
+function normalize(v: readonly number[]): number[] {
+  let sum = 0;
+  for (const x of v) sum += x * x;
+  const norm = Math.sqrt(sum);
+  return norm === 0 ? [...v] : v.map((x) => x / norm);
 }

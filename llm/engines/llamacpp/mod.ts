@@ -29,4 +29,9 @@ export {
   modelIdentity,
 } from "./kv_state.ts";
 export { KvBlockTracker } from "./kv_blocks.ts";
-export { type LlamaCppWorker, type LlamaCppWorkerOptions, runLlamaCppWorker } from "./worker.ts";
+export {
+  LLAMACPP_RUNTIME_DATA,
+  type LlamaCppWorker,
+  type LlamaCppWorkerOptions,
+  runLlamaCppWorker,
+} from "./worker.ts";

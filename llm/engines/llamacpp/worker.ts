@@ -16,7 +16,15 @@ export interface LlamaCppWorkerOptions
   register?: Omit<RegisterLlmOptions, "kvCacheBlockSize" | "contextLength">;
   /** Publish KV events and load metrics on the endpoint's component (default true). */
   publish?: boolean;
+  /** Also serve `/v1/embeddings` with the model (registers `ModelType.Embedding`; default false). */
+  embedding?: boolean;
 }
+
+/** What the card says of the llama.cpp engine: its name and the structured output it enforces. */
+export const LLAMACPP_RUNTIME_DATA: Readonly<Record<string, unknown>> = Object.freeze({
+  engine: "llamacpp",
+  guided_decoding: Object.freeze(["json_object", "json_schema"]),
+});
 
 /** A running llama.cpp worker. */
 export interface LlamaCppWorker {
@@ -34,8 +42,9 @@ export interface LlamaCppWorker {
 
 /**
  * Loads `modelPath`, serves it on `endpoint` (graceful shutdown: running requests finish) and
- * registers it as a Tokens-input chat and completions model. The engine closes when the
- * endpoint stops.
+ * registers it as a Tokens-input chat and completions model (and embeddings with `embedding`)
+ * whose card says it enforces `response_format` (json_object, json_schema) by grammar. The
+ * engine closes when the endpoint stops.
  *
  * @param endpoint where to serve (its component's service is created if needed)
  * @param modelPath the `.gguf` file
@@ -91,10 +100,15 @@ export async function runLlamaCppWorker(
   try {
     const card = await registerLlm(
       ModelInput.Tokens,
-      ModelType.Chat | ModelType.Completions,
+      ModelType.Chat | ModelType.Completions | (options.embedding ? ModelType.Embedding : 0),
       endpoint,
       modelPath,
-      { ...options.register, kvCacheBlockSize: kvBlockSize, contextLength: engine.contextLength },
+      {
+        ...options.register,
+        runtimeData: { ...LLAMACPP_RUNTIME_DATA, ...options.register?.runtimeData },
+        kvCacheBlockSize: kvBlockSize,
+        contextLength: engine.contextLength,
+      },
     );
     metrics?.publish(fromForwardPassMetrics(engine.metrics()));
     return { engine, endpoint, card, events, serving: closed };

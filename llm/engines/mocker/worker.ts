@@ -96,7 +96,12 @@ export async function runMockerWorker(
       ModelType.Chat | ModelType.Completions,
       endpoint,
       options.modelPath ?? await builtinTestModel(),
-      { ...options.register, kvCacheBlockSize: engine.blockManager.blockSize },
+      {
+        // Named in the frontend's errors (e.g. no guided decoding for `response_format`).
+        runtimeData: { engine: "mocker" },
+        ...options.register,
+        kvCacheBlockSize: engine.blockManager.blockSize,
+      },
     );
     return { engine, endpoint, card, serving: closed };
   } catch (err) {

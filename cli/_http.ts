@@ -14,6 +14,7 @@ import { guardFrontend, type GuardOptions } from "../llm/http/guard.ts";
 import type { Io } from "./_common.ts";
 import { backendsInfo } from "../runtime/backends.ts";
 import { withCors } from "../llm/http/cors.ts";
+import type { ReferenceWorkersOptions } from "../llm/model/registry.ts";
 
 /** Options of {@linkcode serveFrontend}. */
 export interface ServeFrontendOptions {
@@ -35,6 +36,8 @@ export interface ServeFrontendOptions {
   toolCallParser?: string;
   /** The reasoning parser of models whose card names none (`--dyn-reasoning-parser`). */
   reasoningParser?: string;
+  /** Also serve reference (ai-dynamo 1.6.1) workers' models (`--reference-workers`). */
+  referenceWorkers?: ReferenceWorkersOptions;
 }
 
 /** A running frontend. */
@@ -56,6 +59,7 @@ export async function serveFrontend(
     routerMode: options.routerMode,
     kvRouter: options.kvRouter,
     logger: options.logger,
+    referenceWorkers: options.referenceWorkers,
   });
   await models.start();
   const frontend = createFrontend({

@@ -1,7 +1,7 @@
 // The route stage: sends a request to one instance of a model, by the router mode
 // (round robin, random, or the KV router for models that take tokens).
 
-import type { Client } from "../../runtime/client.ts";
+import { Client } from "../../runtime/client.ts";
 import type { Context } from "../../runtime/context.ts";
 import { NoInstancesError } from "../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
@@ -92,7 +92,9 @@ export class ModelRouter {
     const options = { context, instances };
     const mode = this.#policy.mode;
     if (mode === "kv") {
-      if (hasTokens(request) && target.modelInput === ModelInput.Tokens) {
+      if (
+        hasTokens(request) && target.modelInput === ModelInput.Tokens && client instanceof Client
+      ) {
         const router = this.#policy.kvRouter(group.id, client, await this.#blockSize());
         return await router.generate<T & { token_ids?: number[] }>(
           request,
@@ -107,7 +109,9 @@ export class ModelRouter {
           "router mode kv does not apply; routing round-robin",
           {
             model: target.name,
-            reason: target.modelInput === ModelInput.Tokens
+            reason: !(client instanceof Client)
+              ? "the KV router does not read reference workers' KV events yet"
+              : target.modelInput === ModelInput.Tokens
               ? "request has no token_ids"
               : "model takes text, not tokens",
           },

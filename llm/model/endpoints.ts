@@ -34,6 +34,8 @@ export function endpointPath(id: EndpointId): string {
 export interface EndpointClient {
   /** `namespace/component/endpoint`. */
   readonly path: string;
+  /** False where the KV router cannot route (it reads our workers' KV events). */
+  readonly kvRoutable?: boolean;
   /** Ids of the instances known now, sorted. */
   instanceIds(): string[];
   /** Resolves once enough instances are known. */

@@ -1,7 +1,7 @@
 // The route stage: sends a request to one instance of a model, by the router mode
 // (round robin, random, or the KV router for models that take tokens).
 
-import { Client } from "../../runtime/client.ts";
+import type { Client } from "../../runtime/client.ts";
 import type { Context } from "../../runtime/context.ts";
 import { NoInstancesError } from "../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
@@ -93,9 +93,11 @@ export class ModelRouter {
     const mode = this.#policy.mode;
     if (mode === "kv") {
       if (
-        hasTokens(request) && target.modelInput === ModelInput.Tokens && client instanceof Client
+        hasTokens(request) && target.modelInput === ModelInput.Tokens &&
+        client.kvRoutable !== false
       ) {
-        const router = this.#policy.kvRouter(group.id, client, await this.#blockSize());
+        // Every client but those that say otherwise is our runtime's.
+        const router = this.#policy.kvRouter(group.id, client as Client, await this.#blockSize());
         return await router.generate<T & { token_ids?: number[] }>(
           request,
           options,
@@ -109,7 +111,7 @@ export class ModelRouter {
           "router mode kv does not apply; routing round-robin",
           {
             model: target.name,
-            reason: !(client instanceof Client)
+            reason: client.kvRoutable === false
               ? "the KV router does not read reference workers' KV events yet"
               : target.modelInput === ModelInput.Tokens
               ? "request has no token_ids"

@@ -62,6 +62,8 @@ export interface ReferenceSendOptions {
 export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
   /** `namespace/component/endpoint`. */
   readonly path: string;
+  /** Our KV router does not read the reference workers' KV events (yet). */
+  readonly kvRoutable = false;
   readonly #discovery: Discovery;
   readonly #prefix: string;
   readonly #options: ReferenceEndpointClientOptions<Out>;

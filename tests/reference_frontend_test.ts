@@ -7,6 +7,8 @@
 // a message, only where scripts/setup_reference.sh cannot install the reference.
 
 import assert from "node:assert/strict";
+import { connect } from "nats";
+import { decodeReferenceKvEvents, referenceKvEventsSubject } from "../llm/model/reference_kv.ts";
 import { EtcdDiscovery } from "../runtime/discovery/etcd.ts";
 import { waitForReferenceInstances } from "../runtime/reference/mod.ts";
 import { frontendUrl, stopChild } from "./_helpers/frontend.ts";
@@ -15,6 +17,7 @@ import {
   referenceMetric,
   type ReferenceMocker,
   referencePython,
+  referenceWorkerId,
   startReferenceMocker,
 } from "./_helpers/reference.ts";
 import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
@@ -101,26 +104,27 @@ Deno.test({
   fn: async (t) => {
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
     const servers = { etcd: etcd.url, nats: nats.url };
+    // KV events on NATS (1.6.1 publishes them over ZMQ by default, which we do not read).
+    const args = ["--event-plane", "nats"];
     const mockers = await Promise.all([
-      startReferenceMocker(python!, servers, { modelName: MODEL }),
-      startReferenceMocker(python!, servers, { modelName: MODEL }),
+      startReferenceMocker(python!, servers, { modelName: MODEL, args }),
+      startReferenceMocker(python!, servers, { modelName: MODEL, args }),
     ]);
     const frontendLog: string[] = [];
-    const frontend = spawnDeno(
-      CLI,
-      { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
-      [
-        "frontend",
-        "--http-port",
-        "0",
-        "--http-host",
-        "127.0.0.1",
-        "--reference-workers",
-        "--reference-migration-limit",
-        "3",
-      ],
-      { onStderrLine: (l) => frontendLog.push(l) },
+    const startFrontend = (...flags: string[]) =>
+      spawnDeno(
+        CLI,
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+        ["frontend", "--http-port", "0", "--http-host", "127.0.0.1", ...flags],
+        { onStderrLine: (l) => frontendLog.push(l) },
+      );
+    const frontend = startFrontend(
+      "--reference-workers",
+      "--reference-migration-limit",
+      "3",
     );
+    const kvFrontend = startFrontend("--reference-workers", "--router-mode", "kv");
+    const events = await connect({ servers: nats.url.replace(/^nats:\/\//, "") });
     const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
     const diagnose = () =>
       `\nfrontend log: ${frontendLog.slice(-20).join("\n")}` +
@@ -205,6 +209,74 @@ Deno.test({
         );
       });
 
+      await t.step(
+        "--router-mode kv sends a cached prompt to the worker that cached it",
+        async () => {
+          const kvBase = await frontendUrl(kvFrontend, 60_000);
+          await until(
+            async () => (await (await fetch(`${kvBase}/v1/models`)).json()).data.length,
+            (n) => n === 1,
+            30_000,
+            "the model in the kv frontend's /v1/models",
+          );
+          // Several KV blocks (64 tokens each) of prompt.
+          const prompt = Array.from({ length: 60 }, (_, i) => `fact ${i} about routing`).join("; ");
+          const ask = async () => {
+            const res = await fetch(`${kvBase}/v1/chat/completions`, {
+              method: "POST",
+              headers: { "content-type": "application/json" },
+              body: JSON.stringify({
+                model: MODEL,
+                messages: [{ role: "user", content: prompt }],
+                max_tokens: 2,
+              }),
+            });
+            assert.equal(res.status, 200, await res.clone().text());
+            await res.text();
+          };
+          const served = () =>
+            Promise.all(mockers.map((m) => referenceMetric(m, "dynamo_component_requests_total")));
+          // The worker's stored blocks, as the frontend's router hears them.
+          const stored = new Set<string>();
+          const sub = events.subscribe(
+            referenceKvEventsSubject({
+              namespace: "dynamo",
+              component: "backend",
+              name: "generate",
+            }),
+          );
+          const listening = (async () => {
+            for await (const m of sub) {
+              for (const e of decodeReferenceKvEvents(m.data)) {
+                if (typeof e.data === "object" && "stored" in e.data) stored.add(e.workerId);
+              }
+            }
+          })();
+          try {
+            await events.flush();
+            const before = await served();
+            await ask();
+            const first = await served();
+            const holder = first.findIndex((n, i) => n > before[i]!);
+            assert.ok(holder >= 0, "one worker served the first request");
+            const holderId = await referenceWorkerId(mockers[holder]!);
+            await until(
+              () => Promise.resolve(stored.has(holderId)),
+              (seen) => seen,
+              10_000,
+              `a stored-blocks event of worker ${holderId}`,
+            );
+            for (let i = 0; i < 4; i++) await ask();
+            const after = await served();
+            assert.equal(after[holder]! - first[holder]!, 4, "all four went to the holder");
+            assert.equal(after[1 - holder]! - first[1 - holder]!, 0, "none to the other");
+          } finally {
+            sub.unsubscribe();
+            await listening;
+          }
+        },
+      );
+
       await t.step("a stream whose worker is killed finishes on the other one", async () => {
         // About 9 s of tokens: still in flight when its worker is found and killed.
         const res = await chat(base, {
@@ -235,7 +307,8 @@ Deno.test({
         assert.ok(after > before, "the other worker took the rest of the request");
       });
     } finally {
-      await stopChild(frontend);
+      await Promise.all([stopChild(frontend), stopChild(kvFrontend)]);
+      await events.close();
       await Promise.all(mockers.map((m) => m.kill()));
       await discovery.close();
       await Promise.all([etcd.stop(), nats.stop()]);

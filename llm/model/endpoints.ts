@@ -34,8 +34,11 @@ export function endpointPath(id: EndpointId): string {
 export interface EndpointClient {
   /** `namespace/component/endpoint`. */
   readonly path: string;
-  /** False where the KV router cannot route (it reads our workers' KV events). */
-  readonly kvRoutable?: boolean;
+  /**
+   * "reference" for reference workers (their KV events and wire are the reference's: routed by
+   * ./reference_kv.ts); our runtime's clients leave it out.
+   */
+  readonly kind?: "reference";
   /** Ids of the instances known now, sorted. */
   instanceIds(): string[];
   /** Resolves once enough instances are known. */

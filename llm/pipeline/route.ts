@@ -1,12 +1,11 @@
 // The route stage: sends a request to one instance of a model, by the router mode
 // (round robin, random, or the KV router for models that take tokens).
 
-import type { Client } from "../../runtime/client.ts";
 import type { Context } from "../../runtime/context.ts";
 import { NoInstancesError } from "../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
-import type { EndpointGroup, EndpointId } from "../model/endpoints.ts";
+import type { EndpointClient, EndpointGroup, EndpointId } from "../model/endpoints.ts";
 import { ModelInput } from "../protocols.ts";
 
 /**
@@ -29,7 +28,7 @@ export interface RoutePolicy {
   /** How long a request waits for a registered model's endpoint to be served (ms). */
   instanceWaitMs: number;
   /** The KV router of one endpoint (mode "kv"). */
-  kvRouter(endpoint: EndpointId, client: Client, blockSize: number): TokenRouter;
+  kvRouter(endpoint: EndpointId, client: EndpointClient, blockSize: number): TokenRouter;
   logger?: Logger;
 }
 
@@ -92,12 +91,8 @@ export class ModelRouter {
     const options = { context, instances };
     const mode = this.#policy.mode;
     if (mode === "kv") {
-      if (
-        hasTokens(request) && target.modelInput === ModelInput.Tokens &&
-        client.kvRoutable !== false
-      ) {
-        // Every client but those that say otherwise is our runtime's.
-        const router = this.#policy.kvRouter(group.id, client as Client, await this.#blockSize());
+      if (hasTokens(request) && target.modelInput === ModelInput.Tokens) {
+        const router = this.#policy.kvRouter(group.id, client, await this.#blockSize());
         return await router.generate<T & { token_ids?: number[] }>(
           request,
           options,
@@ -111,9 +106,7 @@ export class ModelRouter {
           "router mode kv does not apply; routing round-robin",
           {
             model: target.name,
-            reason: client.kvRoutable === false
-              ? "the KV router does not read reference workers' KV events yet"
-              : target.modelInput === ModelInput.Tokens
+            reason: target.modelInput === ModelInput.Tokens
               ? "request has no token_ids"
               : "model takes text, not tokens",
           },

@@ -100,20 +100,3 @@ Deno.test("ModelRouter in kv mode sends token requests to the endpoint's KV rout
   assert.deepEqual(calls, ["rr:1", "rr:1"]);
   assert.equal(warnings.length, 1);
 });
-
-Deno.test("ModelRouter in kv mode routes round-robin to a client the KV router cannot use (reference workers)", async () => {
-  const calls: string[] = [];
-  const kv: string[] = [];
-  const warnings: string[] = [];
-  const client = Object.assign(fakeClient(calls), { kvRoutable: false });
-  const router = new ModelRouter(
-    { name: "r", modelInput: ModelInput.Tokens, endpoints: new Map([group("a", ["1"], client)]) },
-    policy("kv", kv, warnings),
-    () => Promise.resolve(64),
-  );
-  await router.generate({ token_ids: [1, 2] }, new Context());
-  await router.generate({ token_ids: [1, 2] }, new Context());
-  assert.deepEqual(kv, [], "the KV router is not asked");
-  assert.deepEqual(calls, ["rr:1", "rr:1"]);
-  assert.equal(warnings.length, 1, "said once");
-});

@@ -62,8 +62,8 @@ export interface ReferenceSendOptions {
 export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
   /** `namespace/component/endpoint`. */
   readonly path: string;
-  /** Our KV router does not read the reference workers' KV events (yet). */
-  readonly kvRoutable = false;
+  /** What kind of workers this client reaches (for the model layer's routers). */
+  readonly kind = "reference";
   readonly #discovery: Discovery;
   readonly #prefix: string;
   readonly #options: ReferenceEndpointClientOptions<Out>;
@@ -242,6 +242,11 @@ export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
       return Promise.reject(new NoInstancesError(this.path, instanceId));
     }
     return this.#send<T>(instance, request, options);
+  }
+
+  /** Instance ids minus those recently reported down: where a request may go now. */
+  availableInstanceIds(): string[] {
+    return [...this.#available()];
   }
 
   /** Skips `instanceId` for a while (its stream broke); discovery will confirm or clear it. */

@@ -118,3 +118,11 @@ export async function referenceMetric(
   if (line === undefined) throw new Error(`${mocker.systemUrl}/metrics has no ${name}`);
   return Number(line.slice(line.lastIndexOf(" ") + 1));
 }
+
+/** A reference worker's instance id (lowercase hex), from the labels of its /metrics. */
+export async function referenceWorkerId(mocker: ReferenceMocker): Promise<string> {
+  const res = await fetch(`${mocker.systemUrl}/metrics`, { signal: AbortSignal.timeout(5_000) });
+  const m = /dynamo_endpoint="generate"[^}]*worker_id="([0-9a-f]+)"/.exec(await res.text());
+  if (!m) throw new Error(`${mocker.systemUrl}/metrics names no worker_id of generate`);
+  return m[1]!;
+}

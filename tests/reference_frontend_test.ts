@@ -100,7 +100,6 @@ async function busyWorker(mockers: ReferenceMocker[]): Promise<ReferenceMocker |
 Deno.test({
   name: "our frontend serves two reference mocker workers",
   ignore: python === undefined,
-  sanitizeResources: false,
   fn: async (t) => {
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
     const servers = { etcd: etcd.url, nats: nats.url };

@@ -3,12 +3,20 @@
 // NATS, in front of two ai-dynamo 1.6.1 mocker workers. Their model appears in /v1/models (read
 // from their etcd model records, the tokenizer fetched from the worker's system server), chat
 // completions stream and complete through our preprocessing, a client that disconnects stops the
-// worker's request, and a stream whose worker is killed migrates to the other one. Skipped, with
-// a message, only where scripts/setup_reference.sh cannot install the reference.
+// worker's request, `--router-mode kv` follows the workers' own KV events (one on ZeroMQ, one on
+// NATS), and a stream whose worker is killed migrates to the other one. Skipped, with a message,
+// only where scripts/setup_reference.sh cannot install the reference.
 
 import assert from "node:assert/strict";
 import { connect } from "nats";
-import { decodeReferenceKvEvents, referenceKvEventsSubject } from "../llm/model/reference_kv.ts";
+import {
+  decodeReferenceKvEvents,
+  parseReferenceKvChannel,
+  referenceKvChannelsPrefix,
+  referenceKvEventsSubject,
+  referenceZmqEnvelope,
+} from "../llm/model/reference_kv.ts";
+import { ZmqSubscriber } from "../runtime/reference/zmq_sub.ts";
 import { EtcdDiscovery } from "../runtime/discovery/etcd.ts";
 import { waitForReferenceInstances } from "../runtime/reference/mod.ts";
 import { frontendUrl, stopChild } from "./_helpers/frontend.ts";
@@ -103,11 +111,10 @@ Deno.test({
   fn: async (t) => {
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
     const servers = { etcd: etcd.url, nats: nats.url };
-    // KV events on NATS (1.6.1 publishes them over ZMQ by default, which we do not read).
-    const args = ["--event-plane", "nats"];
+    // One worker publishes its KV events on NATS, the other on ZeroMQ (1.6.1's default).
     const mockers = await Promise.all([
-      startReferenceMocker(python!, servers, { modelName: MODEL, args }),
-      startReferenceMocker(python!, servers, { modelName: MODEL, args }),
+      startReferenceMocker(python!, servers, { modelName: MODEL, args: ["--event-plane", "nats"] }),
+      startReferenceMocker(python!, servers, { modelName: MODEL }),
     ]);
     const frontendLog: string[] = [];
     const startFrontend = (...flags: string[]) =>
@@ -209,7 +216,7 @@ Deno.test({
       });
 
       await t.step(
-        "--router-mode kv sends a cached prompt to the worker that cached it",
+        "--router-mode kv sends a cached prompt to the worker that cached it (ZeroMQ and NATS events)",
         async () => {
           const kvBase = await frontendUrl(kvFrontend, 60_000);
           await until(
@@ -218,9 +225,7 @@ Deno.test({
             30_000,
             "the model in the kv frontend's /v1/models",
           );
-          // Several KV blocks (64 tokens each) of prompt.
-          const prompt = Array.from({ length: 60 }, (_, i) => `fact ${i} about routing`).join("; ");
-          const ask = async () => {
+          const ask = async (prompt: string) => {
             const res = await fetch(`${kvBase}/v1/chat/completions`, {
               method: "POST",
               headers: { "content-type": "application/json" },
@@ -235,42 +240,57 @@ Deno.test({
           };
           const served = () =>
             Promise.all(mockers.map((m) => referenceMetric(m, "dynamo_component_requests_total")));
-          // The worker's stored blocks, as the frontend's router hears them.
+          // What the frontend's router hears: who stored blocks, on either event plane.
           const stored = new Set<string>();
-          const sub = events.subscribe(
-            referenceKvEventsSubject({
-              namespace: "dynamo",
-              component: "backend",
-              name: "generate",
-            }),
-          );
-          const listening = (async () => {
-            for await (const m of sub) {
-              for (const e of decodeReferenceKvEvents(m.data)) {
-                if (typeof e.data === "object" && "stored" in e.data) stored.add(e.workerId);
-              }
+          const note = (envelope: Uint8Array) => {
+            for (const e of decodeReferenceKvEvents(envelope)) {
+              if (typeof e.data === "object" && "stored" in e.data) stored.add(e.workerId);
             }
-          })();
+          };
+          const endpoint = { namespace: "dynamo", component: "backend", name: "generate" };
+          const natsSub = events.subscribe(referenceKvEventsSubject(endpoint));
+          const zmqSubs = [];
+          for (const { value } of await discovery.list(referenceKvChannelsPrefix(endpoint))) {
+            const channel = parseReferenceKvChannel(JSON.parse(value));
+            if (channel.kind === "zmq") zmqSubs.push(await ZmqSubscriber.connect(channel.endpoint));
+          }
+          assert.equal(zmqSubs.length, 1, "one worker publishes on ZeroMQ");
+          const listening = Promise.all([
+            (async () => {
+              for await (const m of natsSub) note(m.data);
+            })(),
+            ...zmqSubs.map(async (sub) => {
+              for await (const parts of sub) note(referenceZmqEnvelope(parts));
+            }),
+          ]);
           try {
             await events.flush();
-            const before = await served();
-            await ask();
-            const first = await served();
-            const holder = first.findIndex((n, i) => n > before[i]!);
-            assert.ok(holder >= 0, "one worker served the first request");
-            const holderId = await referenceWorkerId(mockers[holder]!);
-            await until(
-              () => Promise.resolve(stored.has(holderId)),
-              (seen) => seen,
-              10_000,
-              `a stored-blocks event of worker ${holderId}`,
-            );
-            for (let i = 0; i < 4; i++) await ask();
-            const after = await served();
-            assert.equal(after[holder]! - first[holder]!, 4, "all four went to the holder");
-            assert.equal(after[1 - holder]! - first[1 - holder]!, 0, "none to the other");
+            const holders = [];
+            // Several KV blocks (64 tokens each) of prompt, no block shared between the two.
+            for (const words of ["fact about routing", "note on caching"]) {
+              const prompt = Array.from({ length: 60 }, (_, i) => `${words} ${i}`).join("; ");
+              const before = await served();
+              await ask(prompt);
+              const first = await served();
+              const holder = first.findIndex((n, i) => n > before[i]!);
+              assert.ok(holder >= 0, "one worker served the first request");
+              const holderId = await referenceWorkerId(mockers[holder]!);
+              await until(
+                () => Promise.resolve(stored.has(holderId)),
+                (seen) => seen,
+                10_000,
+                `a stored-blocks event of worker ${holderId}`,
+              );
+              for (let i = 0; i < 4; i++) await ask(prompt);
+              const after = await served();
+              assert.equal(after[holder]! - first[holder]!, 4, "all four went to the holder");
+              assert.equal(after[1 - holder]! - first[1 - holder]!, 0, "none to the other");
+              holders.push(holder);
+            }
+            assert.notEqual(holders[0], holders[1], "cold prompts go in turn: both planes heard");
           } finally {
-            sub.unsubscribe();
+            natsSub.unsubscribe();
+            for (const sub of zmqSubs) sub.close();
             await listening;
           }
         },

@@ -51,7 +51,14 @@ export class KvRouters {
         endpoint,
         client as ReferenceEndpointClient<unknown>,
         blockSize,
-        { overlapScoreWeight, temperature, queuedPrefillWeight, loadBound, logger: this.#log },
+        {
+          overlapScoreWeight,
+          temperature,
+          queuedPrefillWeight,
+          loadBound,
+          discovery: this.#runtime.discovery,
+          logger: this.#log,
+        },
       );
       this.#routers.set(key, router);
       this.#log.info("reference kv router started", { endpoint: path, block_size: blockSize });

@@ -283,7 +283,11 @@ Deno.test({
               );
               for (let i = 0; i < 4; i++) await ask(prompt);
               const after = await served();
-              assert.equal(after[holder]! - first[holder]!, 4, "all four went to the holder");
+              assert.equal(
+                after[holder]! - first[holder]!,
+                4,
+                `all four went to the holder (worker ${holder}, ${holderId})` + diagnose(),
+              );
               assert.equal(after[1 - holder]! - first[1 - holder]!, 0, "none to the other");
               holders.push(holder);
             }

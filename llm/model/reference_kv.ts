@@ -294,6 +294,7 @@ export class ReferenceKvRouter implements TokenRouter {
     while (!signal.aborted) {
       try {
         const sub = await ZmqSubscriber.connect(endpoint).finally(tried);
+        this.#log.debug("reference kv event channel dialled", { channel: endpoint });
         const close = () => sub.close();
         signal.addEventListener("abort", close, { once: true });
         try {

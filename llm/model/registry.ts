@@ -17,7 +17,7 @@ import {
   ModelInput,
 } from "../protocols.ts";
 import type { RoutePolicy, RouterMode } from "../pipeline/route.ts";
-import { type EndpointClient, endpointPath } from "./endpoints.ts";
+import { type EndpointClient, type EndpointGroup, endpointPath } from "./endpoints.ts";
 import { KvRouters, type KvRouterSettings } from "./kv_routers.ts";
 import { ModelLoader } from "./loader.ts";
 import { type ModelEntryRecord, modelEntrySchema } from "./model_entry.ts";
@@ -229,6 +229,7 @@ export class ModelManager {
       }
       group = { id: { namespace, component, name }, path, client, instances: new Set() };
       model.endpoints.set(groupKey, group);
+      if (groupKey !== path && this.routerMode === "kv") this.#startKvRouter(model, group);
     }
     group.instances.add(instance);
   }
@@ -288,6 +289,17 @@ export class ModelManager {
     await this.#kvRouters.close();
     await Promise.allSettled([...this.#clients.values()].map(async (c) => (await c).close()));
     await this.#referenceClient?.close();
+  }
+
+  /**
+   * Starts the KV router of reference workers' endpoint now rather than on the first request:
+   * a ZeroMQ publisher drops the events it sends before the router subscribes.
+   */
+  #startKvRouter(model: ServedModel, group: EndpointGroup): void {
+    Promise.all([model.pipeline(), group.client]).then(([pipeline, client]) => {
+      if (this.#stop.signal.aborted) return;
+      this.#routePolicy.kvRouter(group.id, client, pipeline.card.kv_cache_block_size);
+    }).catch(() => {}); // the first request tries again, and says why
   }
 
   /** The one caller of reference workers (its call-home server), made on first use. */

@@ -87,19 +87,9 @@ function stageOf(stack: CallFrame[]): string {
     if (sawTokenizerLib) {
       return u.endsWith("/llm/preprocessor.ts") ? "tokenize the prompt" : "tokenizer (other)";
     }
-    if (u.endsWith("/llm/postprocessor.ts")) return "post-process (stop checks)";
-    if (u.endsWith("/llm/preprocessor.ts")) return "preprocess (request mapping)";
-    if (u.endsWith("/llm/openai.ts") || u.endsWith("/llm/http/body.ts")) {
-      return "read body + validate";
-    }
-    if (u.endsWith("/llm/http/app.ts")) return "frontend glue (app.ts: generators, chunks, SSE)";
-    if (u.endsWith("/llm/migration.ts")) return "migration wrapper";
-    if (u.endsWith("/llm/engines/echo.ts")) return "echo engine";
-    if (u.endsWith("/llm/model_manager.ts")) return "model manager (routing)";
-    if (/\/runtime\/[^/]+/.test(u) && !u.includes("node_modules")) {
-      return "runtime (local plane, stream protocol, context)";
-    }
-    if (/\/llm\//.test(u) && !u.includes("node_modules")) return "llm (other)";
+    // Any other file of the project: the file itself (llm/pipeline/encode.ts, runtime/...).
+    const own = /\/((?:llm|runtime|cli)\/[^?#]+\.ts)$/.exec(u);
+    if (own && !u.includes("node_modules")) return own[1]!;
   }
   if (sawTokenizerLib) return "tokenizer (other)";
   return "Deno HTTP server + web streams (no project frame)";
@@ -117,6 +107,7 @@ function report(profile: Profile, requests: number): string {
   let busyUs = 0;
   const byStage = new Map<string, number>();
   const byFunction = new Map<string, number>();
+  const byStageFunction = new Map<string, Map<string, number>>();
   for (const [id, us] of selfUs) {
     const leaf = byId.get(id)!.callFrame;
     if (leaf.functionName === "(idle)") continue;
@@ -134,6 +125,9 @@ function report(profile: Profile, requests: number): string {
       }`;
     const fn = `${leaf.functionName || "(anonymous)"}${where}`;
     byFunction.set(fn, (byFunction.get(fn) ?? 0) + us);
+    const inStage = byStageFunction.get(stage) ?? new Map<string, number>();
+    inStage.set(fn, (inStage.get(fn) ?? 0) + us);
+    byStageFunction.set(stage, inStage);
   }
   const perReq = (us: number) => (us / requests).toFixed(1).padStart(7);
   const pct = (us: number) => `${(100 * us / busyUs).toFixed(1).padStart(5)}%`;
@@ -150,6 +144,12 @@ function report(profile: Profile, requests: number): string {
   lines.push("", "hottest functions, self time");
   for (const [fn, us] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 25)) {
     lines.push(`${perReq(us)}  ${pct(us)}  ${fn}`);
+  }
+  lines.push("", "inside the six largest stages, self time");
+  for (const [stage] of [...byStage].sort((a, b) => b[1] - a[1]).slice(0, 6)) {
+    lines.push(`  ${stage}`);
+    const fns = [...byStageFunction.get(stage)!].sort((a, b) => b[1] - a[1]).slice(0, 6);
+    for (const [fn, us] of fns) lines.push(`  ${perReq(us)}  ${pct(us)}  ${fn}`);
   }
   return lines.join("\n");
 }

@@ -2,7 +2,8 @@
 // parsing through node:util, and endpoint paths.
 
 import { parseArgs, type ParseArgsConfig } from "node:util";
-import { createLogger, type Logger } from "../runtime/logger.ts";
+import { type Logger, loggerFromSettings, logSettingsFromEnv } from "../runtime/logger.ts";
+import { InvalidArgumentError } from "../runtime/errors.ts";
 
 /** Where a subcommand writes; tests pass their own. */
 export interface Io {
@@ -131,23 +132,16 @@ export function parseMs(command: string, flag: string, value: string): number {
   return n;
 }
 
-const LEVELS = ["debug", "info", "warn", "error"] as const;
-
 /**
- * The logger the environment asks for: DYN_LOG (level, default info), DYN_LOG_JSON.
- * @throws {UsageError} DYN_LOG is not a level
+ * The logger the environment asks for: DYN_LOG (the reference's filter syntax, default
+ * info), DYN_LOGGING_JSONL or DYN_LOG_JSON (see `logSettingsFromEnv`).
+ * @throws {UsageError} a malformed DYN_LOG
  */
 export function loggerFromEnv(command: string): Logger {
-  const level = Deno.env.get("DYN_LOG") ?? "info";
-  if (!(LEVELS as readonly string[]).includes(level)) {
-    throw new UsageError(
-      `DYN_LOG must be one of ${LEVELS.join(", ")}, got ${JSON.stringify(level)}`,
-      command,
-    );
+  try {
+    return loggerFromSettings(logSettingsFromEnv());
+  } catch (err) {
+    if (err instanceof InvalidArgumentError) throw new UsageError(err.message, command);
+    throw err;
   }
-  const json = Deno.env.get("DYN_LOG_JSON");
-  return createLogger({
-    level: level as typeof LEVELS[number],
-    json: json === "1" || json === "true",
-  });
 }

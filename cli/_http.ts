@@ -5,9 +5,12 @@
 import {
   createFrontend,
   type DistributedRuntime,
+  FrontendMetrics,
   type KvRouterSettings,
   type Logger,
+  type MetricsRegistry,
   ModelManager,
+  registerProcessMetrics,
   type RouterMode,
 } from "../mod.ts";
 import { guardFrontend, type GuardOptions } from "../llm/http/guard.ts";
@@ -23,6 +26,8 @@ export interface ServeFrontendOptions {
   routerMode: RouterMode;
   /** Settings of the KV router (router mode "kv"). */
   kvRouter?: KvRouterSettings;
+  /** Serve only the models registered in this namespace (default: every namespace). */
+  namespace?: string;
   logger: Logger;
   /** Deadline for draining in-flight requests at shutdown, in ms. */
   drainTimeoutMs?: number;
@@ -36,6 +41,8 @@ export interface ServeFrontendOptions {
   toolCallParser?: string;
   /** The reasoning parser of models whose card names none (`--dyn-reasoning-parser`). */
   reasoningParser?: string;
+  /** Workers' metrics to show on the frontend's `/metrics` too (workers in this process). */
+  workerMetrics?: MetricsRegistry;
   /** Also serve reference (ai-dynamo 1.6.1) workers' models (`--reference-workers`). */
   referenceWorkers?: ReferenceWorkersOptions;
 }
@@ -55,23 +62,29 @@ export async function serveFrontend(
   options: ServeFrontendOptions,
   io: Io,
 ): Promise<RunningFrontend> {
+  const metrics = new FrontendMetrics();
+  registerProcessMetrics(metrics.registry);
+  if (options.workerMetrics) metrics.include(options.workerMetrics);
   const models = new ModelManager(runtime, {
     routerMode: options.routerMode,
-    kvRouter: options.kvRouter,
+    kvRouter: { ...options.kvRouter, onRoute: (d) => metrics.observeRoute(d) },
+    namespace: options.namespace,
     logger: options.logger,
     referenceWorkers: options.referenceWorkers,
   });
   await models.start();
   const frontend = createFrontend({
     models,
+    metrics,
     logger: options.logger,
     backends: backendsInfo(runtime),
     checkHealth: options.checkHealth,
     toolCallParser: options.toolCallParser,
     reasoningParser: options.reasoningParser,
+    tracing: runtime.tracing,
   });
   frontend.metrics.registry.setDefaultLabels({
-    dynamo_namespace: "dynamo",
+    dynamo_namespace: options.namespace ?? "dynamo",
     dynamo_component: "frontend",
     dynamo_endpoint: "http",
   });

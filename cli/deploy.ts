@@ -1,5 +1,6 @@
 // `dynamo deploy graph.ts:Entry -f config.yaml -o DIR`: writes validated Kubernetes
-// manifests for the graph: a ConfigMap with the configuration and one Deployment per service.
+// manifests for the graph: a ConfigMap with the configuration, a Deployment and a Service per
+// service, and a ServiceMonitor for Prometheus.
 
 import { join } from "node:path";
 import { InvalidArgumentError } from "../runtime/errors.ts";
@@ -10,10 +11,14 @@ const usage =
   `Usage: dynamo deploy GRAPH.ts:Entry -o DIR [-f CONFIG.yaml] [--Service.key=value ...] [options]
 
 Resolves the graph as 'dynamo serve' does and writes Kubernetes manifests to DIR: a
-ConfigMap holding the merged configuration (DYNAMO_SERVICE_CONFIG) and one Deployment per
-service (replicas = workers; cpu, memory and nvidia.com/gpu from its resources) whose
-container runs 'dynamo serve GRAPH.ts:Entry --service-name Service'. Every manifest is
-validated against the Kubernetes schemas before anything is written. The etcd and NATS
+ConfigMap holding the merged configuration (DYNAMO_SERVICE_CONFIG); per service a
+Deployment (replicas = workers; cpu, memory and nvidia.com/gpu from its resources, as
+requests and limits) whose container runs 'dynamo serve GRAPH.ts:Entry --service-name
+Service' with its system status server on (DYN_SYSTEM_ENABLED, DYN_SYSTEM_PORT), startup
+and liveness probes on /live, a readiness probe on /health, and 35 s to stop (the
+runtime's 30 s drain of in-flight requests, then exit), and a Service for that port; and
+a ServiceMonitor (monitoring.coreos.com/v1) scraping /metrics from every Service. Every
+manifest is validated against its schema before anything is written. The etcd and NATS
 addresses come from ETCD_ENDPOINTS and NATS_SERVER (default http://etcd:2379 and
 nats://nats:4222, in-cluster services of those names).
 
@@ -23,6 +28,7 @@ Options:
   --image IMAGE         container image with the project and the graph (default dynamo-deno:latest)
   --name NAME           prefix of the resource names (default: the entry, in kebab case)
   --namespace NS        Kubernetes namespace of the resources
+  --system-port PORT    the system status port: probes, Service, metrics (default 9090)
   -h, --help            show this help`;
 
 async function run(args: string[], io: Io): Promise<number> {
@@ -33,6 +39,7 @@ async function run(args: string[], io: Io): Promise<number> {
     image: { type: "string" },
     name: { type: "string" },
     namespace: { type: "string" },
+    "system-port": { type: "string" },
     help: { type: "boolean", short: "h" },
   });
   if (values.help) {
@@ -47,6 +54,14 @@ async function run(args: string[], io: Io): Promise<number> {
   }
   if (values.output === undefined) throw new UsageError("needs -o DIR", "deploy");
   const target = positionals[0]!;
+  const port = values["system-port"];
+  if (port !== undefined && !/^\d+$/.test(port)) {
+    throw new UsageError(
+      `--system-port: expected a port number, got ${JSON.stringify(port)}`,
+      "deploy",
+    );
+  }
+  const systemPort = port === undefined ? undefined : Number(port);
   const config = await loadServeConfig("deploy", values.file, cli);
   const graph = await loadGraph("deploy", target, config);
   // Loaded here, not at start-up: the Kubernetes schemas are large, and every service
@@ -61,6 +76,7 @@ async function run(args: string[], io: Io): Promise<number> {
       k8sNamespace: values.namespace,
       etcdEndpoints: Deno.env.get("ETCD_ENDPOINTS") || undefined,
       natsServer: Deno.env.get("NATS_SERVER") || undefined,
+      systemPort,
     });
   } catch (err: unknown) {
     if (err instanceof InvalidArgumentError) throw new UsageError(err.message, "deploy");
@@ -70,7 +86,7 @@ async function run(args: string[], io: Io): Promise<number> {
   for (const m of manifests) {
     const path = join(values.output, m.file);
     await Deno.writeTextFile(path, manifestYaml(m));
-    io.out(`${m.kind.padEnd(10)} ${m.name.padEnd(30)} ${path}`);
+    io.out(`${m.kind.padEnd(14)} ${m.name.padEnd(30)} ${path}`);
   }
   return ExitCode.Ok;
 }

@@ -14,6 +14,12 @@ import {
   UsageError,
 } from "./_common.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
+import {
+  envBoolean,
+  REFERENCE_FLAG_ENV,
+  referenceOnlyRouterMode,
+  rejectReferenceOnlyFlags,
+} from "./_reference_flags.ts";
 import type { GuardOptions } from "../llm/http/guard.ts";
 import type { ReferenceWorkersOptions } from "../llm/model/registry.ts";
 import { REASONING_PARSER_NAMES } from "../llm/parsers/reasoning.ts";
@@ -95,6 +101,12 @@ export const HTTP_FLAGS = {
   "active-decode-blocks-threshold": { type: "string" },
   "active-prefill-tokens-threshold": { type: "string" },
   "router-replica-sync": { type: "boolean" },
+  "no-router-replica-sync": { type: "boolean" },
+  "kv-events": { type: "boolean" },
+  "no-kv-events": { type: "boolean" },
+  "router-kv-events": { type: "boolean" },
+  "no-router-kv-events": { type: "boolean" },
+  namespace: { type: "string" },
   "max-inflight": { type: "string" },
   "max-queued": { type: "string" },
   "queue-timeout-ms": { type: "string" },
@@ -131,22 +143,37 @@ export function parseHttpFlags(
   hostname: string;
   routerMode: RouterMode;
   kvRouter: KvRouterSettings;
+  /** Serve only the models registered in this namespace (default: every namespace). */
+  namespace?: string;
   guard: Omit<GuardOptions, "metrics">;
   corsAllowOrigins: string[];
   toolCallParser?: string;
   reasoningParser?: string;
 } {
-  const port = Number(values["http-port"] ?? 8000);
+  // A flag, else the reference's environment variable for it; `what` names the source.
+  const given = (flag: keyof typeof REFERENCE_FLAG_ENV & keyof typeof values) => {
+    const v = values[flag];
+    if (typeof v === "string") return { value: v, what: `--${flag}`, fromEnv: false };
+    const name = REFERENCE_FLAG_ENV[flag];
+    const e = env(name);
+    return e === undefined || e.trim() === ""
+      ? undefined
+      : { value: e.trim(), what: name, fromEnv: true };
+  };
+  const portGiven = given("http-port");
+  const port = Number(portGiven?.value ?? 8000);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new UsageError(
-      `--http-port must be 0..65535, got ${JSON.stringify(values["http-port"])}`,
+      `${portGiven?.what} must be 0..65535, got ${JSON.stringify(portGiven?.value)}`,
       command,
     );
   }
-  const routerMode = values["router-mode"] ?? "round-robin";
+  const modeGiven = given("router-mode");
+  const routerMode = modeGiven?.value ?? "round-robin";
   if (routerMode !== "round-robin" && routerMode !== "random" && routerMode !== "kv") {
     throw new UsageError(
-      `--router-mode must be round-robin, random or kv, got ${JSON.stringify(routerMode)}`,
+      referenceOnlyRouterMode(routerMode, modeGiven!.what) ??
+        `${modeGiven!.what} must be round-robin, random or kv, got ${JSON.stringify(routerMode)}`,
       command,
     );
   }
@@ -161,34 +188,81 @@ export function parseHttpFlags(
       ["active-prefill-tokens-threshold", "activePrefillTokensThreshold"],
     ] as const
   ) {
-    const raw = values[flag];
-    if (raw === undefined) continue;
+    const source = flag in REFERENCE_FLAG_ENV
+      ? given(flag as keyof typeof REFERENCE_FLAG_ENV & keyof typeof values)
+      : values[flag] === undefined
+      ? undefined
+      : { value: values[flag]!, what: `--${flag}`, fromEnv: false };
+    if (source === undefined) continue;
+    const { value: raw, what } = source;
     const n = Number(raw);
     if (raw.trim() === "" || !(n >= 0) || !Number.isFinite(n)) {
       throw new UsageError(
-        `--${flag} must be a finite number >= 0, got ${JSON.stringify(raw)}`,
+        `${what} must be a finite number >= 0, got ${JSON.stringify(raw)}`,
         command,
       );
     }
     if (routerMode !== "kv") {
-      throw new UsageError(`--${flag} applies to --router-mode kv only`, command);
+      // The reference's variables may be set for a whole deployment: unused here, not wrong.
+      if (source.fromEnv) continue;
+      throw new UsageError(`${what} applies to --router-mode kv only`, command);
     }
     if (key === "loadBound" && n < 1) {
-      throw new UsageError(`--${flag} must be >= 1, got ${JSON.stringify(raw)}`, command);
+      throw new UsageError(`${what} must be >= 1, got ${JSON.stringify(raw)}`, command);
     }
     if (key === "activeDecodeBlocksThreshold" && n > 1) {
       throw new UsageError(
-        `--${flag} must be a fraction in [0, 1], got ${JSON.stringify(raw)}`,
+        `${what} must be a fraction in [0, 1], got ${JSON.stringify(raw)}`,
         command,
       );
     }
     kvRouter[key] = n;
   }
-  if (values["router-replica-sync"]) {
-    if (routerMode !== "kv") {
-      throw new UsageError("--router-replica-sync applies to --router-mode kv only", command);
+  const bool = (
+    on: readonly (keyof typeof values)[],
+    off: readonly (keyof typeof values)[],
+    name: string,
+  ): { value: boolean; what: string; fromEnv: boolean } | undefined => {
+    const onFlag = on.find((f) => values[f] === true);
+    const offFlag = off.find((f) => values[f] === true);
+    if (onFlag && offFlag) {
+      throw new UsageError(`--${onFlag} and --${offFlag} contradict each other`, command);
     }
-    kvRouter.replicaSync = true;
+    if (onFlag) return { value: true, what: `--${onFlag}`, fromEnv: false };
+    if (offFlag) return { value: false, what: `--${offFlag}`, fromEnv: false };
+    const fromEnv = envBoolean(command, name, env(name));
+    return fromEnv === undefined ? undefined : { value: fromEnv, what: name, fromEnv: true };
+  };
+  const sync = bool(
+    ["router-replica-sync"],
+    ["no-router-replica-sync"],
+    REFERENCE_FLAG_ENV["router-replica-sync"],
+  );
+  if (sync?.value) {
+    if (routerMode === "kv") kvRouter.replicaSync = true;
+    else if (!sync.fromEnv) {
+      throw new UsageError(`${sync.what} applies to --router-mode kv only`, command);
+    }
+  }
+  const events = bool(
+    ["kv-events", "router-kv-events"],
+    ["no-kv-events", "no-router-kv-events"],
+    REFERENCE_FLAG_ENV["kv-events"],
+  );
+  if (events?.value === false) {
+    if (routerMode === "kv") kvRouter.useKvEvents = false;
+    else if (!events.fromEnv) {
+      throw new UsageError(`${events.what} applies to --router-mode kv only`, command);
+    }
+  }
+  const namespaceGiven = given("namespace");
+  if (namespaceGiven !== undefined && !/^[A-Za-z0-9_-]+$/.test(namespaceGiven.value)) {
+    throw new UsageError(
+      `${namespaceGiven.what} must be letters, digits, '_' or '-', got ${
+        JSON.stringify(namespaceGiven.value)
+      }`,
+      command,
+    );
   }
   const cors = values["cors-allow-origin"] ?? env("DYN_HTTP_CORS_ALLOW_ORIGIN") ?? "";
   const corsAllowOrigins = cors.split(",").map((s) => s.trim()).filter(Boolean);
@@ -217,8 +291,9 @@ export function parseHttpFlags(
     toolCallParser: parser("dyn-tool-call-parser", TOOL_CALL_PARSER_NAMES),
     reasoningParser: parser("dyn-reasoning-parser", REASONING_PARSER_NAMES),
     port,
-    hostname: values["http-host"] ?? defaults.host,
+    hostname: given("http-host")?.value ?? defaults.host,
     routerMode,
+    ...(namespaceGiven ? { namespace: namespaceGiven.value } : {}),
     kvRouter,
     guard: parseGuardFlags(command, values, env),
     corsAllowOrigins,
@@ -293,13 +368,15 @@ function parseReferenceFlags(
 }
 
 async function run(args: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseCommandArgs("frontend", args, {
+  const flags = {
     ...HTTP_FLAGS,
     ...REQUEST_PLANE_FLAG,
     "reference-workers": { type: "boolean" },
     "reference-migration-limit": { type: "string" },
     help: { type: "boolean", short: "h" },
-  });
+  } as const;
+  rejectReferenceOnlyFlags("frontend", args, flags);
+  const { values, positionals } = parseCommandArgs("frontend", args, flags);
   if (values.help) {
     io.out(usage);
     return ExitCode.Ok;
@@ -312,7 +389,10 @@ async function run(args: string[], io: Io): Promise<number> {
   applyRequestPlaneFlag("frontend", values["request-plane"]);
   const logger = loggerFromEnv("frontend");
   const signals = untilSignal();
-  const runtime = await DistributedRuntime.fromEnv({ logger });
+  const runtime = await DistributedRuntime.fromEnv({
+    logger,
+    tracingServiceName: "dynamo-frontend",
+  });
   announceBackends(runtime, logger, "frontend");
   try {
     const frontend = await serveFrontend(runtime, { ...http, logger, referenceWorkers }, io);

@@ -52,6 +52,7 @@ function usage(): string {
     "Environment: ETCD_ENDPOINTS and NATS_SERVER select real etcd + NATS; else DYN_HUB=host:port",
     "(and DYN_HUB_TOKEN) joins a `dynamo hub`; else the embedded in-process default.",
     "Also DYN_LEASE_TTL, DYN_TCP_RPC_HOST, DYN_LOG, DYN_LOG_JSON.",
+    "Tracing: OTEL_EXPORTER_OTLP_ENDPOINT (OTLP/HTTP collector) and OTEL_SERVICE_NAME.",
   ].join("\n");
 }
 

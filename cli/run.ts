@@ -1,7 +1,7 @@
 // `dynamo run in=http out=ENGINE [MODEL]`: frontend and engine in one process on the
 // embedded runtime. The README's first command.
 
-import { announceBackends } from "../runtime/backends.ts";
+import { announceBackends, backendsInfo } from "../runtime/backends.ts";
 import {
   builtinTestModel,
   checkUpstream,
@@ -17,18 +17,25 @@ import {
   ModelType,
   openaiUpstream,
   registerLlm,
+  runMockerWorker,
+  RuntimeMetrics,
   startMockerWorkers,
+  tracingFromEnv,
 } from "../mod.ts";
 import {
+  applyRequestPlaneFlag,
   type Command,
   ExitCode,
   type Io,
   loggerFromEnv,
   parseCommandArgs,
   parseMs,
+  REQUEST_PLANE_FLAG,
   UsageError,
 } from "./_common.ts";
 import { HTTP_FLAGS, parseHttpFlags } from "./frontend.ts";
+import { rejectReferenceOnlyFlags } from "./_reference_flags.ts";
+import { type ReferenceWorkers, serveReferenceWorkers } from "./_reference_worker.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
 import { huggingFaceOptionsFromEnv } from "./_huggingface.ts";
 import { downloadGguf, parseGgufRef } from "../llm/model/huggingface.ts";
@@ -36,8 +43,13 @@ import { REASONING_PARSER_NAMES } from "../llm/parsers/reasoning.ts";
 import { TOOL_CALL_PARSER_NAMES } from "../llm/parsers/tool_calls.ts";
 
 const usage = `Usage: dynamo run in=http out=ENGINE [MODEL] [options]
+       dynamo run in=dyn://NAMESPACE.COMPONENT.ENDPOINT out=ENGINE [MODEL] [options]
 
-Runs the OpenAI frontend and an engine in one process on the embedded runtime.
+in=http (default): runs the OpenAI frontend and an engine in one process on the embedded
+runtime. in=dyn://NAMESPACE.COMPONENT.ENDPOINT: a worker only, as the reference's runner
+does it: registers MODEL on the network (etcd + NATS from ETCD_ENDPOINTS / NATS_SERVER, or
+DYN_HUB) at that endpoint and serves it until SIGINT/SIGTERM; a frontend anywhere
+('dynamo frontend') serves it.
 
 Engines:
   out=echo                 tokens in, the prompt's tokens back (MODEL: a folder with
@@ -92,6 +104,11 @@ Options:
   --model-name NAME        name clients use (default: from MODEL)
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)
+  --request-plane P        in=dyn://: tcp (default) or nats (env DYN_REQUEST_PLANE)
+  --reference-wire         in=dyn://, out=echo|mocker|llamacpp: register and serve in the
+                           reference's (ai-dynamo 1.6.1) records and request framing, so
+                           its frontend and router serve this worker (echo and mocker: MODEL
+                           a local model folder)
   --delay-ms N             echo: pause per token (default 0)
   --model-path PATH        openai: card source (tokenizer, context length) instead of
                            the built-in test model
@@ -119,9 +136,34 @@ function parseIntFlag(name: string, value: string | undefined, min: number): num
   return n;
 }
 
+/** The names of an `in=dyn://NAMESPACE.COMPONENT.ENDPOINT` input. */
+export interface DynInput {
+  namespace: string;
+  component: string;
+  endpoint: string;
+}
+
+/**
+ * Parses `dyn://NAMESPACE.COMPONENT.ENDPOINT` (the reference runner's worker input).
+ * @throws {UsageError} not three names of letters, digits, '_' or '-'
+ */
+export function parseDynInput(input: string): DynInput {
+  const names = input.slice("dyn://".length).split(".");
+  if (names.length !== 3 || !names.every((n) => /^[A-Za-z0-9_-]+$/.test(n))) {
+    throw new UsageError(
+      `in=${input}: expected dyn://NAMESPACE.COMPONENT.ENDPOINT, three names of letters, ` +
+        "digits, '_' or '-' (e.g. in=dyn://dynamo.backend.generate)",
+      "run",
+    );
+  }
+  const [namespace, component, endpoint] = names as [string, string, string];
+  return { namespace, component, endpoint };
+}
+
 async function run(args: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseCommandArgs("run", args, {
+  const flags = {
     ...HTTP_FLAGS,
+    ...REQUEST_PLANE_FLAG,
     "model-name": { type: "string" },
     "context-length": { type: "string" },
     "migration-limit": { type: "string" },
@@ -134,8 +176,11 @@ async function run(args: string[], io: Io): Promise<number> {
     "max-num-seqs": { type: "string" },
     "max-num-batched-tokens": { type: "string" },
     "n-gpu-layers": { type: "string" },
+    "reference-wire": { type: "boolean" },
     help: { type: "boolean", short: "h" },
-  });
+  } as const;
+  rejectReferenceOnlyFlags("run", args, flags);
+  const { values, positionals } = parseCommandArgs("run", args, flags);
   if (values.help) {
     io.out(usage);
     return ExitCode.Ok;
@@ -148,7 +193,14 @@ async function run(args: string[], io: Io): Promise<number> {
     else if (p.startsWith("out=")) output = p.slice(4);
     else rest.push(p);
   }
-  if (input !== "http") throw new UsageError(`only in=http is supported, got in=${input}`, "run");
+  if (input !== "http" && !input.startsWith("dyn://")) {
+    throw new UsageError(
+      `in= must be http or dyn://NAMESPACE.COMPONENT.ENDPOINT, got in=${input}`,
+      "run",
+    );
+  }
+  const worker = input === "http" ? undefined : parseDynInput(input);
+  const target = worker ?? { namespace: "dynamo", component: "backend", endpoint: "generate" };
   if (output === undefined) {
     throw new UsageError(
       "needs out=echo, out=mocker, out=llamacpp or out=openai:http://HOST:PORT",
@@ -157,6 +209,16 @@ async function run(args: string[], io: Io): Promise<number> {
   }
   if (rest.length > 1) throw new UsageError(`at most one MODEL, got ${rest.join(" ")}`, "run");
   const http = parseHttpFlags("run", values, { host: "127.0.0.1" });
+  if (values["reference-wire"] && (!worker || output.startsWith("openai:"))) {
+    throw new UsageError(
+      "--reference-wire applies to in=dyn:// workers with out=echo, out=mocker or out=llamacpp",
+      "run",
+    );
+  }
+  if (worker) applyRequestPlaneFlag("run", values["request-plane"]);
+  else if (values["request-plane"] !== undefined) {
+    throw new UsageError("--request-plane applies to in=dyn:// workers only", "run");
+  }
   const contextLength = parseIntFlag("context-length", values["context-length"], 1);
   const migrationLimit = parseIntFlag("migration-limit", values["migration-limit"], 0);
   const delayMs = values["delay-ms"] === undefined
@@ -223,18 +285,61 @@ async function run(args: string[], io: Io): Promise<number> {
     );
   }
 
+  // OTEL_EXPORTER_OTLP_ENDPOINT set: the frontend's and the engines' spans, one tracing.
+  const tracing = await tracingFromEnv(Deno.env.toObject(), { defaultServiceName: "dynamo-run" });
   const signals = untilSignal();
   const embedded = new EmbeddedCluster();
-  const runtime = await DistributedRuntime.connect({
-    discovery: "memory",
-    requestPlane: "local",
-    logger,
-    embedded,
-  });
-  announceBackends(runtime, logger, "process", true);
+  // One registry for every runtime of the process: the frontend's /metrics shows the workers'.
+  const metrics = new RuntimeMetrics();
+  const runtime = worker
+    ? await DistributedRuntime.fromEnv({ logger, metrics, tracing })
+    : await DistributedRuntime.connect({
+      discovery: "memory",
+      requestPlane: "local",
+      logger,
+      embedded,
+      metrics,
+      tracing,
+    });
+  if (worker && backendsInfo(runtime).process_local) {
+    signals.dispose();
+    await runtime.shutdown();
+    throw new UsageError(
+      "in=dyn:// registers a worker on the network: set ETCD_ENDPOINTS and NATS_SERVER " +
+        "(or DYN_HUB); without them no frontend could reach it",
+      "run",
+    );
+  }
+  announceBackends(runtime, logger, worker ? "worker" : "process", !worker);
+  /** Another runtime for one more worker (own instance id): on the network, or embedded. */
+  const workerRuntime = () =>
+    worker
+      ? DistributedRuntime.fromEnv({ logger, metrics, tracing })
+      : DistributedRuntime.connect({ logger, embedded, metrics, tracing });
   let mockers: MockerWorkers | undefined;
   const workerRuntimes: DistributedRuntime[] = [];
+  let referenceWorkers: ReferenceWorkers | undefined;
   try {
+    if (values["reference-wire"]) {
+      referenceWorkers = await serveReferenceWorkers({
+        engine: output as "echo" | "mocker" | "llamacpp",
+        numWorkers: mocker?.numWorkers ?? llama?.numWorkers ?? 1,
+        runtime,
+        another: workerRuntime,
+        target,
+        modelPath,
+        modelName,
+        contextLength,
+        migrationLimit,
+        kvBlockSize: llama?.engine.kvBlockSize,
+        echoDelayMs: delayMs,
+        mocker: mocker?.engine,
+        llama: llama?.engine,
+        logger,
+      });
+      workerRuntimes.push(...referenceWorkers.runtimes);
+      return await serveUntilSignal();
+    }
     if (llama) {
       // Loaded only here: node-llama-cpp costs ~140 ms to import, other engines skip it.
       // Not a literal specifier, so that `deno bundle` leaves node-llama-cpp (native binaries
@@ -245,9 +350,10 @@ async function run(args: string[], io: Io): Promise<number> {
       ) as LlamaCppModule;
       // Each worker is its own runtime (own instance id, own KV events) on the shared cluster.
       for (let i = 0; i < llama.numWorkers; i++) {
-        const rt = await DistributedRuntime.connect({ logger, embedded });
-        workerRuntimes.push(rt);
-        const endpoint = rt.namespace("dynamo").component("backend").endpoint("generate");
+        const rt = i === 0 && worker ? runtime : await workerRuntime();
+        if (rt !== runtime) workerRuntimes.push(rt);
+        const endpoint = rt.namespace(target.namespace).component(target.component)
+          .endpoint(target.endpoint);
         try {
           const worker = await runLlamaCppWorker(endpoint, modelPath, {
             ...llama.engine,
@@ -269,6 +375,36 @@ async function run(args: string[], io: Io): Promise<number> {
       }
       return await serveUntilSignal();
     }
+    if (mocker && worker) {
+      // Each mocker worker is its own runtime (own lease and instance id) on the network.
+      const register = {
+        modelName,
+        contextLength,
+        migrationLimit,
+        huggingFace: huggingFaceOptionsFromEnv(),
+      };
+      for (let i = 0; i < mocker.numWorkers; i++) {
+        const rt = i === 0 ? runtime : await workerRuntime();
+        if (rt !== runtime) workerRuntimes.push(rt);
+        const endpoint = rt.namespace(target.namespace).component(target.component)
+          .endpoint(target.endpoint);
+        const started = await runMockerWorker(endpoint, {
+          metricsIntervalMs: 100,
+          ...mocker.engine,
+          logger,
+          modelPath,
+          register,
+        });
+        if (i === 0) {
+          logger.info("mocker workers registered", {
+            model: started.card.display_name,
+            workers: mocker.numWorkers,
+            context: started.card.context_length,
+          });
+        }
+      }
+      return await serveUntilSignal();
+    }
     if (mocker) {
       // Each mocker worker is its own runtime (own instance id) on the shared cluster.
       mockers = await startMockerWorkers(mocker.numWorkers, {
@@ -277,7 +413,7 @@ async function run(args: string[], io: Io): Promise<number> {
         ...mocker.engine,
         logger,
         embedded,
-        connect: { logger },
+        connect: { logger, metrics, tracing },
         component: "backend",
         modelPath,
         register: {
@@ -295,9 +431,9 @@ async function run(args: string[], io: Io): Promise<number> {
       });
       return await serveUntilSignal();
     }
-    const component = runtime.namespace("dynamo").component("backend");
+    const component = runtime.namespace(target.namespace).component(target.component);
     await component.createService();
-    const endpoint = component.endpoint("generate");
+    const endpoint = component.endpoint(target.endpoint);
     const serving = endpoint.serveEndpoint(handler as never, { gracefulShutdown: true });
     serving.catch((err) => logger.error("engine stopped", { error: String(err) }));
     const card = await registerLlm(
@@ -320,14 +456,29 @@ async function run(args: string[], io: Io): Promise<number> {
     return await serveUntilSignal();
   } finally {
     signals.dispose();
+    await referenceWorkers?.close();
     await mockers?.shutdown();
     // A worker's runtime shutdown waits for its requests, then its engine closes.
     await Promise.all(workerRuntimes.map((rt) => rt.shutdown()));
     await runtime.shutdown();
+    await tracing?.shutdown().catch((err) =>
+      logger.warn("exporting the last spans failed", { error: String(err) })
+    );
   }
 
   async function serveUntilSignal(): Promise<number> {
-    const frontend = await serveFrontend(runtime, { ...http, logger, checkHealth }, io);
+    if (worker) {
+      const path = `${target.namespace}/${target.component}/${target.endpoint}`;
+      io.out(`dynamo worker serving ${path} (Ctrl-C stops it)`);
+      await signals.signalled;
+      logger.info("shutting down: draining in-flight requests");
+      return ExitCode.Ok;
+    }
+    const frontend = await serveFrontend(
+      runtime,
+      { ...http, logger, checkHealth, workerMetrics: metrics.registry },
+      io,
+    );
     await signals.signalled;
     logger.info("shutting down");
     await frontend.shutdown();
@@ -386,7 +537,7 @@ function parseMockerFlags(
 export const runCommand: Command = {
   name: "run",
   summary:
-    "frontend + engine in one process (in=http out=echo | out=mocker | out=llamacpp | out=openai:URL)",
+    "frontend + engine in one process (in=http out=echo | out=mocker | out=llamacpp | out=openai:URL), or a worker (in=dyn://NS.COMPONENT.ENDPOINT)",
   usage,
   run,
 };

@@ -7,6 +7,12 @@ import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { DistributedRuntime } from "../runtime/distributed_runtime.ts";
 import { HubServer } from "../runtime/hub/mod.ts";
+import { registerProcessMetrics } from "../runtime/metrics/process.ts";
+import {
+  startSystemServer,
+  type SystemServer,
+  systemServerFromEnv,
+} from "../runtime/metrics/system_server.ts";
 import {
   ConfigError,
   describeGraph,
@@ -235,8 +241,31 @@ async function serveOne(
       "serve",
     );
   }
+  // The probes and metrics of a deployed service (`dynamo deploy` sets DYN_SYSTEM_PORT).
+  const system = systemServerFromEnv(Deno.env.toObject());
   const runtime = await DistributedRuntime.fromEnv();
   announceBackends(runtime, runtime.logger, "service");
+  let registered = false;
+  let server: SystemServer | undefined;
+  if (system) {
+    registerProcessMetrics(runtime.metrics.registry);
+    try {
+      server = await startSystemServer({
+        ...system,
+        registry: runtime.metrics.registry,
+        notReady: () =>
+          runtime.shutdownSignal.aborted
+            ? "shutting down"
+            : registered
+            ? undefined
+            : "the service is not registered yet",
+      });
+    } catch (err) {
+      await runtime.shutdown();
+      throw err;
+    }
+    runtime.logger.info("system server listening", { url: server.url });
+  }
   // The parent forwards SIGTERM after a terminal's SIGINT reached us too: two signals are
   // one shutdown; a third exits at once. Copies of one Ctrl-C (see SAME_SIGNAL_MS) count once.
   const signals = new SignalCounter();
@@ -266,12 +295,14 @@ async function serveOne(
       node,
       registerTimeoutMs: readyTimeoutMs || undefined,
     });
+    registered = true;
     io.out(READY_MARK + JSON.stringify({ service: name, instance_id: runtime.instanceId }));
     await serving.done;
     return ExitCode.Ok;
   } finally {
     for (const s of sigs) Deno.removeSignalListener(s, onSignal);
     await runtime.shutdown();
+    await server?.close();
   }
 }
 
@@ -446,11 +477,15 @@ async function supervise(
     );
   }
   const self = selfCommand();
-  const childEnv = {
+  const childEnv: Record<string, string> = {
     ...backendEnv,
     [SERVICE_CONFIG_ENV]: JSON.stringify(config.toJSON()),
     [PARENT_ENV]: "1",
   };
+  // Several service processes on one machine cannot share a fixed system port: each takes a
+  // free one (and logs it) instead.
+  const systemPort = Deno.env.get("DYN_SYSTEM_PORT")?.trim();
+  if (systemPort && systemPort !== "0" && systemPort !== "-1") childEnv.DYN_SYSTEM_PORT = "0";
   const replicas: Replica[] = [];
   for (const node of graph.services) {
     for (let i = 0; i < node.workers; i++) {

@@ -144,14 +144,19 @@ export {
   type TtftModelOptions,
 } from "./kv_router/ttft_model.ts";
 export { createFrontend, type Frontend, type FrontendOptions } from "./http/app.ts";
-export { FrontendMetrics, type ModelMetrics, type RequestLabels } from "./http/metrics.ts";
+export {
+  FrontendMetrics,
+  type ModelMetrics,
+  type RequestLabels,
+  type RouteObservation,
+} from "./http/metrics.ts";
 export type {
   CounterMetric,
   GaugeMetric,
   HistogramMetric,
   MetricLabels,
   MetricsRegistry,
-} from "./http/metric_types.ts";
+} from "../runtime/metrics/metric_types.ts";
 export { echoEngine, type EchoEngineOptions } from "./engines/echo.ts";
 export {
   checkUpstream,

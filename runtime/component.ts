@@ -15,9 +15,11 @@ import type { ObjectStore } from "./objects/mod.ts";
 import { DynamoError, InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
+import type { Tracing } from "./tracing/types.ts";
 import { componentKey, instanceKey } from "./keys.ts";
 import { type InstanceRecord, instanceSubject, validateName } from "./names.ts";
 import { type Handler, serveRequest } from "./serve_request.ts";
+import type { EndpointStats, RequestTally, RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import {
   decodeRequest,
   type RequestHeader,
@@ -36,6 +38,8 @@ export interface RuntimeInternals {
   readonly logger: Logger;
   /** This process's instance id (lowercase hex). */
   readonly instanceId: string;
+  /** Where served endpoints count their requests, and workers record their load. */
+  readonly metrics: RuntimeMetrics;
   /** Aborts when the runtime starts shutting down. */
   readonly shutdownSignal: AbortSignal;
   readonly connectTimeoutMs: number;
@@ -47,6 +51,8 @@ export interface RuntimeInternals {
   readonly leaseTtlSeconds: number;
   /** Routing trace for this runtime's clients (off when unset). */
   readonly routeTrace?: RouteTrace;
+  /** OpenTelemetry tracing of this runtime's endpoints' requests (off when unset). */
+  readonly tracing?: Tracing;
   /** Puts `key` on the runtime's lease, and again on every new lease after a loss. */
   registerKey(key: string, value: string): Promise<void>;
   /** Deletes a key put with registerKey. */
@@ -254,8 +260,9 @@ export class Endpoint {
     const inflight = new Set<Promise<void>>();
     const contexts = new Set<Context>();
 
+    const stats = rt.metrics.endpoint(ns, this.component.name, this.name);
     const onRequest = (payload: RequestPayload) => {
-      const task = this.#handle(payload, handler as Handler, log, contexts);
+      const task = this.#handle(payload, handler as Handler, log, contexts, stats);
       inflight.add(task);
       task.then(() => inflight.delete(task), (err) => {
         inflight.delete(task);
@@ -327,31 +334,40 @@ export class Endpoint {
     handler: Handler,
     log: Logger,
     contexts: Set<Context>,
+    stats: EndpointStats,
   ): Promise<void> {
-    let header: RequestHeader;
-    let body: unknown;
-    try {
-      ({ header, body } = decodeRequest(payload));
-    } catch (err) {
-      log.warn("dropping malformed request", { error: String(err) });
-      return;
-    }
-    let conn;
-    try {
-      conn = await this.#rt.plane.dial(header.connection_info);
-    } catch (err) {
-      log.warn("cannot reach the caller", { request: header.id, error: String(err) });
-      return;
-    }
+    const start = performance.now();
+    stats.begin(payload instanceof Uint8Array ? payload.byteLength : 0);
+    const tally: RequestTally = { responseBytes: 0 };
     let ctx: Context | undefined;
     try {
+      let header: RequestHeader;
+      let body: unknown;
+      try {
+        ({ header, body } = decodeRequest(payload));
+      } catch (err) {
+        tally.error = "deserialization";
+        log.warn("dropping malformed request", { error: String(err) });
+        return;
+      }
+      let conn;
+      try {
+        conn = await this.#rt.plane.dial(header.connection_info);
+      } catch (err) {
+        tally.error = "response_stream";
+        log.warn("cannot reach the caller", { request: header.id, error: String(err) });
+        return;
+      }
       await serveRequest(conn, header, body, handler, {
         logger: log,
         heartbeatMs: this.#rt.heartbeatMs,
+        tracing: this.#rt.tracing,
         onContext: (c) => contexts.add(ctx = c),
+        tally,
       });
     } finally {
       if (ctx) contexts.delete(ctx);
+      stats.end(start, tally);
     }
   }
 

@@ -1,6 +1,8 @@
 // Per-request context: identity and cancellation shared by caller and handler.
 // Stop asks for a graceful finish; kill ends at once. Both abort `signal`.
 
+import type { TraceSpan } from "./tracing/types.ts";
+
 /** Why a context ended. */
 export type StopReason = "stop" | "kill";
 
@@ -21,6 +23,11 @@ const KILLED = new DOMException("context killed", "AbortError");
 export class Context {
   /** Request id; the same on the caller and on the worker. */
   readonly id: string;
+  /**
+   * The request's current span when tracing is on (undefined otherwise): each stage starts its
+   * span as a child of it, and the request plane sends it to the worker as the W3C parent.
+   */
+  trace: TraceSpan | undefined = undefined;
   // Most requests end without anyone reading `signal` or awaiting `stopped()`: the
   // AbortController and the promise are made on first use (an AbortController is costly).
   #controller: AbortController | undefined;

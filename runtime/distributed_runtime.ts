@@ -5,10 +5,13 @@ import type { Client } from "./client.ts";
 import { Namespace, type RuntimeInternals } from "./component.ts";
 import type { Discovery, Lease } from "./discovery/types.ts";
 import { InvalidArgumentError, RuntimeShutdownError } from "./errors.ts";
-import { createLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
+import { type Logger, loggerFromSettings, logSettingsFromEnv, silentLogger } from "./logger.ts";
 import { jsonLinesRouteTrace, type RouteTrace } from "./route_trace.ts";
+import { tracingFromEnv } from "./tracing/otel.ts";
+import type { Tracing } from "./tracing/types.ts";
 import type { RequestPlane } from "./transport/types.ts";
 import { natsConnectionOf } from "./transport/tcp.ts";
+import { RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import type { ObjectStore } from "./objects/types.ts";
 import { NatsObjectStore } from "./objects/nats.ts";
 import type { EventPlane } from "./events/types.ts";
@@ -56,8 +59,15 @@ export class DistributedRuntime {
   readonly objects: ObjectStore;
   /** Where the runtime logs. */
   readonly logger: Logger;
+  /** The runtime's OpenTelemetry tracing, when on (hand it to the frontend too). */
+  readonly tracing: Tracing | undefined;
   /** This process's instance id: the first lease's id, in lowercase hex. */
   readonly instanceId: string;
+  /**
+   * The Prometheus metrics of the endpoints this runtime serves (`dynamo_component_*`) and of
+   * the engine load its workers publish; a worker's system server renders them.
+   */
+  readonly metrics: RuntimeMetrics;
   readonly #internals: RuntimeInternals;
   #lease: Lease;
   readonly #keys = new Map<string, string>();
@@ -66,6 +76,8 @@ export class DistributedRuntime {
   readonly #clients = new Set<Client>();
   #shutdownDone: Promise<void> | undefined;
   #recovering: Promise<void> | undefined;
+  /** Tracing made by `fromEnv`: shut down (its last spans exported) with the runtime. */
+  #ownsTracing = false;
 
   private constructor(
     discovery: Discovery,
@@ -77,12 +89,16 @@ export class DistributedRuntime {
     events: EventPlane,
     routeTrace: RouteTrace | undefined,
     liveness: { streamIdleTimeoutMs?: number; heartbeatMs?: number },
+    metrics: RuntimeMetrics,
+    tracing: Tracing | undefined,
   ) {
     this.discovery = discovery;
+    this.metrics = metrics;
     this.plane = plane;
     this.events = events;
     this.objects = objects;
     this.logger = logger;
+    this.tracing = tracing;
     this.#lease = lease;
     this.instanceId = lease.id;
     this.#watchLease(lease);
@@ -95,10 +111,12 @@ export class DistributedRuntime {
       objects,
       logger,
       instanceId: lease.id,
+      metrics: this.metrics,
       shutdownSignal: this.#shutdown.signal,
       connectTimeoutMs,
       ...liveness,
       routeTrace,
+      tracing,
       leaseTtlSeconds: lease.ttlSeconds,
       registerKey: (k, v) => self.#registerKey(k, v),
       unregisterKey: (k) => self.#unregisterKey(k),
@@ -170,6 +188,8 @@ export class DistributedRuntime {
           : new LocalEventPlane(embedded.events)),
       options.routeTrace,
       { streamIdleTimeoutMs: options.streamIdleTimeoutMs, heartbeatMs: options.heartbeatMs },
+      options.metrics ?? new RuntimeMetrics(),
+      options.tracing,
     );
     logger.debug("runtime connected", {
       discovery: discovery.kind,
@@ -186,13 +206,16 @@ export class DistributedRuntime {
    * set, the hub at that address (`dynamo hub`, or the `dynamo serve` parent; token in
    * `DYN_HUB_TOKEN`); otherwise the embedded default. ETCD_ENDPOINTS / NATS_SERVER take
    * precedence over DYN_HUB.
-   * Also reads `DYN_LEASE_TTL`, `DYN_TCP_RPC_HOST`, `DYN_LOG` (level) and `DYN_LOG_JSON`,
+   * Also reads `DYN_LEASE_TTL`, `DYN_TCP_RPC_HOST`, `DYN_LOG` (the reference's filter syntax,
+   * see `logSettingsFromEnv`) and `DYN_LOGGING_JSONL` (or `DYN_LOG_JSON`),
    * `DYN_ROUTE_TRACE=1` (a JSON-lines routing trace on standard error, see `routeTrace`),
    * `ETCD_USERNAME`/`ETCD_PASSWORD`, `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`, and the TLS
    * files `ETCD_TLS_CA`/`ETCD_TLS_CERT`/`ETCD_TLS_KEY` (and `ETCD_TLS_SERVER_NAME`) and
-   * `NATS_TLS_CA`/`NATS_TLS_CERT`/`NATS_TLS_KEY` (any NATS_TLS_* set makes NATS require TLS).
+   * `NATS_TLS_CA`/`NATS_TLS_CERT`/`NATS_TLS_KEY` (any NATS_TLS_* set makes NATS require TLS),
+   * and the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, ...:
+   * {@linkcode tracingFromEnv}) unless `tracing` is given.
    */
-  static fromEnv(options: FromEnvOptions = {}): Promise<DistributedRuntime> {
+  static async fromEnv(options: FromEnvOptions = {}): Promise<DistributedRuntime> {
     const env = options.env ?? Deno.env.toObject();
     const real = Boolean(env.ETCD_ENDPOINTS || env.NATS_SERVER);
     const hub = !real && Boolean(env.DYN_HUB);
@@ -236,19 +259,21 @@ export class DistributedRuntime {
     if (etcdTls) opts.etcdTls = etcdTls;
     const natsTls = tlsFromEnv(env, "NATS");
     if (natsTls) opts.natsTls = natsTls;
-    if (!options.logger) {
-      const level = (env.DYN_LOG ?? "info") as LogLevel;
-      if (!["debug", "info", "warn", "error"].includes(level)) {
-        throw new InvalidArgumentError(
-          `DYN_LOG must be debug, info, warn or error, got "${level}"`,
-        );
-      }
-      opts.logger = createLogger({
-        level,
-        json: env.DYN_LOG_JSON === "1" || env.DYN_LOG_JSON === "true",
-      });
+    if (!options.logger) opts.logger = loggerFromSettings(logSettingsFromEnv(env));
+    let ownsTracing = false;
+    if (options.tracing === undefined) {
+      opts.tracing = await tracingFromEnv(env, { defaultServiceName: options.tracingServiceName });
+      ownsTracing = opts.tracing !== undefined;
     }
-    return DistributedRuntime.connect(opts);
+    let rt: DistributedRuntime;
+    try {
+      rt = await DistributedRuntime.connect(opts);
+    } catch (err) {
+      if (ownsTracing) await opts.tracing!.shutdown().catch(() => {});
+      throw err;
+    }
+    rt.#ownsTracing = ownsTracing;
+    return rt;
   }
 
   /** A namespace (a pipeline). */
@@ -350,5 +375,12 @@ export class DistributedRuntime {
     await this.discovery.close().catch((err) =>
       this.logger.warn("discovery close failed", { error: String(err) })
     );
+    // The last spans go out (a collector that is gone must not hold the shutdown up long).
+    const tracing = this.tracing;
+    if (tracing !== undefined) {
+      await (this.#ownsTracing ? tracing.shutdown() : tracing.forceFlush()).catch((err) =>
+        this.logger.warn("exporting the last spans failed", { error: String(err) })
+      );
+    }
   }
 }

@@ -1,5 +1,7 @@
 // A small leveled logger. Library code takes one of these instead of calling `console`.
 
+import { InvalidArgumentError } from "./errors.ts";
+
 /** Log levels, lowest first. */
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
@@ -83,3 +85,86 @@ export const silentLogger: Logger = {
     return silentLogger;
   },
 };
+
+/** What `DYN_LOG` and `DYN_LOGGING_JSONL` ask for. */
+export interface LogSettings {
+  /** Lowest level written; "off" writes nothing. */
+  level: LogLevel | "off";
+  /** One JSON object per line. */
+  json: boolean;
+}
+
+const FILTER_LEVELS: Record<string, LogLevel | "off"> = {
+  trace: "debug",
+  debug: "debug",
+  info: "info",
+  warn: "warn",
+  error: "error",
+  off: "off",
+};
+const VERBOSITY: Record<LogLevel | "off", number> = {
+  debug: 0,
+  info: 1,
+  warn: 2,
+  error: 3,
+  off: 4,
+};
+
+/**
+ * Reads the log settings from the environment as the reference system does: `DYN_LOG` in
+ * its filter syntax, comma-separated directives, each a level (`trace`, `debug`, `info`,
+ * `warn`, `error`, `off`, any case) or `target=level`. A bare level is the default; a
+ * `target=level` directive for one of the reference's own crates (a target starting with
+ * `dynamo`) applies to this whole runtime (the most verbose of them and the default wins);
+ * directives for other targets (the reference's Rust libraries, e.g. `h2=warn`) are accepted
+ * and have nothing to act on here. `trace` logs as `debug`. JSON lines with
+ * `DYN_LOGGING_JSONL` (or `DYN_LOG_JSON`) set to `1` or `true`.
+ *
+ * @param env the environment (default: the process's)
+ * @returns the level (default info) and whether lines are JSON
+ * @throws {InvalidArgumentError} a directive that is not a level or `target=level`
+ * @example
+ * ```ts
+ * logSettingsFromEnv({ DYN_LOG: "warn,dynamo_runtime=debug,h2=error" });
+ * // { level: "debug", json: false }
+ * ```
+ */
+export function logSettingsFromEnv(
+  env: Record<string, string | undefined> = Deno.env.toObject(),
+): LogSettings {
+  let level: LogLevel | "off" = "info";
+  let own: LogLevel | "off" | undefined;
+  const spec = env.DYN_LOG?.trim() ?? "";
+  for (const raw of spec.split(",")) {
+    const directive = raw.trim();
+    if (directive === "") continue;
+    const eq = directive.indexOf("=");
+    const target = eq < 0 ? undefined : directive.slice(0, eq).trim();
+    const name = (eq < 0 ? directive : directive.slice(eq + 1)).trim().toLowerCase();
+    const parsed = FILTER_LEVELS[name];
+    if (parsed === undefined || target === "") {
+      throw new InvalidArgumentError(
+        `DYN_LOG: ${JSON.stringify(directive)} is not a level (trace, debug, info, warn, ` +
+          `error, off) or target=level, in ${JSON.stringify(spec)}`,
+      );
+    }
+    if (target === undefined) level = parsed;
+    else if (target.startsWith("dynamo")) {
+      own = own === undefined || VERBOSITY[parsed] < VERBOSITY[own] ? parsed : own;
+    }
+  }
+  if (own !== undefined && VERBOSITY[own] < VERBOSITY[level]) level = own;
+  const flag = (v: string | undefined) => v === "1" || v?.toLowerCase() === "true";
+  return { level, json: flag(env.DYN_LOGGING_JSONL) || flag(env.DYN_LOG_JSON) };
+}
+
+/**
+ * The logger `DYN_LOG` and `DYN_LOGGING_JSONL` ask for (see {@linkcode logSettingsFromEnv}).
+ *
+ * @throws {InvalidArgumentError} a malformed `DYN_LOG`
+ */
+export function loggerFromSettings(settings: LogSettings): Logger {
+  return settings.level === "off"
+    ? silentLogger
+    : createLogger({ level: settings.level, json: settings.json });
+}

@@ -21,14 +21,47 @@ export {
   type RouteTrace,
   type RouteTraceEvent,
 } from "./route_trace.ts";
+export {
+  createTracing,
+  type CreateTracingOptions,
+  formatTraceparent,
+  type OtlpProtocol,
+  parseTraceparent,
+  type SpanAttribute,
+  type SpanExporterLike,
+  type SpanKindName,
+  type SpanOptions,
+  type StartSpanOptions,
+  type TraceParent,
+  type TraceSpan,
+  type Tracing,
+  tracingFromEnv,
+  type TracingFromEnvOptions,
+} from "./tracing/mod.ts";
 export type { Handler } from "./serve_request.ts";
+export {
+  type EndpointErrorType,
+  type EndpointStats,
+  type KvStatsSample,
+  registerProcessMetrics,
+  type RequestTally,
+  RuntimeMetrics,
+  startSystemServer,
+  type SystemServer,
+  type SystemServerAddress,
+  systemServerFromEnv,
+  type SystemServerOptions,
+} from "./metrics/mod.ts";
 export type { ResponseStream } from "./stream.ts";
 export * from "./errors.ts";
 export {
   createLogger,
   type CreateLoggerOptions,
   type Logger,
+  loggerFromSettings,
   type LogLevel,
+  type LogSettings,
+  logSettingsFromEnv,
   silentLogger,
 } from "./logger.ts";
 export {
@@ -58,6 +91,7 @@ export {
   type RequestOptions,
   type RequestPayload,
   type RequestPlane,
+  type RequestTraceHeaders,
   type Subscription,
   TcpRequestPlane,
   type TcpRequestPlaneOptions,

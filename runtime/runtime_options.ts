@@ -8,6 +8,8 @@ import { MemoryStore } from "./discovery/memory.ts";
 import type { Logger } from "./logger.ts";
 import { MemoryObjectStore } from "./objects/memory.ts";
 import type { RouteTrace } from "./route_trace.ts";
+import type { RuntimeMetrics } from "./metrics/runtime_metrics.ts";
+import type { Tracing } from "./tracing/types.ts";
 import { LocalRequestBus } from "./transport/local.ts";
 import type { RequestPlane } from "./transport/types.ts";
 
@@ -54,6 +56,11 @@ export interface DistributedRuntimeOptions {
    * `dynamo hub` server), or a RequestPlane of your own.
    */
   requestPlane?: "tcp" | "nats" | "local" | "hub" | RequestPlane;
+  /**
+   * Where the runtime's endpoints count their requests (default: a registry of its own). The
+   * runtimes of one process may share one, so that one `/metrics` shows them all.
+   */
+  metrics?: RuntimeMetrics;
   /** Address (`host:port`) of the hub, for the "hub" backends. */
   hubAddress?: string;
   /** The hub's shared token, when it has one. */
@@ -101,6 +108,13 @@ export interface DistributedRuntimeOptions {
    * {@linkcode jsonLinesRouteTrace} on standard error.
    */
   routeTrace?: RouteTrace;
+  /**
+   * OpenTelemetry tracing (default: off, and nothing of the SDK loaded): the runtime's
+   * endpoints trace each request ("engine" spans, children of the caller's), and its
+   * clients' requests carry the caller's trace context. `fromEnv` turns it on when
+   * `OTEL_EXPORTER_OTLP_ENDPOINT` is set ({@linkcode tracingFromEnv}).
+   */
+  tracing?: Tracing;
 }
 
 /** Options of {@linkcode DistributedRuntime.fromEnv}. */
@@ -108,4 +122,9 @@ export interface FromEnvOptions
   extends Omit<DistributedRuntimeOptions, "discovery" | "requestPlane"> {
   /** Environment to read (default `Deno.env.toObject()`). */
   env?: Record<string, string | undefined>;
+  /**
+   * The service name of the tracing `OTEL_EXPORTER_OTLP_ENDPOINT` turns on, when
+   * `OTEL_SERVICE_NAME` is unset (default "dynamo"; `dynamoWorker`: "dynamo-worker").
+   */
+  tracingServiceName?: string;
 }

@@ -12,6 +12,9 @@ import {
   stopBeating,
 } from "./liveness.ts";
 import type { Logger } from "./logger.ts";
+import type { RequestTally } from "./metrics/runtime_metrics.ts";
+import { parseTraceparent } from "./tracing/traceparent.ts";
+import type { Tracing } from "./tracing/types.ts";
 import {
   EMPTY,
   encoder,
@@ -49,6 +52,16 @@ export interface ServeRequestOptions {
    * slow handler from a hung worker (ms, default 1000).
    */
   heartbeatMs?: number;
+  /** Filled in with the bytes of items sent and whether the handler failed (for metrics). */
+  tally?: RequestTally;
+  /**
+   * Traces the request (an "engine" span, the child of the caller's span when the request
+   * carries one); its context's `trace` is that span. A traced request's log lines ("request
+   * received", "request completed", at info) carry `trace_id` and `span_id` (and `parent_id`,
+   * the caller's span); without tracing here, a request that carries a trace context still
+   * logs them, naming the caller's trace and span.
+   */
+  tracing?: Tracing;
 }
 
 /**
@@ -63,6 +76,8 @@ export async function serveRequest(
   options: ServeRequestOptions = {},
 ): Promise<void> {
   const ctx = new Context(header.id);
+  const traced = options.tracing !== undefined || header.headers !== undefined;
+  if (traced) options = tracedOptions(ctx, header, options);
   options.onContext?.(ctx);
   const state = { complete: false };
   void readControls(conn, ctx, state);
@@ -79,7 +94,50 @@ export async function serveRequest(
     await serveItems(conn, ctx, state, handler, body, header, options, beat);
   } finally {
     if (beat) stopBeating(beat);
+    if (traced) {
+      options.logger?.info("request completed", { request: header.id });
+      ctx.trace?.end();
+    }
   }
+}
+
+/**
+ * A traced request's options: its span started (as the context's `trace`) and its logger
+ * naming the trace and span (the caller's, when this worker does not trace).
+ */
+function tracedOptions(
+  ctx: Context,
+  header: RequestHeader,
+  options: ServeRequestOptions,
+): ServeRequestOptions {
+  // Untrusted: anything but strings is ignored, and a malformed traceparent starts a new trace.
+  const given = header.headers;
+  const traceparent = typeof given?.traceparent === "string" ? given.traceparent : undefined;
+  const tracestate = typeof given?.tracestate === "string" && given.tracestate.length <= 512
+    ? given.tracestate
+    : undefined;
+  let ids: { trace_id: string; span_id: string; parent_id?: string } | undefined;
+  if (options.tracing !== undefined) {
+    const span = options.tracing.startSpan("engine", {
+      kind: "server",
+      traceparent,
+      tracestate,
+      attributes: { "dynamo.request_id": header.id },
+    });
+    ctx.trace = span;
+    const parent = parseTraceparent(traceparent);
+    ids = parent === undefined || parent.traceId !== span.traceId
+      ? { trace_id: span.traceId, span_id: span.spanId }
+      : { trace_id: span.traceId, span_id: span.spanId, parent_id: parent.spanId };
+  } else {
+    const parent = parseTraceparent(traceparent);
+    if (parent !== undefined) ids = { trace_id: parent.traceId, span_id: parent.spanId };
+  }
+  if (ids === undefined || options.logger === undefined) return options;
+  const logger = options.logger.child(ids);
+  // The reference's worker logs the same two lines, with the same trace fields.
+  logger.info("request received", { request: header.id });
+  return { ...options, logger };
 }
 
 async function serveItems(
@@ -107,13 +165,17 @@ async function serveItems(
     step = await iterator.next();
   } catch (err) {
     state.complete = true;
+    if (options.tally) options.tally.error = "generate";
     if (beat) stopBeating(beat);
+    ctx.trace?.fail(err);
     await sendFinal(conn, jsonFrame(FrameType.Prologue, { error: wireError(err) }));
     return;
   }
   try {
     const byValue = conn.carriesValues === true;
     const sendText = typeof conn.sendDataText === "function";
+    // Bytes are counted where items are serialized (in process they are not).
+    const tally = options.tally ?? { responseBytes: 0 };
     const p = conn.send(byValue ? PROLOGUE_OK_VALUE : PROLOGUE_OK);
     if (p) await p;
     while (!step.done) {
@@ -122,14 +184,18 @@ async function serveItems(
         ctx.kill(); // the caller hung up (checked here: a throw per abandoned stream is costly)
         break;
       }
-      const sent = byValue
-        ? conn.send({ type: FrameType.Data, payload: EMPTY, value: step.value ?? null })
-        : sendText
-        ? conn.sendDataText!(JSON.stringify(step.value ?? null))
-        : conn.send({
-          type: FrameType.Data,
-          payload: encoder.encode(JSON.stringify(step.value ?? null)),
-        });
+      let sent;
+      if (byValue) {
+        sent = conn.send({ type: FrameType.Data, payload: EMPTY, value: step.value ?? null });
+      } else if (sendText) {
+        const text = JSON.stringify(step.value ?? null);
+        tally.responseBytes += text.length; // UTF-16 units: bytes for the ASCII of JSON
+        sent = conn.sendDataText!(text);
+      } else {
+        const payload = encoder.encode(JSON.stringify(step.value ?? null));
+        tally.responseBytes += payload.byteLength;
+        sent = conn.send({ type: FrameType.Data, payload });
+      }
       if (beat) beat.lastSent = livenessClock.tick;
       if (sent) await sent;
       step = await iterator.next();
@@ -148,7 +214,9 @@ async function serveItems(
         error: String(err),
       });
       state.complete = true;
+      if (options.tally) options.tally.error = "generate";
       if (beat) stopBeating(beat);
+      ctx.trace?.fail(err);
       await sendFinal(conn, jsonFrame(FrameType.Error, wireError(err)));
       step = { done: true, value: undefined };
     }

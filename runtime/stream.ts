@@ -30,6 +30,7 @@ import {
   type RequestPlane,
 } from "./transport/mod.ts";
 import { toRemoteError, type WireError } from "./_stream_wire.ts";
+import type { TraceSpan } from "./tracing/types.ts";
 
 /** The caller's view of one response stream. */
 export interface ResponseStream<T = unknown> extends AsyncIterable<T> {
@@ -98,6 +99,18 @@ export async function openStream<T>(
     response_type: "many_out",
     connection_info: pending.connectionInfo,
   };
+  // Tracing on: the hop is a client span, and the worker's span its child (W3C traceparent).
+  let span: TraceSpan | undefined;
+  if (ctx.trace !== undefined) {
+    span = ctx.trace.child("request_plane", {
+      kind: "client",
+      attributes: { "dynamo.subject": subject, "dynamo.instance_id": instanceId },
+    });
+    const tracestate = span.tracestate;
+    header.headers = tracestate === undefined
+      ? { traceparent: span.traceparent }
+      : { traceparent: span.traceparent, tracestate };
+  }
   const payload = plane.carriesValues ? { header, body } : encodeRequest(header, body);
 
   // Everything before the prologue races against cancellation and deadlines.
@@ -179,6 +192,10 @@ export async function openStream<T>(
     if (p.error) throw toRemoteError(p.error);
   } catch (err) {
     pending.cancel();
+    if (span !== undefined) {
+      span.fail(err);
+      span.end();
+    }
     if (conn) {
       if (err instanceof CancelledError) sendControl(conn, ctx.isKilled() ? "kill" : "stop");
       conn.close();
@@ -193,7 +210,11 @@ export async function openStream<T>(
   }
   // Listening from here on, not from the first read: a stop or kill before anyone reads
   // the stream still reaches the worker.
-  const items = new ItemReceiver<T>(conn!, ctx, subject, signal, idleTimeoutMs, options.onEnd);
+  const onEnd = span === undefined ? options.onEnd : () => {
+    span.end();
+    options.onEnd?.();
+  };
+  const items = new ItemReceiver<T>(conn!, ctx, subject, signal, idleTimeoutMs, onEnd);
   const stream: ResponseStream<T> & { [RECEIVER]: ItemReceiver<T> } = {
     context: ctx,
     instanceId,

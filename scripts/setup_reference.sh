@@ -14,6 +14,16 @@ if [ -f "$stamp" ]; then
   echo "$venv/bin/python"
   exit 0
 fi
+# Tests running in parallel may all ask at once: one installs, the others wait for it.
+if command -v flock >/dev/null; then
+  mkdir -p "$root/.dynamo"
+  exec 9>"$root/.dynamo/.reference-venv.lock"
+  flock -w 1200 9
+  if [ -f "$stamp" ]; then
+    echo "$venv/bin/python"
+    exit 0
+  fi
+fi
 echo "[reference] installing ai-dynamo 1.6.1 into $venv (first run only)..." >&2
 python3 -m venv "$venv"
 pip=("$venv/bin/pip" install --quiet --disable-pip-version-check)

@@ -32,6 +32,13 @@ if ! have_servers; then
   fi
 fi
 
+# Prometheus, for the dashboard test (tests/prometheus_test.ts installs it too, and skips
+# saying why when it cannot).
+bash scripts/install_prometheus.sh || echo "WARNING: no prometheus: the dashboard test will be skipped" >&2
+# Docker (daemon and a base image), for the container image test (it skips, saying why, when
+# docker cannot be readied).
+bash scripts/setup_docker.sh || echo "WARNING: no docker daemon or base image: the container test will be skipped" >&2
+
 # 2. Deno, through npm (no global install needed). Later steps call the binary directly.
 section "deno ${DENO_VERSION}"
 if ! DENO="$(npx -y "deno@${DENO_VERSION}" eval 'console.log(Deno.execPath())')" || [ ! -x "$DENO" ]; then
@@ -79,7 +86,7 @@ failed=0
 skipped=0
 # Deno's summary: "ok | 12 passed (3 steps) | 0 failed | 2 ignored (4s)"; count tests, not steps.
 run_tests() {
-  section "deno test $*"
+  section "deno test $*${DYN_REQUEST_PLANE:+ (DYN_REQUEST_PLANE=$DYN_REQUEST_PLANE)}"
   "$DENO" test "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local summary
@@ -103,6 +110,12 @@ run_tests() {
 ignore="$(IFS=,; echo "${SERIAL_TESTS[*]}")"
 run_tests -A --parallel --ignore="$ignore"
 run_tests -A "${SERIAL_TESTS[@]}"
+# The chaos suite once more on the NATS request plane (the run above is on the default, TCP):
+# `deno task test:chaos` runs it on both, the cancellation-under-load test included.
+CHAOS_TESTS=(tests/chaos_test.ts tests/infra_restart_test.ts tests/shutdown_test.ts
+  tests/overload_test.ts tests/hung_worker_test.ts tests/worker_output_test.ts
+  tests/malformed_discovery_test.ts tests/reregistration_test.ts tests/security_test.ts)
+DYN_REQUEST_PLANE=nats run_tests -A --parallel "${CHAOS_TESTS[@]}"
 
 echo
 if [ "${#failed_gates[@]}" -gt 0 ]; then

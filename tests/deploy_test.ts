@@ -1,5 +1,5 @@
 // `dynamo deploy` of the hello-world graph: validated manifests with the configured
-// replicas and resources, written to the output folder.
+// replicas and resources, probes, Services and a ServiceMonitor, written to the output folder.
 
 import assert from "node:assert/strict";
 import { parse } from "yaml";
@@ -14,17 +14,21 @@ interface Deployment {
     replicas: number;
     template: {
       spec: {
+        terminationGracePeriodSeconds: number;
         containers: {
           args: string[];
           env: { name: string; value?: string }[];
-          resources?: { limits: Record<string, string> };
+          resources?: { limits: Record<string, string>; requests: Record<string, string> };
+          livenessProbe: { httpGet: { path: string; port: string } };
+          readinessProbe: { httpGet: { path: string; port: string } };
+          ports: { name: string; containerPort: number }[];
         }[];
       };
     };
   };
 }
 
-Deno.test("dynamo deploy writes a validated Deployment per service and the config", async () => {
+Deno.test("dynamo deploy writes validated Deployments, Services, a ServiceMonitor and the config", async () => {
   const out = await Deno.makeTempDir({ prefix: "dynamo-deploy-" });
   try {
     const run = await runDeno(
@@ -39,6 +43,8 @@ Deno.test("dynamo deploy writes a validated Deployment per service and the confi
         "--image",
         "registry.local/hello:1",
         "--Backend.ServiceArgs.workers=3",
+        "--system-port",
+        "9100",
       ],
       { ETCD_ENDPOINTS: "http://etcd.prod:2379", NATS_SERVER: "nats://nats.prod:4222" },
       60_000,
@@ -47,9 +53,13 @@ Deno.test("dynamo deploy writes a validated Deployment per service and the confi
     const files = [...Deno.readDirSync(out)].map((e) => e.name).sort();
     assert.deepEqual(files, [
       "frontend-backend.deployment.yaml",
+      "frontend-backend.service.yaml",
       "frontend-config.configmap.yaml",
       "frontend-frontend.deployment.yaml",
+      "frontend-frontend.service.yaml",
       "frontend-middle.deployment.yaml",
+      "frontend-middle.service.yaml",
+      "frontend-system.servicemonitor.yaml",
     ]);
     const read = (f: string) => parse(Deno.readTextFileSync(`${out}/${f}`)) as Deployment;
     const expected: Record<string, [number, Record<string, string>]> = {
@@ -63,6 +73,15 @@ Deno.test("dynamo deploy writes a validated Deployment per service and the confi
       assert.equal(d.spec.replicas, replicas, `${name} replicas`);
       const c = d.spec.template.spec.containers[0]!;
       assert.deepEqual(c.resources?.limits, limits, `${name} resources`);
+      assert.deepEqual(c.resources?.requests, limits, `${name} requests`);
+      assert.deepEqual(c.ports, [{ name: "system", containerPort: 9100, protocol: "TCP" }]);
+      assert.deepEqual(c.livenessProbe.httpGet, { path: "/live", port: "system" });
+      assert.deepEqual(c.readinessProbe.httpGet, { path: "/health", port: "system" });
+      assert.equal(c.env.find((e) => e.name === "DYN_SYSTEM_PORT")?.value, "9100");
+      assert.equal(d.spec.template.spec.terminationGracePeriodSeconds, 35);
+      const svc = parse(Deno.readTextFileSync(`${out}/${name}.service.yaml`));
+      assert.equal(svc.kind, "Service");
+      assert.deepEqual(svc.spec.ports, [{ name: "system", port: 9100, targetPort: "system" }]);
       assert.equal(
         c.args.at(-1),
         name.replace("frontend-", "").replace(/^./, (x) => x.toUpperCase()),
@@ -76,8 +95,34 @@ Deno.test("dynamo deploy writes a validated Deployment per service and the confi
     const config = JSON.parse(cm.data.DYNAMO_SERVICE_CONFIG!);
     assert.equal(config.Backend.ServiceArgs.workers, 3, "CLI override in the ConfigMap");
     assert.equal(config.Middle.ServiceArgs.workers, 2);
+    const monitor = parse(Deno.readTextFileSync(`${out}/frontend-system.servicemonitor.yaml`));
+    assert.equal(monitor.apiVersion, "monitoring.coreos.com/v1");
+    assert.equal(monitor.kind, "ServiceMonitor");
+    assert.deepEqual(monitor.spec.endpoints, [{
+      port: "system",
+      path: "/metrics",
+      interval: "15s",
+    }]);
+    assert.match(run.stdout, /ServiceMonitor +frontend-system/);
   } finally {
     await Deno.remove(out, { recursive: true });
+  }
+});
+
+Deno.test("dynamo deploy refuses a system port that is not a port", async () => {
+  for (
+    const [port, message] of [
+      ["http", /--system-port: expected a port number, got "http"/],
+      ["70000", /the system port must be an integer in 1\.\.65535, got 70000/],
+    ] as const
+  ) {
+    const run = await runDeno(
+      ["cli/main.ts", "deploy", GRAPH, "-o", "/tmp/dynamo-deploy-unused", "--system-port", port],
+      {},
+      60_000,
+    );
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stderr, message);
   }
 });
 

@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { DistributedRuntime, type DistributedRuntimeOptions } from "../mod.ts";
 import { haveServers, startServers } from "./_helpers/servers.ts";
+import { spawnDeno } from "./_helpers/process.ts";
+import { stopChild } from "./_helpers/frontend.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const GRAPH = "examples/hello_world/graph.ts:Frontend";
@@ -231,6 +233,53 @@ Deno.test({
     } finally {
       serve.kill();
       await serve.child.status;
+      await servers.stop();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "dynamo serve --service-name (one service, as a deployed pod runs): /live, then /health once registered, and /metrics on DYN_SYSTEM_PORT",
+  ignore: !haveServers(),
+  async fn() {
+    const servers = await startServers();
+    let url: string | undefined;
+    const child = spawnDeno(
+      new URL("../cli/main.ts", import.meta.url).pathname,
+      {
+        ...servers.env,
+        DYN_LOG: "info",
+        DYN_SYSTEM_PORT: "0",
+        DYN_SYSTEM_HOST: "127.0.0.1",
+      },
+      ["serve", "examples/hello_world/graph.ts:Frontend", "--service-name", "Backend"],
+      {
+        onStderrLine: (line) => {
+          url ??= /system server listening url=(\S+)/.exec(line)?.[1];
+        },
+      },
+    );
+    try {
+      const deadline = Date.now() + 60_000;
+      while (url === undefined) {
+        assert.ok(Date.now() < deadline, "no 'system server listening' line within 60 s");
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal((await fetch(`${url}/live`)).status, 200);
+      let health = await fetch(`${url}/health`);
+      while (health.status !== 200) {
+        await health.body?.cancel();
+        assert.equal(health.status, 503);
+        assert.ok(Date.now() < deadline, "/health did not turn 200 within 60 s");
+        await new Promise((r) => setTimeout(r, 200));
+        health = await fetch(`${url}/health`);
+      }
+      assert.deepEqual(await health.json(), { status: "ready" });
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      assert.match(metrics, /dynamo_component_requests_total/);
+    } finally {
+      await stopChild(child);
       await servers.stop();
     }
   },

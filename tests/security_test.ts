@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { DistributedRuntime } from "../mod.ts";
 import { haveOpenssl, makeTestCerts } from "./_helpers/certs.ts";
-import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
+import { haveServers, startEtcd, startNats, testRequestPlane } from "./_helpers/servers.ts";
 
 const WORKER = new URL("./_helpers/worker_proc.ts", import.meta.url).pathname;
 const NATS_PASS = "n4ts-s3cret-pw";
@@ -309,7 +309,7 @@ async function workerOutput(
 ): Promise<{ code: number; output: string; ready: boolean }> {
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", WORKER],
-    env: { ...env, DYN_LOG: "debug" },
+    env: { ...env, DYN_LOG: "debug", DYN_REQUEST_PLANE: testRequestPlane() },
     stdout: "piped",
     stderr: "piped",
     stdin: "null",
@@ -364,7 +364,9 @@ Deno.test({
     try {
       await t.step("a worker that serves and answers a call logs no password", async () => {
         const { output, ready } = await workerOutput(good, async () => {
-          const caller = await DistributedRuntime.fromEnv({ env: { ...good, DYN_LOG: "error" } });
+          const caller = await DistributedRuntime.fromEnv({
+            env: { ...good, DYN_LOG: "error", DYN_REQUEST_PLANE: testRequestPlane() },
+          });
           try {
             const client = await caller.namespace("xproc").component("worker").endpoint(
               "generate",

@@ -6,6 +6,7 @@
 import type { BackendsInfo } from "../../runtime/backends.ts";
 import { Context } from "../../runtime/context.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
+import type { TraceSpan, Tracing } from "../../runtime/tracing/types.ts";
 import type { ModelManager } from "../model/registry.ts";
 import { RequestError } from "../openai/errors.ts";
 import { admit } from "../pipeline/admit.ts";
@@ -49,6 +50,12 @@ export interface FrontendOptions {
   toolCallParser?: string;
   /** The reasoning parser (basic, qwen3, deepseek_r1) for models whose card names none. */
   reasoningParser?: string;
+  /**
+   * OpenTelemetry tracing (default: off): each generation request gets an HTTP server span,
+   * the child of the request's `traceparent` header when it has a valid one, and its stages
+   * (preprocess, route, request plane) child spans. Usually the runtime's `tracing`.
+   */
+  tracing?: Tracing;
 }
 
 /** The frontend: a fetch handler and its metrics. */
@@ -84,6 +91,7 @@ export function createFrontend(options: FrontendOptions): Frontend {
   const metrics = options.metrics ?? new FrontendMetrics();
   const log = options.logger ?? silentLogger;
   const maxBody = options.maxBodyBytes ?? 32 * 1024 * 1024;
+  const tracing = options.tracing;
   // An unknown name fails here, not at the first request.
   if (options.toolCallParser !== undefined) toolCallFormat(options.toolCallParser);
   if (options.reasoningParser !== undefined) reasoningFormat(options.reasoningParser);
@@ -149,24 +157,58 @@ export function createFrontend(options: FrontendOptions): Frontend {
     }
   }
 
-  async function generate(kind: EndpointKind, request: Request): Promise<Response> {
+  // Chosen once: with tracing off, a request takes no extra step at all.
+  const generate = tracing === undefined ? generateIn : generateTraced;
+
+  async function generateTraced(kind: EndpointKind, request: Request): Promise<Response> {
+    const span = tracing!.startSpan(
+      kind === "chat" ? "POST /v1/chat/completions" : "POST /v1/completions",
+      {
+        kind: "server",
+        traceparent: request.headers.get("traceparent"),
+        tracestate: request.headers.get("tracestate"),
+        attributes: { "http.request.method": "POST" },
+      },
+    );
+    try {
+      return await generateIn(kind, request, span);
+    } catch (err) {
+      // Failed before its admission (a bad body, an unknown model) or with it (then ended there).
+      span.fail(err);
+      span.end();
+      throw err;
+    }
+  }
+
+  async function generateIn(
+    kind: EndpointKind,
+    request: Request,
+    span?: TraceSpan,
+  ): Promise<Response> {
     const req = await parseRequest(request, kind, maxBody);
     const model = resolveModel(models, req.model);
     const admission = admit(metrics, model.name, kind, req.stream === true);
     // Internal ids stay unique (routing books load by them); a client's own id is echoed.
     const ctx = new Context(crypto.randomUUID());
     const echoId = clientRequestId(request) ?? ctx.id;
+    if (span !== undefined) {
+      span.setAttribute("gen_ai.request.model", model.name);
+      span.setAttribute("dynamo.request_id", ctx.id);
+      ctx.trace = span;
+      admission.trace = span;
+    }
     try {
       const pipeline = await pipelines.get(model);
       const run = await pipeline.start(kind, req, ctx, admission);
       if (req.stream) {
-        return withRequestId(sseResponse(run.sse(), ctx, request, admission), echoId);
+        return sseResponse(run.sse(), ctx, admission, echoId);
       }
       const response = await run.collect();
       admission.finish("success");
       return jsonResponse(response, 200, { "x-request-id": echoId });
     } catch (err) {
       ctx.kill();
+      span?.fail(err);
       admission.finish("error");
       throw err;
     }
@@ -199,9 +241,4 @@ const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 function clientRequestId(request: Request): string | undefined {
   const given = request.headers.get("x-request-id");
   return given !== null && CLIENT_REQUEST_ID.test(given) ? given : undefined;
-}
-
-function withRequestId(response: Response, id: string): Response {
-  response.headers.set("x-request-id", id);
-  return response;
 }

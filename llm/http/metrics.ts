@@ -2,13 +2,13 @@
 // its own so several frontends in one process do not collide.
 
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import { counterSeries, gaugeSeries, histogramSeries } from "./fast_series.ts";
+import { counterSeries, gaugeSeries, histogramSeries } from "../../runtime/metrics/fast_series.ts";
 import type {
   CounterMetric,
   GaugeMetric,
   HistogramMetric,
   MetricsRegistry,
-} from "./metric_types.ts";
+} from "../../runtime/metrics/metric_types.ts";
 
 const LATENCY_BUCKETS = [
   0.001,
@@ -62,6 +62,16 @@ export interface ModelMetrics {
   invalidOutputs: { inc(): void };
 }
 
+/** One KV routing decision, as {@linkcode FrontendMetrics.observeRoute} counts it. */
+export interface RouteObservation {
+  /** The chosen worker's instance id. */
+  instanceId: string;
+  /** Blocks of the prompt the chosen worker holds cached (predicted). */
+  overlapBlocks: number;
+  /** Full KV blocks of the prompt. */
+  requestBlocks: number;
+}
+
 /** The frontend's metrics. */
 export class FrontendMetrics {
   readonly #registry = new Registry();
@@ -83,8 +93,8 @@ export class FrontendMetrics {
   readonly outputTokens: HistogramMetric;
   /** Requests moved to another instance after a worker failed, by model. */
   readonly migrations: CounterMetric;
-  /** Clients that went away before their answer was complete, by model. */
-  readonly disconnected: CounterMetric;
+  /** Clients that went away before their answer was complete, by model (a gauge that only rises). */
+  readonly disconnected: GaugeMetric;
   /** Worker items refused at the frontend's door (bad token ids, finish reasons, shapes). */
   readonly invalidOutputs: CounterMetric;
   /** Requests refused before the frontend saw them (reason: overloaded, unauthorized, ...). */
@@ -93,6 +103,14 @@ export class FrontendMetrics {
   readonly admitted: GaugeMetric;
   /** Generation requests waiting for a slot (read at scrape time). */
   readonly queued: GaugeMetric;
+  /** KV router decisions, by chosen worker (`worker_id`). */
+  readonly routerDecisions: CounterMetric;
+  /** Prompt KV blocks the KV router routed, by chosen worker. */
+  readonly routerPromptBlocks: CounterMetric;
+  /** Of those, blocks the chosen worker held cached (the router's prediction), by worker. */
+  readonly routerCachedBlocks: CounterMetric;
+  /** Predicted KV cache hit rate of each routed request (0..1). */
+  readonly kvHitRate: HistogramMetric;
   #admission?: () => { admitted: number; queued: number };
 
   /**
@@ -156,7 +174,8 @@ export class FrontendMetrics {
       labelNames: ["model"],
       registers,
     });
-    this.disconnected = new Counter({
+    // A gauge, as the reference's: a counter's name would have to end in _total.
+    this.disconnected = new Gauge({
       name: `${p}disconnected_clients`,
       help: "Clients that went away before their response was complete",
       labelNames: ["model"],
@@ -192,7 +211,66 @@ export class FrontendMetrics {
         this.set(admission().queued);
       },
     });
+    this.routerDecisions = new Counter({
+      name: `${p}router_decisions_total`,
+      help: "KV router decisions, by chosen worker",
+      labelNames: ["worker_id"],
+      registers,
+    });
+    this.routerPromptBlocks = new Counter({
+      name: `${p}router_prompt_blocks_total`,
+      help: "Prompt KV blocks the KV router routed, by chosen worker",
+      labelNames: ["worker_id"],
+      registers,
+    });
+    this.routerCachedBlocks = new Counter({
+      name: `${p}router_cached_blocks_total`,
+      help: "Routed prompt blocks the chosen worker held cached (predicted), by worker",
+      labelNames: ["worker_id"],
+      registers,
+    });
+    this.kvHitRate = new Histogram({
+      name: `${p}kv_hit_rate`,
+      help: "Predicted KV cache hit rate of each routed request (0.0-1.0)",
+      buckets: [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1],
+      registers,
+    });
+    this.#kvHitRate = histogramSeries(this.kvHitRate, {});
   }
+
+  /**
+   * Counts one KV routing decision (the KV router's `onRoute`): cheap, one series lookup
+   * per worker.
+   * @param decision the chosen worker, its cached prefix and the prompt's size, in blocks
+   */
+  observeRoute(decision: RouteObservation): void {
+    let series = this.#routeSeries.get(decision.instanceId);
+    if (!series) {
+      const labels = { worker_id: decision.instanceId };
+      series = {
+        decisions: counterSeries(this.routerDecisions, labels),
+        prompt: counterSeries(this.routerPromptBlocks, labels),
+        cached: counterSeries(this.routerCachedBlocks, labels),
+      };
+      this.#routeSeries.set(decision.instanceId, series);
+    }
+    series.decisions.inc();
+    series.prompt.add(decision.requestBlocks);
+    series.cached.add(decision.overlapBlocks);
+    this.#kvHitRate.observe(
+      decision.requestBlocks > 0 ? decision.overlapBlocks / decision.requestBlocks : 0,
+    );
+  }
+
+  readonly #routeSeries = new Map<
+    string,
+    {
+      decisions: { inc(): void };
+      prompt: { add(n: number): void };
+      cached: { add(n: number): void };
+    }
+  >();
+  readonly #kvHitRate: { observe(value: number): void };
 
   /** Makes the admission gauges read `read()` at each scrape (one guard per metrics object). */
   trackAdmission(read: () => { admitted: number; queued: number }): void {
@@ -215,7 +293,7 @@ export class FrontendMetrics {
         inputTokens: histogramSeries(this.inputTokens, labels),
         outputTokens: histogramSeries(this.outputTokens, labels),
         migrations: counterSeries(this.migrations, labels),
-        disconnected: counterSeries(this.disconnected, labels),
+        disconnected: gaugeSeries(this.disconnected, labels),
         invalidOutputs: counterSeries(this.invalidOutputs, labels),
       };
       this.#models.set(model, m);
@@ -234,8 +312,22 @@ export class FrontendMetrics {
     series.inc();
   }
 
-  /** The text exposition of every metric. */
-  render(): Promise<string> {
-    return this.registry.metrics();
+  readonly #included: MetricsRegistry[] = [];
+
+  /**
+   * Renders `registry` after the frontend's own series (e.g. the `dynamo_component_*` of
+   * workers in the same process, as `dynamo run` has). Its metric names must differ from the
+   * frontend's.
+   */
+  include(registry: MetricsRegistry): void {
+    this.#included.push(registry);
+  }
+
+  /** The text exposition of every metric (the frontend's, then included registries'). */
+  async render(): Promise<string> {
+    const own = await this.registry.metrics();
+    if (this.#included.length === 0) return own;
+    const more = await Promise.all(this.#included.map((r) => r.metrics()));
+    return [own, ...more].map((t) => t.endsWith("\n") ? t : t + "\n").join("");
   }
 }

@@ -167,8 +167,16 @@ export class KvMetricsPublisher {
   }
 
   #push(m: EndpointKvMetrics): void {
+    const component = this.#component!;
+    // The worker's own /metrics (system server) shows the same load.
+    component.runtimeInternals.metrics.setKvStats(
+      component.namespace.name,
+      component.name,
+      m.worker_id,
+      m,
+    );
     const bytes = new TextEncoder().encode(JSON.stringify(m));
-    this.#component!.publishEvent(LOAD_METRICS, bytes).catch((err) =>
+    component.publishEvent(LOAD_METRICS, bytes).catch((err) =>
       this.#log?.debug("cannot push load metrics", { error: String(err) })
     );
   }

@@ -79,6 +79,11 @@ export interface KvRouterOptions extends RoutingPolicyOptions {
    * `--router-replica-sync`.
    */
   replicaSync?: boolean;
+  /**
+   * Told of each decision {@linkcode KvRouter.generate} makes (each attempt), for metrics;
+   * must be cheap and must not throw.
+   */
+  onRoute?: (decision: RouteDecision & { requestBlocks: number }) => void;
 }
 
 /** What {@linkcode KvRouter.findBestMatch} decided. */
@@ -183,6 +188,7 @@ export class KvRouter {
   readonly #random: () => number;
   readonly #active: ActiveSequences;
   readonly #unreadMs: number;
+  readonly #onRoute: KvRouterOptions["onRoute"];
   /** Deadlines of streams handed out and not read yet. */
   readonly #unread = new Set<ReturnType<typeof setTimeout>>();
   readonly #log: Logger;
@@ -219,6 +225,7 @@ export class KvRouter {
       throw new InvalidArgumentError(`unreadStreamTimeoutMs must be > 0, got ${unreadMs}`);
     }
     this.#unreadMs = unreadMs;
+    this.#onRoute = options.onRoute;
     this.#log = endpoint.component.runtimeInternals.logger.child({
       component: endpoint.component.path,
       kv_router: endpoint.name,
@@ -428,6 +435,10 @@ export class KvRouter {
     for (;;) {
       const decision = await this.#decide(client, request.token_ids, options, tried);
       tried.add(decision.instanceId);
+      this.#onRoute?.({
+        ...decision,
+        requestBlocks: Math.floor(request.token_ids.length / this.blockSize),
+      });
       // One entry per attempt: the request id alone is not unique across migrations.
       const key = `generate:${context.id}/${crypto.randomUUID()}`;
       this.#active.add(key, decision.instanceId, request.token_ids.length, decision.overlapBlocks);

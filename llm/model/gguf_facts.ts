@@ -2,7 +2,7 @@
 // tokenizer) into Hugging Face form.
 
 import { basename, extname } from "node:path";
-import { GgufError } from "./gguf.ts";
+import { GgufError, readGgufMetadata } from "./gguf.ts";
 
 /** What a model card takes from a GGUF file. */
 export interface GgufModelFacts {
@@ -224,4 +224,39 @@ function byteLevelBpeTokenizer(
       merges,
     },
   };
+}
+
+/**
+ * Writes a GGUF model's tokenizer and config as a Hugging Face folder (config.json,
+ * tokenizer.json, tokenizer_config.json), for systems that read a model's tokenizer only from
+ * such a folder (the reference system's frontend, from its model card).
+ *
+ * @param path the `.gguf` file
+ * @param dir the folder to write (created if missing)
+ * @returns `dir`
+ * @throws {GgufError} the file is not GGUF, or its tokenizer cannot be converted
+ */
+export async function writeGgufAsHfFolder(path: string, dir: string): Promise<string> {
+  const { metadata } = await readGgufMetadata(path);
+  const facts = ggufModelFacts(path, metadata);
+  if (facts.tokenizerJson === undefined) {
+    throw new GgufError(path, facts.tokenizerUnsupported ?? "the GGUF file has no tokenizer");
+  }
+  await Deno.mkdir(dir, { recursive: true });
+  const arch = facts.architecture ?? "llama";
+  const config: Record<string, unknown> = {
+    // HF's class name for the architecture (llama -> LlamaForCausalLM, qwen2 -> Qwen2...).
+    architectures: [`${arch[0]!.toUpperCase()}${arch.slice(1)}ForCausalLM`],
+    model_type: arch,
+    ...(facts.contextLength !== undefined && { max_position_embeddings: facts.contextLength }),
+    ...(facts.eosTokenIds.length > 0 && {
+      eos_token_id: facts.eosTokenIds.length === 1 ? facts.eosTokenIds[0] : facts.eosTokenIds,
+    }),
+  };
+  const write = (name: string, value: unknown) =>
+    Deno.writeTextFile(`${dir}/${name}`, JSON.stringify(value, null, 2));
+  await write("config.json", config);
+  await write("tokenizer.json", facts.tokenizerJson);
+  await write("tokenizer_config.json", facts.tokenizerConfig);
+  return dir;
 }

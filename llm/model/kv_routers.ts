@@ -5,22 +5,33 @@ import type { Client } from "../../runtime/client.ts";
 import type { ReferenceEndpointClient } from "../../runtime/reference/endpoint_client.ts";
 import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
+import { ApproxKvIndexer } from "../kv_router/approx_indexer.ts";
 import { KvRouter, type KvRouterOptions } from "../kv_router/router.ts";
 import type { TokenRouter } from "../pipeline/route.ts";
 import { type EndpointClient, type EndpointId, endpointPath } from "./endpoints.ts";
 import { ReferenceKvRouter } from "./reference_kv.ts";
 
 /** The KV router's settings (router mode "kv"); see {@linkcode KvRouterOptions}. */
-export type KvRouterSettings = Pick<
-  KvRouterOptions,
-  | "overlapScoreWeight"
-  | "temperature"
-  | "queuedPrefillWeight"
-  | "loadBound"
-  | "activeDecodeBlocksThreshold"
-  | "activePrefillTokensThreshold"
-  | "replicaSync"
->;
+export type KvRouterSettings =
+  & Pick<
+    KvRouterOptions,
+    | "overlapScoreWeight"
+    | "temperature"
+    | "queuedPrefillWeight"
+    | "loadBound"
+    | "activeDecodeBlocksThreshold"
+    | "activePrefillTokensThreshold"
+    | "replicaSync"
+    | "onRoute"
+  >
+  & {
+    /**
+     * Whether overlaps come from the workers' KV events (default true). False (the
+     * reference's `--no-kv-events`): an approximate indexer that remembers where the router
+     * sent each prompt, for engines that publish no events.
+     */
+    useKvEvents?: boolean;
+  };
 
 /** Makes and keeps one {@linkcode KvRouter} per endpoint and block size. */
 export class KvRouters {
@@ -65,10 +76,20 @@ export class KvRouters {
     } else if (!router) {
       const target = this.#runtime.namespace(endpoint.namespace).component(endpoint.component)
         .endpoint(endpoint.name);
-      // Every client but the reference's is our runtime's.
-      router = new KvRouter(target, { ...this.#settings, blockSize, client: client as Client });
+      const { useKvEvents, ...settings } = this.#settings;
+      router = new KvRouter(target, {
+        ...settings,
+        blockSize,
+        // Every client but the reference's is our runtime's.
+        client: client as Client,
+        ...(useKvEvents === false ? { indexer: new ApproxKvIndexer(blockSize) } : {}),
+      });
       this.#routers.set(key, router);
-      this.#log.info("kv router started", { endpoint: path, block_size: blockSize });
+      this.#log.info("kv router started", {
+        endpoint: path,
+        block_size: blockSize,
+        overlaps: this.#settings.useKvEvents === false ? "approximate" : "kv events",
+      });
     }
     return router;
   }

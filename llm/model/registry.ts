@@ -51,6 +51,11 @@ export interface ModelManagerOptions {
    */
   goneGraceMs?: number;
   /**
+   * Serve only the models whose endpoints are in this namespace (the reference frontend's
+   * `--namespace`, `DYN_NAMESPACE`); default: every namespace.
+   */
+  namespace?: string;
+  /**
    * Also serve the models of reference (ai-dynamo 1.6.1) workers registered in the same etcd:
    * their records under `v1/mdc/`, their TCP request plane (default: off).
    */
@@ -85,6 +90,7 @@ export class ModelManager {
   /** Models whose last instance left, and when (ms, performance.now()). */
   readonly #gone = new Map<string, number>();
   readonly #goneGraceMs: number;
+  readonly #namespace: string | undefined;
   readonly #entries = new Map<string, ModelEntry>(); // key -> entry
   readonly #clients = new Map<string, Promise<EndpointClient>>();
   readonly #referenceOptions: ReferenceWorkersOptions | undefined;
@@ -111,6 +117,7 @@ export class ModelManager {
     this.routerMode = mode;
     this.instanceWaitMs = options.instanceWaitMs ?? 5000;
     this.#goneGraceMs = options.goneGraceMs ?? 60_000;
+    this.#namespace = options.namespace;
     this.#runtime = runtime;
     this.#log = options.logger ?? silentLogger;
     this.#referenceOptions = options.referenceWorkers;
@@ -187,6 +194,8 @@ export class ModelManager {
 
   #put(key: string, { instanceId: instance, entry }: ModelEntryRecord): void {
     this.#remove(key, false);
+    // Another namespace's model: not this frontend's to serve.
+    if (this.#namespace !== undefined && entry.endpoint.namespace !== this.#namespace) return;
     this.#entries.set(key, entry);
     let model = this.#models.get(entry.name);
     const added = model === undefined;

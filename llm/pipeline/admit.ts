@@ -2,6 +2,7 @@
 // duration, final status) once its model is known, and leaves it exactly once.
 
 import type { FrontendMetrics, ModelMetrics, RequestLabels } from "../http/metrics.ts";
+import type { TraceSpan } from "../../runtime/tracing/types.ts";
 import type { EndpointKind } from "./parse.ts";
 
 /** How a request ended (the `status` label of the request counter). */
@@ -13,6 +14,8 @@ export class Admission {
   readonly started: number = performance.now();
   /** The model's series. */
   readonly series: ModelMetrics;
+  /** The request's HTTP span when tracing is on: it ends with the request. */
+  trace: TraceSpan | undefined = undefined;
   readonly #metrics: FrontendMetrics;
   readonly #labels: RequestLabels;
   #finished = false;
@@ -31,6 +34,11 @@ export class Admission {
     this.series.inflight.dec();
     this.#metrics.countRequest(this.#labels, status);
     this.series.duration.observe((performance.now() - this.started) / 1000);
+    const span = this.trace;
+    if (span !== undefined) {
+      span.setAttribute("dynamo.status", status);
+      span.end();
+    }
   }
 }
 

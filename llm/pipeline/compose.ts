@@ -169,9 +169,18 @@ export function tokensPipeline(
   const renderTools = formats.tools !== undefined;
   return {
     async start(kind, req, ctx, admission) {
-      const { choices, promptTokens, promptText } = preprocess(preprocessor, kind, req, {
-        renderTools,
-      });
+      const span = ctx.trace?.child("preprocess");
+      let pre;
+      try {
+        pre = preprocess(preprocessor, kind, req, { renderTools });
+        span?.setAttribute("gen_ai.usage.input_tokens", pre.promptTokens);
+      } catch (err) {
+        span?.fail(err);
+        throw err;
+      } finally {
+        span?.end();
+      }
+      const { choices, promptTokens, promptText } = pre;
       const parsers = kind === "chat"
         ? outputParsers(req as ChatCompletionRequest, choices.length, promptText, formats)
         : undefined;

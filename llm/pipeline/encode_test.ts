@@ -160,7 +160,7 @@ Deno.test("sseResponse() reports a failure mid-stream as an error event and coun
       closed = true;
     },
   };
-  const response = sseResponse(source, ctx, new Request("http://x/"), admission);
+  const response = sseResponse(source, ctx, admission);
   assert.equal(response.headers.get("content-type"), "text/event-stream");
   const events = data(await response.text());
   assert.equal(events[0], "1");
@@ -172,7 +172,6 @@ Deno.test("sseResponse() reports a failure mid-stream as an error event and coun
 Deno.test("sseResponse() kills the request when the client goes away", async () => {
   const metrics = new FrontendMetrics();
   const ctx = new Context();
-  const abort = new AbortController();
   let closed = false;
   const source: SseSource = {
     next: () => new Promise<SseStep>(() => {}),
@@ -180,18 +179,47 @@ Deno.test("sseResponse() kills the request when the client goes away", async () 
       closed = true;
     },
   };
-  const response = sseResponse(
-    source,
-    ctx,
-    new Request("http://x/", { signal: abort.signal }),
-    admit(metrics, "m", "chat", true),
-  );
-  abort.abort();
-  assert.ok(closed && ctx.isKilled());
+  const response = sseResponse(source, ctx, admit(metrics, "m", "chat", true));
+  // The HTTP server cancels the body when the client's connection closes.
   await response.body?.cancel();
+  assert.ok(closed && ctx.isKilled());
   const text = await metrics.render();
   assert.match(text, /status="cancelled"\} 1/);
   assert.match(text, /dynamo_frontend_disconnected_clients\{model="m"\} 1/);
+});
+
+Deno.test("sseResponse() over Deno.serve: a client hanging up mid-stream kills the request", async () => {
+  const metrics = new FrontendMetrics();
+  const ctx = new Context();
+  let step = 0;
+  const source: SseSource = {
+    // One event, then an engine that never answers again (a long prefill, a hung worker).
+    next: () =>
+      step++ === 0
+        ? Promise.resolve({ text: "data: {}\n\n", last: false })
+        : new Promise<SseStep>(() => {}),
+    close() {},
+  };
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    () => sseResponse(source, ctx, admit(metrics, "m", "chat", true), "req-1"),
+  );
+  try {
+    const hangUp = new AbortController();
+    const res = await fetch(`http://127.0.0.1:${server.addr.port}/`, { signal: hangUp.signal });
+    assert.equal(res.headers.get("x-request-id"), "req-1");
+    const reader = res.body!.getReader();
+    await reader.read();
+    hangUp.abort();
+    await reader.cancel().catch(() => {});
+    const deadline = Date.now() + 5_000;
+    while (!ctx.isKilled()) {
+      assert.ok(Date.now() < deadline, "the request was not killed within 5 s of the hang-up");
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  } finally {
+    await server.shutdown();
+  }
 });
 
 const ANSWER = "<think>Need the weather.</think>\n\nChecking.\n<tool_call>\n" +

@@ -92,6 +92,7 @@ export async function openMigrating(
 
   const attempt = (): Promise<ResponseStream<LLMEngineOutput>> => {
     const ctx = new Context(parent.id);
+    ctx.trace = parent.trace;
     const unlink = parent.linkChild(ctx);
     const req: PreprocessedRequest = generated.length === 0 ? request : {
       ...request,

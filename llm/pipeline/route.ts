@@ -72,7 +72,39 @@ export class ModelRouter {
    * Sends `request` to one of the model's instances.
    * @throws {NoInstancesError} no instance is live
    */
-  async generate<T>(request: unknown, context: Context): Promise<ResponseStream<T>> {
+  generate<T>(request: unknown, context: Context): Promise<ResponseStream<T>> {
+    return context.trace === undefined
+      ? this.#generate<T>(request, context)
+      : this.#generateTraced<T>(request, context);
+  }
+
+  /**
+   * Routing as a "route" span; for its duration the context's span is the route span, so that
+   * the request-plane hop is its child.
+   */
+  async #generateTraced<T>(request: unknown, context: Context): Promise<ResponseStream<T>> {
+    const parent = context.trace!;
+    const span = parent.child("route", {
+      attributes: {
+        "gen_ai.request.model": this.#target.name,
+        "dynamo.router_mode": this.#policy.mode,
+      },
+    });
+    context.trace = span;
+    try {
+      const stream = await this.#generate<T>(request, context);
+      span.setAttribute("dynamo.instance_id", stream.instanceId);
+      return stream;
+    } catch (err) {
+      span.fail(err);
+      throw err;
+    } finally {
+      context.trace = parent;
+      span.end();
+    }
+  }
+
+  async #generate<T>(request: unknown, context: Context): Promise<ResponseStream<T>> {
     const target = this.#target;
     const groups = [...target.endpoints.values()].filter((g) => g.instances.size > 0);
     if (groups.length === 0) throw new NoInstancesError(target.name);

@@ -7,12 +7,14 @@
 import { decode as msgpackDecode, encode as msgpackEncode } from "@msgpack/msgpack";
 import {
   CancelledError,
+  InvalidArgumentError,
   ProtocolError,
   RemoteError,
   StreamIncompleteError,
   TimeoutError,
 } from "../errors.ts";
 import type { Logger } from "../logger.ts";
+import { parseTraceparent } from "../tracing/traceparent.ts";
 import { encodeTwoPart, ReferenceWireError } from "../transport/reference_wire.ts";
 import { writeAll } from "./_io.ts";
 import { type CallHomeConnection, CallHomeServer } from "./call_home.ts";
@@ -46,6 +48,13 @@ export interface ReferenceGenerateOptions {
   signal?: AbortSignal;
   /** Longest silence within this stream (ms; the client's default otherwise). */
   idleTimeoutMs?: number;
+  /**
+   * The caller's span as a W3C `traceparent` value: sent in the request's headers, where the
+   * reference's own frontend puts it, so that the worker's spans and log lines join the trace.
+   */
+  traceparent?: string;
+  /** The W3C `tracestate` sent with `traceparent`. */
+  tracestate?: string;
 }
 
 const CONTROL_STOP = new TextEncoder().encode(JSON.stringify("stop"));
@@ -123,6 +132,7 @@ export class ReferenceClient {
     const { signal } = options;
     signal?.throwIfAborted();
     if (this.#closed) throw new ProtocolError("the reference client is closed");
+    const trace = traceHeaders(options);
     const idleMs = options.idleTimeoutMs ?? this.#idleTimeoutMs;
     const id = crypto.randomUUID();
     const subject = crypto.randomUUID();
@@ -159,7 +169,7 @@ export class ReferenceClient {
       await conn.send(
         {
           endpointPath: instance.endpointPath,
-          headers: { "request-id": id, "x-endpoint-path": instance.endpointPath },
+          headers: { "request-id": id, "x-endpoint-path": instance.endpointPath, ...trace },
           payload,
         },
         this.#ackTimeoutMs,
@@ -321,4 +331,26 @@ function parseJson(bytes: Uint8Array, what: string): unknown {
   } catch (err) {
     throw new ProtocolError(`${what} is not JSON`, { cause: err });
   }
+}
+
+/**
+ * The trace headers of a request, as the reference's frontend sends them.
+ * @throws {InvalidArgumentError} a malformed traceparent, or a tracestate without one
+ */
+function traceHeaders(options: ReferenceGenerateOptions): Record<string, string> | undefined {
+  const { traceparent, tracestate } = options;
+  if (traceparent === undefined) {
+    if (tracestate !== undefined) {
+      throw new InvalidArgumentError("tracestate was given without a traceparent");
+    }
+    return undefined;
+  }
+  if (parseTraceparent(traceparent) === undefined) {
+    throw new InvalidArgumentError(
+      `traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), got ${
+        JSON.stringify(traceparent)
+      }`,
+    );
+  }
+  return tracestate === undefined ? { traceparent } : { traceparent, tracestate };
 }

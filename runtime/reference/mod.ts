@@ -1,7 +1,8 @@
 /**
  * Speaking to the reference system (ai-dynamo 1.6.1) as a caller: read its workers' instance
  * records from etcd, send them PreprocessedRequests over their TCP request plane, and stream the
- * answers they call home with.
+ * answers they call home with. And as a worker its frontend can call: `serveReferenceEndpoint`
+ * registers an engine in the reference's records and serves its request framing.
  * @module
  */
 
@@ -48,6 +49,14 @@ export {
   type CallHomeServerOptions,
   type TwoPartSource,
 } from "./call_home.ts";
+export {
+  type ReferenceEndpointServer,
+  referenceModelCard,
+  type ReferenceModelCardInit,
+  referenceOutput,
+  serveReferenceEndpoint,
+  type ServeReferenceEndpointOptions,
+} from "./worker.ts";
 // The reference's framing, for callers that speak it themselves.
 export {
   encodeTcpRequest,

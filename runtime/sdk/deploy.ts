@@ -1,9 +1,11 @@
-// Kubernetes manifests for a resolved graph (`dynamo deploy`): one Deployment per service
-// (replicas = workers, resources from the service's settings) and one ConfigMap with the
-// configuration, each validated against the Kubernetes schemas before it is returned.
+// Kubernetes manifests for a resolved graph (`dynamo deploy`): one Deployment and one Service
+// per service (replicas = workers, resources from the service's settings, probes on the
+// system status port), one ConfigMap with the configuration and one ServiceMonitor for
+// Prometheus, each validated against its schema before it is returned.
 
+import { ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor";
 import { Deployment } from "kubernetes-models/apps/v1";
-import { ConfigMap } from "kubernetes-models/v1";
+import { ConfigMap, Service } from "kubernetes-models/v1";
 import { stringify as toYaml } from "yaml";
 import { InvalidArgumentError } from "../errors.ts";
 import { SERVICE_CONFIG_ENV, type ServiceConfig } from "./config.ts";
@@ -23,21 +25,39 @@ export interface BuildManifestsOptions {
   etcdEndpoints?: string;
   /** NATS server the services use (default "nats://nats:4222"). */
   natsServer?: string;
-  /** Command that starts `dynamo` in the image (default ["dynamo"]). */
+  /** Command that starts `dynamo` in the image (default: the image's entrypoint). */
   command?: string[];
+  /** Port of each service's system status server: /live, /health, /metrics (default 9090). */
+  systemPort?: number;
 }
 
 /** One manifest: a file name and the validated resource. */
 export interface Manifest {
   /** e.g. "frontend-middle.deployment.yaml" */
   file: string;
-  kind: "Deployment" | "ConfigMap";
+  kind: "Deployment" | "ConfigMap" | "Service" | "ServiceMonitor";
   name: string;
   /** The resource as plain JSON data. */
   resource: Record<string, unknown>;
 }
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+/** The system status port of the reference's Kubernetes deployments. */
+const DEFAULT_SYSTEM_PORT = 9090;
+/** The name of that port in the pod spec, the Service and the ServiceMonitor. */
+const SYSTEM_PORT_NAME = "system";
+/**
+ * How long a stopping worker lets in-flight requests finish: `serveEndpoint`'s default
+ * `shutdownTimeoutMs` (30 s), as `dynamo serve` runs it.
+ */
+const DRAIN_SECONDS = 30;
+/** Time past the drain to leave discovery and exit before Kubernetes sends SIGKILL. */
+const EXIT_MARGIN_SECONDS = 5;
+/** The non-root user of the Dockerfile's runtime stage. */
+const IMAGE_UID = 10001;
+/** What a container asks the scheduler for when its service sets no cpu or memory. */
+const DEFAULT_REQUESTS: Record<string, string> = { cpu: "250m", memory: "256Mi" };
 
 /** "HelloWorld_v2" -> "hello-world-v2": a DNS-1123 label for Kubernetes names. */
 export function k8sName(name: string): string {
@@ -56,20 +76,38 @@ function checkName(what: string, name: string): string {
   return name;
 }
 
-/** Kubernetes resource quantities of a service: cpu, memory and `nvidia.com/gpu`. */
-function quantities(node: GraphNode): Record<string, string> {
-  const out: Record<string, string> = {};
+/**
+ * Kubernetes resources of a service: its cpu, memory and `nvidia.com/gpu` as limits, and
+ * as requests over the defaults (every container asks for something, so the scheduler
+ * places it knowingly).
+ */
+function containerResources(
+  node: GraphNode,
+): { requests: Record<string, string>; limits?: Record<string, string> } {
+  const limits: Record<string, string> = {};
   const r = node.resources;
-  if (r.cpu !== undefined) out.cpu = String(r.cpu);
-  if (r.memory !== undefined) out.memory = String(r.memory);
-  if (r.gpu !== undefined && Number(r.gpu) > 0) out["nvidia.com/gpu"] = String(r.gpu);
-  return out;
+  if (r.cpu !== undefined) limits.cpu = String(r.cpu);
+  if (r.memory !== undefined) limits.memory = String(r.memory);
+  if (r.gpu !== undefined && Number(r.gpu) > 0) limits["nvidia.com/gpu"] = String(r.gpu);
+  const requests = { ...DEFAULT_REQUESTS, ...limits };
+  return Object.keys(limits).length > 0 ? { requests, limits } : { requests };
+}
+
+function checkPort(port: number): number {
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new InvalidArgumentError(`the system port must be an integer in 1..65535, got ${port}`);
+  }
+  return port;
 }
 
 /**
- * Builds and validates the manifests of `graph`.
+ * Builds and validates the manifests of `graph`: a ConfigMap, then a Deployment and a
+ * Service per service, then one ServiceMonitor scraping every service's system port.
+ * Containers get `DYN_SYSTEM_ENABLED`/`DYN_SYSTEM_PORT`, a liveness probe on `/live`, a
+ * readiness probe on `/health` (both on that port), resource requests, and a termination
+ * grace period covering the runtime's drain of in-flight requests.
  *
- * @throws {InvalidArgumentError} a name that is not a DNS-1123 label
+ * @throws {InvalidArgumentError} a name that is not a DNS-1123 label, a bad system port
  * @throws {Error} a resource that fails Kubernetes schema validation (kubernetes-models)
  *
  * @example
@@ -89,6 +127,7 @@ export function buildManifests(
     ? {}
     : { namespace: checkName("the Kubernetes namespace", options.k8sNamespace) };
   const image = options.image ?? "dynamo-deno:latest";
+  const systemPort = checkPort(options.systemPort ?? DEFAULT_SYSTEM_PORT);
   const configName = `${prefix}-config`;
   const partOf = { "app.kubernetes.io/part-of": prefix, "app.kubernetes.io/managed-by": "dynamo" };
 
@@ -116,7 +155,12 @@ export function buildManifests(
       "dynamo.nvidia.com/namespace": node.namespace,
     };
     const selector = { "app.kubernetes.io/name": name };
-    const resources = quantities(node);
+    const probe = (path: string) => ({
+      httpGet: { path, port: SYSTEM_PORT_NAME },
+      periodSeconds: 10,
+      timeoutSeconds: 5,
+      failureThreshold: 3,
+    });
     const deployment = new Deployment({
       metadata: { name, labels, ...ns },
       spec: {
@@ -125,10 +169,12 @@ export function buildManifests(
         template: {
           metadata: { labels },
           spec: {
+            terminationGracePeriodSeconds: DRAIN_SECONDS + EXIT_MARGIN_SECONDS,
+            securityContext: { runAsNonRoot: true, runAsUser: IMAGE_UID, runAsGroup: IMAGE_UID },
             containers: [{
               name: k8sName(node.name),
               image,
-              command: options.command ?? ["dynamo"],
+              ...(options.command ? { command: options.command } : {}),
               args: ["serve", options.target, "--service-name", node.name],
               env: [
                 { name: "ETCD_ENDPOINTS", value: options.etcdEndpoints ?? "http://etcd:2379" },
@@ -137,10 +183,16 @@ export function buildManifests(
                   name: SERVICE_CONFIG_ENV,
                   valueFrom: { configMapKeyRef: { name: configName, key: SERVICE_CONFIG_ENV } },
                 },
+                { name: "DYN_SYSTEM_ENABLED", value: "true" },
+                { name: "DYN_SYSTEM_PORT", value: String(systemPort) },
+                { name: "DYN_HEALTH_URL", value: `http://127.0.0.1:${systemPort}/live` },
               ],
-              ...(Object.keys(resources).length > 0
-                ? { resources: { requests: resources, limits: resources } }
-                : {}),
+              ports: [{ name: SYSTEM_PORT_NAME, containerPort: systemPort, protocol: "TCP" }],
+              // Model loading can be slow: liveness starts counting once /live first answers.
+              startupProbe: { ...probe("/live"), periodSeconds: 5, failureThreshold: 60 },
+              livenessProbe: probe("/live"),
+              readinessProbe: { ...probe("/health"), periodSeconds: 5 },
+              resources: containerResources(node),
             }],
           },
         },
@@ -153,7 +205,39 @@ export function buildManifests(
       name,
       resource: deployment.toJSON() as Record<string, unknown>,
     });
+    const service = new Service({
+      metadata: { name, labels, ...ns },
+      spec: {
+        selector,
+        ports: [{ name: SYSTEM_PORT_NAME, port: systemPort, targetPort: SYSTEM_PORT_NAME }],
+      },
+    });
+    service.validate();
+    manifests.push({
+      file: `${name}.service.yaml`,
+      kind: "Service",
+      name,
+      resource: service.toJSON() as Record<string, unknown>,
+    });
   }
+
+  // prometheus-operator's CRD, from its own schema package: scrapes every Service above.
+  const monitorName = `${prefix}-system`;
+  const monitor = new ServiceMonitor({
+    metadata: { name: monitorName, labels: partOf, ...ns },
+    spec: {
+      selector: { matchLabels: partOf },
+      ...(ns.namespace ? { namespaceSelector: { matchNames: [ns.namespace] } } : {}),
+      endpoints: [{ port: SYSTEM_PORT_NAME, path: "/metrics", interval: "15s" }],
+    },
+  });
+  monitor.validate();
+  manifests.push({
+    file: `${monitorName}.servicemonitor.yaml`,
+    kind: "ServiceMonitor",
+    name: monitorName,
+    resource: monitor.toJSON() as Record<string, unknown>,
+  });
   return manifests;
 }
 

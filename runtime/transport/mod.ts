@@ -19,6 +19,7 @@ export {
   type RequestOptions,
   type RequestPayload,
   type RequestPlane,
+  type RequestTraceHeaders,
   type Subscription,
 } from "./types.ts";
 export { decodeRequest, encodeRequest, jsonFrame, parseFrame } from "./wire.ts";

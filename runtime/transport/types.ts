@@ -85,6 +85,19 @@ export interface RequestHeader {
   response_type: "many_out";
   /** Where the worker sends the response stream. */
   connection_info: ConnectionInfo;
+  /**
+   * The caller's W3C trace context, only when tracing is on: the same names the reference
+   * system puts in its request headers. Untrusted: a malformed value is ignored.
+   */
+  headers?: RequestTraceHeaders;
+}
+
+/** Trace context that travels with a request ({@linkcode RequestHeader.headers}). */
+export interface RequestTraceHeaders {
+  /** The caller's span as a W3C `traceparent` value. */
+  traceparent: string;
+  /** The W3C `tracestate` of the trace, when it has one. */
+  tracestate?: string;
 }
 
 /** A request as values: what in-process planes hand over without encoding. */

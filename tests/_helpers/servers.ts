@@ -328,31 +328,49 @@ export async function startNats(options: StartNatsOptions = {}): Promise<ServerP
 export interface Servers {
   etcd: ServerProcess;
   nats: ServerProcess;
-  /** The environment that points a worker process (`DistributedRuntime.fromEnv`) at them. */
-  env: { ETCD_ENDPOINTS: string; NATS_SERVER: string };
   /**
-   * `DistributedRuntime.connect` options for them: the TCP request plane, as
-   * `DistributedRuntime.fromEnv` picks with `env` (events and objects on NATS).
+   * The environment that points a worker process (`DistributedRuntime.fromEnv`) at them,
+   * with the request plane of {@link testRequestPlane}.
+   */
+  env: { ETCD_ENDPOINTS: string; NATS_SERVER: string; DYN_REQUEST_PLANE: "tcp" | "nats" };
+  /**
+   * `DistributedRuntime.connect` options for them: the request plane of
+   * {@link testRequestPlane}, as `DistributedRuntime.fromEnv` picks with `env` (events and
+   * objects on NATS).
    */
   runtimeOptions: {
     discovery: "etcd";
-    requestPlane: "tcp";
+    requestPlane: "tcp" | "nats";
     etcdEndpoints: string;
     natsServer: string;
   };
   stop(): Promise<void>;
 }
 
+/**
+ * The request plane tests on etcd + NATS run on: `DYN_REQUEST_PLANE` of the test process
+ * (`tcp`, the default, or `nats`), so `DYN_REQUEST_PLANE=nats deno task test:chaos` runs the
+ * chaos suite on the NATS plane.
+ */
+export function testRequestPlane(): "tcp" | "nats" {
+  const chosen = Deno.env.get("DYN_REQUEST_PLANE")?.trim() || "tcp";
+  if (chosen !== "tcp" && chosen !== "nats") {
+    throw new Error(`DYN_REQUEST_PLANE must be "tcp" or "nats", got ${JSON.stringify(chosen)}`);
+  }
+  return chosen;
+}
+
 /** Starts etcd and NATS side by side. */
 export async function startServers(): Promise<Servers> {
+  const requestPlane = testRequestPlane();
   const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
   return {
     etcd,
     nats,
-    env: { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+    env: { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, DYN_REQUEST_PLANE: requestPlane },
     runtimeOptions: {
       discovery: "etcd",
-      requestPlane: "tcp",
+      requestPlane,
       etcdEndpoints: etcd.url,
       natsServer: nats.url,
     },

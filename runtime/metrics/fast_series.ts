@@ -1,8 +1,9 @@
-// Per-series handles on prom-client metrics for the request hot path. prom-client's own
-// children hash their label object on every observation (and look buckets up by number,
-// converted to a string each time): a dozen updates per request cost the frontend about
-// 5% of its CPU. These handles find their series once and update its numbers in place;
-// the exposition, default labels and registry stay prom-client's.
+// Per-series handles on prom-client metrics for the request hot paths (the frontend's and
+// the workers' endpoints). prom-client's own children hash their label object on every
+// observation (and look buckets up by number, converted to a string each time): a dozen
+// updates per request cost the frontend about 5% of its CPU. These handles find their
+// series once and update its numbers in place; the exposition, default labels and registry
+// stay prom-client's.
 //
 // They use prom-client's internal series table (`hashMap`), pinned with prom-client 15.1.3
 // in deno.lock; fast_series_test.ts checks their output against prom-client's own
@@ -109,16 +110,20 @@ export function histogramSeries(
  *
  * @param counter the prom-client counter
  * @param labels the series' labels
- * @returns the series' `inc` (by 1)
+ * @returns the series' `inc` (by 1) and `add` (by a number >= 0, unchecked: callers pass
+ *   sizes and counts)
  */
 export function counterSeries(
   counter: CounterMetric,
   labels: LabelValues<string>,
-): { inc(): void } {
+): { inc(): void; add(value: number): void } {
   const entry = seriesOf(counter, labels, () => counter.inc(labels, 0));
   return {
     inc(): void {
       entry().value! += 1;
+    },
+    add(value: number): void {
+      entry().value! += value;
     },
   };
 }

@@ -1,0 +1,426 @@
+// A worker the reference system (ai-dynamo 1.6.1) can call: registers an endpoint and its model
+// in etcd in the reference's own records (`v1/instances/...`, `v1/mdc/...`), takes requests on a
+// TCP listener in the reference's request framing, acknowledges each, dials the caller's
+// call-home address and streams the engine's outputs back as the reference's annotated items,
+// ending with its final item and sentinel. The caller's "stop" or "kill" on the response
+// connection (or the connection closing) stops the engine.
+
+import { decode as msgpackDecode, encode as msgpackEncode } from "@msgpack/msgpack";
+import { Context } from "../context.ts";
+import type { DistributedRuntime } from "../distributed_runtime.ts";
+import { InvalidArgumentError, ProtocolError } from "../errors.ts";
+import { type Logger, silentLogger } from "../logger.ts";
+import type { Handler } from "../serve_request.ts";
+import {
+  encodeTwoPart,
+  type ReferenceTcpRequest,
+  TcpRequestDecoder,
+  TwoPartDecoder,
+} from "../transport/reference_wire.ts";
+import { TwoPartReader, writeAll } from "./_io.ts";
+import { REFERENCE_INSTANCES_PREFIX } from "./instances.ts";
+import { REFERENCE_MODELS_PREFIX } from "./models.ts";
+
+/** Options of {@linkcode serveReferenceEndpoint}. */
+export interface ServeReferenceEndpointOptions {
+  /** The runtime whose etcd lease the records live on (etcd discovery). */
+  runtime: DistributedRuntime;
+  /** The endpoint's namespace. */
+  namespace: string;
+  /** The endpoint's component. */
+  component: string;
+  /** The endpoint's name. */
+  endpoint: string;
+  /** The engine: a PreprocessedRequest in, LLMEngineOutputs out (the project's engines). */
+  handler: Handler<Record<string, unknown>, Record<string, unknown>>;
+  /** The model card JSON (see {@linkcode referenceModelCard}); without one, no model record. */
+  card?: Record<string, unknown>;
+  /** Address to listen on and advertise (default `DYN_TCP_RPC_HOST`, else 127.0.0.1). */
+  hostname?: string;
+  /** Deadline to dial the caller back (ms, default 5,000). */
+  callHomeTimeoutMs?: number;
+  /** Where the server logs (default: silent). */
+  logger?: Logger;
+}
+
+/** A running reference-compatible endpoint. */
+export interface ReferenceEndpointServer {
+  /** `host:port` of the request listener. */
+  readonly address: string;
+  /** The instance id (the lease id, in hex) the records carry. */
+  readonly instanceId: string;
+  /** Requests being served now. */
+  readonly inflight: number;
+  /** Removes the records, stops taking requests, stops those in flight. */
+  close(): Promise<void>;
+}
+
+const ENCODER = new TextEncoder();
+const DECODER = new TextDecoder();
+const HEADER_LIMIT = 64 * 1024;
+
+/**
+ * Serves `handler` as a reference worker endpoint: records in etcd under the runtime's lease,
+ * requests on a TCP listener.
+ *
+ * @param options runtime, names, engine, model card, listen address
+ * @returns the server (close it before the runtime shuts down)
+ * @throws {InvalidArgumentError} the runtime does not use etcd discovery
+ */
+export async function serveReferenceEndpoint(
+  options: ServeReferenceEndpointOptions,
+): Promise<ReferenceEndpointServer> {
+  const { runtime, namespace, component, endpoint } = options;
+  const log = options.logger ?? silentLogger;
+  if (runtime.discovery.kind !== "etcd") {
+    throw new InvalidArgumentError(
+      "a reference worker registers in etcd: connect the runtime with etcd discovery",
+    );
+  }
+  const hostname = options.hostname ?? Deno.env.get("DYN_TCP_RPC_HOST") ?? "127.0.0.1";
+  const listener = Deno.listen({ hostname, port: 0, transport: "tcp" });
+  const port = (listener.addr as Deno.NetAddr).port;
+  const instanceId = runtime.leaseId;
+  const path = `${instanceId}/${namespace}/${component}/${endpoint}`;
+  const live = new Set<Context>();
+  const conns = new Set<Deno.Conn>();
+  let closed = false;
+  const callHomeMs = options.callHomeTimeoutMs ?? 5_000;
+
+  const serveConnection = async (conn: Deno.Conn) => {
+    conns.add(conn);
+    const decoder = new TcpRequestDecoder();
+    const buf = new Uint8Array(64 * 1024);
+    let writing = Promise.resolve();
+    const ack = (error: string) => {
+      const text = ENCODER.encode(error);
+      const frame = new Uint8Array(4 + text.length);
+      new DataView(frame.buffer).setUint32(0, text.length);
+      frame.set(text, 4);
+      writing = writing.then(() => writeAll(conn, frame)).catch(() => {});
+    };
+    try {
+      for (;;) {
+        const n = await conn.read(buf);
+        if (n === null) break;
+        for (const request of decoder.push(buf.slice(0, n))) {
+          let started: Started;
+          try {
+            started = accept(request);
+          } catch (err) {
+            ack((err as Error).message || "request refused");
+            continue;
+          }
+          ack("");
+          void respond(started).catch((err) =>
+            log.warn("reference request failed", {
+              request: started.id,
+              error: (err as Error).message,
+            })
+          );
+        }
+      }
+    } catch (err) {
+      if (!closed) log.debug("reference request connection ended", { error: String(err) });
+    } finally {
+      conns.delete(conn);
+      await writing;
+      try {
+        conn.close();
+      } catch { /* already closed */ }
+    }
+  };
+
+  interface Started {
+    id: string;
+    address: string;
+    subject: string;
+    codec: "msgpack" | "json";
+    request: Record<string, unknown>;
+  }
+
+  /** The one door for a request: framing, control header, body; throws what to ack with. */
+  const accept = (req: ReferenceTcpRequest): Started => {
+    if (closed) throw new ProtocolError("the worker is shutting down");
+    if (req.endpointPath !== path) {
+      throw new ProtocolError(`no endpoint ${req.endpointPath} here (this is ${path})`);
+    }
+    const parts = new TwoPartDecoder().push(req.payload);
+    if (parts.length !== 1) throw new ProtocolError("request payload is not one two-part message");
+    const { header, body } = parts[0]!;
+    if (header.length > HEADER_LIMIT) throw new ProtocolError("request control header too long");
+    const control = JSON.parse(DECODER.decode(header)) as Record<string, unknown>;
+    const info = control?.connection_info as { transport?: unknown; info?: unknown } | undefined;
+    if (info?.transport !== "tcp_server" || typeof info.info !== "string") {
+      throw new ProtocolError("request has no tcp_server connection info");
+    }
+    const where = JSON.parse(info.info) as Record<string, unknown>;
+    if (typeof where.address !== "string" || typeof where.subject !== "string") {
+      throw new ProtocolError("connection info lacks address or subject");
+    }
+    if (!/^[^:/\s]+:\d{1,5}$/.test(where.address)) {
+      throw new ProtocolError(
+        `call-home address ${JSON.stringify(where.address)} is not host:port`,
+      );
+    }
+    const codec = control.payload_codec === "msgpack" ? "msgpack" : "json";
+    const request =
+      (codec === "msgpack" ? msgpackDecode(body) : JSON.parse(DECODER.decode(body))) as Record<
+        string,
+        unknown
+      >;
+    if (
+      typeof request !== "object" || request === null || !Array.isArray(request.token_ids) ||
+      !request.token_ids.every((t) => Number.isInteger(t) && t >= 0)
+    ) {
+      throw new ProtocolError("request body is not a PreprocessedRequest with token_ids");
+    }
+    const id = typeof control.id === "string" ? control.id : crypto.randomUUID();
+    return { id, address: where.address, subject: where.subject, codec, request };
+  };
+
+  /** Dials the caller, streams the engine's outputs, honours stop/kill. */
+  const respond = async (s: Started) => {
+    const [host, portText] = [
+      s.address.slice(0, s.address.lastIndexOf(":")),
+      s.address.slice(s.address.lastIndexOf(":") + 1),
+    ];
+    const conn = await Deno.connect({
+      hostname: host,
+      port: Number(portText),
+      signal: AbortSignal.timeout(callHomeMs),
+    });
+    conn.setNoDelay(true);
+    const ctx = new Context(s.id);
+    live.add(ctx);
+    const encode = (v: unknown) =>
+      s.codec === "msgpack" ? msgpackEncode(v) : ENCODER.encode(JSON.stringify(v));
+    const frame = (header: unknown, body?: unknown) =>
+      encodeTwoPart({
+        header: header === undefined ? new Uint8Array(0) : ENCODER.encode(JSON.stringify(header)),
+        body: body === undefined ? new Uint8Array(0) : encode(body),
+      });
+    // The caller's control messages: "stop" ends generation, "kill" drops it; EOF kills.
+    const controls = (async () => {
+      const reader = new TwoPartReader(conn);
+      for (;;) {
+        const msg = await reader.next(24 * 3600_000, "control message").catch(() => undefined);
+        if (!msg) {
+          ctx.kill();
+          return;
+        }
+        const what = msg.header.length ? JSON.parse(DECODER.decode(msg.header)) : undefined;
+        if (what === "stop") ctx.stopGenerating();
+        else if (what === "kill") ctx.kill();
+      }
+    })();
+    try {
+      await writeAll(conn, frame({ subject: s.subject, stream_type: "response" }));
+      await writeAll(conn, frame({ error: null }));
+      try {
+        for await (const out of await options.handler(s.request, ctx)) {
+          if (ctx.isKilled()) break;
+          await writeAll(
+            conn,
+            frame(undefined, { data: { data: referenceOutput(out) }, complete_final: false }),
+          );
+        }
+      } catch (err) {
+        if (!ctx.isKilled()) {
+          const message = err instanceof Error ? err.message : String(err);
+          await writeAll(
+            conn,
+            frame(undefined, {
+              data: { data: null, event: "error", comment: [message] },
+              complete_final: false,
+            }),
+          );
+        }
+      }
+      if (!ctx.isKilled()) {
+        await writeAll(conn, frame(undefined, { complete_final: true }));
+        await writeAll(conn, frame("sentinel"));
+      }
+    } finally {
+      live.delete(ctx);
+      try {
+        conn.close();
+      } catch { /* already closed */ }
+      await controls;
+    }
+  };
+
+  const accepting = (async () => {
+    try {
+      for await (const conn of listener) void serveConnection(conn);
+    } catch (err) {
+      if (!closed) log.error("reference request listener failed", { error: String(err) });
+    }
+  })();
+
+  const decimalId = BigInt(`0x${instanceId}`).toString();
+  const advertised = `${hostname}:${port}`;
+  const instanceKey =
+    `${REFERENCE_INSTANCES_PREFIX}${namespace}/${component}/${endpoint}/${instanceId}`;
+  await runtime.internals.registerKey(
+    instanceKey,
+    withExactId({
+      type: "Endpoint",
+      component,
+      endpoint,
+      namespace,
+      instance_id: ID_SLOT,
+      transport: { tcp: `${advertised}/${path}` },
+      device_type: "cpu",
+      request_plane_codec: "msgpack",
+    }, decimalId),
+  );
+  const modelKey = `${REFERENCE_MODELS_PREFIX}${namespace}/${component}/${endpoint}/${instanceId}`;
+  if (options.card) {
+    await runtime.internals.registerKey(
+      modelKey,
+      withExactId({
+        type: "Model",
+        namespace,
+        component,
+        endpoint,
+        instance_id: ID_SLOT,
+        card_json: options.card,
+      }, decimalId),
+    );
+  }
+  log.info("serving reference endpoint", { endpoint: path, address: advertised });
+
+  return {
+    address: advertised,
+    instanceId,
+    get inflight() {
+      return live.size;
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await runtime.internals.unregisterKey(instanceKey).catch(() => {});
+      if (options.card) await runtime.internals.unregisterKey(modelKey).catch(() => {});
+      listener.close();
+      for (const ctx of live) ctx.kill();
+      for (const c of conns) {
+        try {
+          c.close();
+        } catch { /* already closed */ }
+      }
+      await accepting;
+    },
+  };
+}
+
+const ID_SLOT = "\u0000instance_id\u0000";
+
+/** JSON with the u64 instance id written exactly (beyond 2^53, so not as a JS number). */
+function withExactId(record: Record<string, unknown>, decimal: string): string {
+  return JSON.stringify(record).replace(JSON.stringify(ID_SLOT), decimal);
+}
+
+/** One of our engine outputs as the reference's LLMEngineOutput (every field present). */
+export function referenceOutput(out: Record<string, unknown>): Record<string, unknown> {
+  const o: Record<string, unknown> = {
+    token_ids: Array.isArray(out.token_ids) ? out.token_ids : [],
+    tokens: null,
+    text: typeof out.text === "string" ? out.text : null,
+    output_type: "text",
+    cum_log_probs: null,
+    log_probs: Array.isArray(out.log_probs) ? out.log_probs : null,
+    top_logprobs: Array.isArray(out.top_logprobs) ? out.top_logprobs : null,
+    finish_reason: typeof out.finish_reason === "string" ? out.finish_reason : null,
+    index: null,
+  };
+  if (out.completion_usage && typeof out.completion_usage === "object") {
+    o.completion_usage = out.completion_usage;
+  }
+  return o;
+}
+
+/** What {@linkcode referenceModelCard} describes. */
+export interface ReferenceModelCardInit {
+  /** Folder with config.json, tokenizer.json, tokenizer_config.json (generation_config.json). */
+  modelPath: string;
+  /** The served model name. */
+  displayName: string;
+  /** Longest context (default: the config's max_position_embeddings). */
+  contextLength?: number;
+  /** Tokens per KV block (default 16). */
+  kvCacheBlockSize?: number;
+  /** Migrations per request the frontend may make (default 0). */
+  migrationLimit?: number;
+  /** KV blocks of the engine, as the reference's runtime_config reports them (default null). */
+  totalKvBlocks?: number;
+}
+
+/**
+ * The reference's model card (`card_json` of a `v1/mdc/` record) for a local model folder:
+ * each file by path, size and blake3 checksum, as the reference's workers write it.
+ *
+ * @param init the folder, the served name, context and KV settings
+ * @returns the card JSON
+ * @throws {Deno.errors.NotFound} a required file is missing
+ */
+export async function referenceModelCard(
+  init: ReferenceModelCardInit,
+): Promise<Record<string, unknown>> {
+  const { blake3 } = await import("@noble/hashes/blake3");
+  const dir = init.modelPath.replace(/\/+$/, "");
+  const file = async (name: string, required = true) => {
+    const path = `${dir}/${name}`;
+    let bytes: Uint8Array;
+    try {
+      bytes = await Deno.readFile(path);
+    } catch (err) {
+      if (!required && err instanceof Deno.errors.NotFound) return undefined;
+      throw err;
+    }
+    const hex = Array.from(blake3(bytes), (b) => b.toString(16).padStart(2, "0")).join("");
+    return { path, checksum: `blake3:${hex}`, size: bytes.length };
+  };
+  const config = await file("config.json");
+  const configJson = JSON.parse(await Deno.readTextFile(config!.path)) as Record<string, unknown>;
+  const architectural = Number(configJson.max_position_embeddings ?? 0) || 0;
+  const generation = await file("generation_config.json", false);
+  return {
+    display_name: init.displayName,
+    slug: init.displayName.toLowerCase().replace(/[^a-z0-9]+/g, "_"),
+    source_path: dir,
+    model_info: { hf_config_json: config },
+    tokenizer: { hf_tokenizer_json: await file("tokenizer.json") },
+    prompt_formatter: { hf_tokenizer_config_json: await file("tokenizer_config.json") },
+    gen_config: generation ? { hf_generation_config_json: generation } : null,
+    architectural_max_context_length: architectural,
+    context_length: init.contextLength ?? 0,
+    kv_cache_block_size: init.kvCacheBlockSize ?? 16,
+    migration_limit: init.migrationLimit ?? 0,
+    model_type: "Chat | Completions",
+    model_input: "Tokens",
+    worker_type: "aggregated",
+    needs: [],
+    runtime_config: {
+      context_length: init.contextLength ?? 0,
+      total_kv_blocks: init.totalKvBlocks ?? null,
+      max_num_seqs: null,
+      max_num_batched_tokens: null,
+      tool_call_parser: null,
+      reasoning_parser: null,
+      tool_call_arguments_format: "json_string",
+      structural_tag_mode: "off",
+      structural_tag_scope: "auto",
+      structural_tag_schema: "auto",
+      exclude_tools_when_tool_choice_none: true,
+      data_parallel_start_rank: 0,
+      data_parallel_size: 1,
+      enable_local_indexer: false,
+      kv_event_publishing_enabled: false,
+      runtime_data: {},
+      enable_eagle: false,
+    },
+    media_decoder: null,
+    media_fetcher: null,
+  };
+}

@@ -1,0 +1,489 @@
+// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
+// The reference frontend (ai-dynamo 1.6.1, `python -m dynamo.frontend`, started on loopback
+// against real etcd and NATS) serves OUR workers: two Deno workers (the echo engine and the
+// mocker) registered in the reference's records by `serveReferenceEndpoint` appear in its
+// /v1/models, answer its chat completions streamed and not, and a client that hangs up stops
+// our engine. Skipped, with a message, only where scripts/setup_reference.sh cannot install the
+// reference (PyPI unreachable).
+
+import assert from "node:assert/strict";
+import {
+  builtinTestModel,
+  type Context,
+  DistributedRuntime,
+  echoEngine,
+  MockerEngine,
+} from "../mod.ts";
+import {
+  type ReferenceEndpointServer,
+  referenceModelCard,
+  serveReferenceEndpoint,
+} from "../runtime/reference/worker.ts";
+import { freePort, haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+
+async function referencePython(): Promise<string | undefined> {
+  const setup = await new Deno.Command("bash", {
+    args: [`${ROOT}scripts/setup_reference.sh`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!setup.success) {
+    console.warn(
+      "reference_serves_ours_test skipped: scripts/setup_reference.sh could not install " +
+        `ai-dynamo 1.6.1 (PyPI unreachable?): ${
+          new TextDecoder().decode(setup.stderr).slice(-400)
+        }`,
+    );
+    return undefined;
+  }
+  return new TextDecoder().decode(setup.stdout).trim();
+}
+
+if (!haveServers()) {
+  console.warn("reference_serves_ours_test skipped: etcd or nats-server not installed");
+}
+const python = haveServers() ? await referencePython() : undefined;
+
+const LOOPBACK = {
+  DYN_TCP_RPC_HOST: "127.0.0.1",
+  DYN_EVENT_PLANE_HOST: "127.0.0.1",
+  DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
+  DYN_SYSTEM_HOST: "127.0.0.1",
+  DYN_HTTP_HOST: "127.0.0.1",
+  DYN_LOG: "warn",
+};
+
+/** A reference process (`python -m MODULE ...args`) on loopback, its stderr's tail kept. */
+function startReference(
+  module: string,
+  args: string[],
+  servers: { ETCD_ENDPOINTS: string; NATS_SERVER: string },
+): { child: Deno.ChildProcess; log(): string; stop(): Promise<void> } {
+  const child = new Deno.Command(python!, {
+    args: ["-m", module, ...args],
+    env: { ...servers, ...LOOPBACK },
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  let tail = "";
+  (async () => {
+    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+      tail = (tail + chunk).slice(-4000);
+    }
+  })().catch(() => {});
+  return {
+    child,
+    log: () => tail,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch { /* exited */ }
+      const timer = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* exited */ }
+      }, 10_000);
+      await child.status;
+      clearTimeout(timer);
+    },
+  };
+}
+
+async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      const got = await probe();
+      if (got !== undefined) return got;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what} (last error: ${last})`);
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+Deno.test({
+  name: "the reference frontend serves our echo and mocker workers; a hang-up stops our engine",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const runtimes: DistributedRuntime[] = [];
+    const servers: ReferenceEndpointServer[] = [];
+    const mocker = new MockerEngine({ speedupRatio: 10 });
+    let frontend: ReturnType<typeof startReference> | undefined;
+    // The echo worker's engine, watched: when a request's context stops, and how it ended.
+    const echo = echoEngine({ delayMs: 30 });
+    const ended: { id: string; stopped: boolean; tokens: number }[] = [];
+    const watchedEcho = async function* (req: Record<string, unknown>, ctx: Context) {
+      let tokens = 0;
+      try {
+        for await (const out of echo(req as never, ctx)) {
+          tokens += out.token_ids.length;
+          yield out as unknown as Record<string, unknown>;
+        }
+      } finally {
+        ended.push({ id: ctx.id, stopped: ctx.isStopped(), tokens });
+      }
+    };
+    try {
+      const modelPath = await builtinTestModel();
+      for (
+        const [name, handler] of [
+          ["echo-model", watchedEcho],
+          ["mocker-model", mocker.handler as never],
+        ] as const
+      ) {
+        const runtime = await DistributedRuntime.connect({
+          discovery: "etcd",
+          requestPlane: "tcp",
+          etcdEndpoints: etcd.url,
+          natsServer: nats.url,
+        });
+        runtimes.push(runtime);
+        servers.push(
+          await serveReferenceEndpoint({
+            runtime,
+            namespace: "dynamo",
+            component: name === "echo-model" ? "echo" : "mocker",
+            endpoint: "generate",
+            handler,
+            card: await referenceModelCard({ modelPath, displayName: name }),
+          }),
+        );
+      }
+      const port = freePort();
+      frontend = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+      );
+      const base = `http://127.0.0.1:${port}`;
+      const ids = await until(
+        "both models in the reference frontend's /v1/models",
+        90_000,
+        async () => {
+          const list = await (await fetch(`${base}/v1/models`)).json();
+          const names = (list.data as { id: string }[]).map((m) => m.id).sort();
+          return names.length === 2 ? names : undefined;
+        },
+      );
+      assert.deepEqual(ids, ["echo-model", "mocker-model"]);
+
+      const chat = (
+        model: string,
+        content: string,
+        extra: Record<string, unknown> = {},
+        signal?: AbortSignal,
+      ) =>
+        fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          signal,
+          body: JSON.stringify({ model, messages: [{ role: "user", content }], ...extra }),
+        });
+
+      // Not streamed: the echo engine answers with the prompt's own tokens.
+      const whole = await chat("echo-model", "one two three", { max_tokens: 40 });
+      const body = await whole.json();
+      assert.equal(whole.status, 200, JSON.stringify(body));
+      assert.match(body.choices[0].message.content, /one two three/);
+      assert.ok(body.usage.completion_tokens > 0);
+
+      // Streamed, from the mocker: chunks, then [DONE].
+      const streamed = await chat("mocker-model", "hello there", { stream: true, max_tokens: 12 });
+      assert.equal(streamed.status, 200);
+      const text = await streamed.text();
+      const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+      assert.equal(events.at(-1), "data: [DONE]");
+      const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)));
+      assert.ok(chunks.length >= 2, text);
+      assert.ok(chunks.some((c) => c.choices?.[0]?.finish_reason), text);
+
+      // A client that hangs up mid-stream: our engine's request is stopped, not run out.
+      const before = ended.length;
+      const hangUp = new AbortController();
+      const long = await chat(
+        "echo-model",
+        Array.from({ length: 150 }, (_, i) => `word${i}`).join(" "),
+        { stream: true, max_tokens: 400 },
+        hangUp.signal,
+      );
+      const reader = long.body!.getReader();
+      await reader.read();
+      await until(
+        "our echo worker to be serving the long request",
+        10_000,
+        () => Promise.resolve(servers[0]!.inflight > 0 ? true : undefined),
+      );
+      hangUp.abort();
+      await reader.cancel().catch(() => {});
+      const end = await until(
+        "our engine to see the hang-up",
+        15_000,
+        () => Promise.resolve(ended.length > before ? ended[ended.length - 1] : undefined),
+      );
+      assert.equal(end.stopped, true, "the engine's context was not stopped");
+      assert.ok(end.tokens < 150, `the engine ran on to ${end.tokens} tokens after the hang-up`);
+      assert.equal(servers[0]!.inflight, 0);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${frontend?.log()}`);
+      throw err;
+    } finally {
+      await frontend?.stop();
+      for (const s of servers) await s.close();
+      await mocker.close();
+      for (const rt of runtimes) await rt.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "a mixed fleet behind the reference frontend: its mocker and our worker both serve",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const modelPath = await builtinTestModel();
+    const MODEL = "Qwen3-0.6B";
+    const processes: ReturnType<typeof startReference>[] = [];
+    let runtime: DistributedRuntime | undefined;
+    let ours: ReferenceEndpointServer | undefined;
+    let served = 0;
+    const echo = echoEngine();
+    try {
+      processes.push(
+        startReference(
+          "dynamo.mocker",
+          ["--model-path", modelPath, "--model-name", MODEL],
+          servers,
+        ),
+      );
+      runtime = await DistributedRuntime.connect({
+        discovery: "etcd",
+        requestPlane: "tcp",
+        etcdEndpoints: etcd.url,
+        natsServer: nats.url,
+      });
+      ours = await serveReferenceEndpoint({
+        runtime,
+        namespace: "dynamo",
+        component: "backend",
+        endpoint: "generate",
+        handler: async function* (req: Record<string, unknown>, ctx: Context) {
+          served++;
+          for await (const out of echo(req as never, ctx)) yield out as never;
+        },
+        card: await referenceModelCard({ modelPath, displayName: MODEL, kvCacheBlockSize: 64 }),
+      });
+      const port = freePort();
+      const front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        servers,
+      );
+      processes.push(front);
+      const base = `http://127.0.0.1:${port}`;
+      // Both instances known: the reference mocker's and ours, on the same endpoint.
+      await until("the model in the reference frontend's /v1/models", 90_000, async () => {
+        const list = await (await fetch(`${base}/v1/models`)).json();
+        return (list.data as { id: string }[]).some((m) => m.id === MODEL) ? true : undefined;
+      });
+      const N = 12;
+      let ok = 0;
+      // Requests go round-robin once both instances are in the frontend's list; retry until
+      // ours has taken some (the mocker may register a moment later than the model appears).
+      await until("requests on both workers", 60_000, async () => {
+        const res = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            model: MODEL,
+            messages: [{ role: "user", content: "one two three" }],
+            max_tokens: 8,
+          }),
+        });
+        const body = await res.json();
+        assert.equal(res.status, 200, JSON.stringify(body));
+        ok++;
+        return ok >= N && served > 0 && served < ok ? true : undefined;
+      });
+      assert.ok(served > 0 && served < ok, `ours served ${served} of ${ok}`);
+    } catch (err) {
+      for (const p of processes) console.error(`reference log (tail):\n${p.log()}`);
+      throw err;
+    } finally {
+      for (const p of processes.reverse()) await p.stop();
+      await ours?.close();
+      await runtime?.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "the reference frontend serves our llama.cpp engine (a GGUF, its tokenizer as an HF folder)",
+  ignore: python === undefined,
+  fn: async () => {
+    const { LlamaCppEngine } = await import("../llm/engines/llamacpp/mod.ts");
+    const { tinyLlamaGguf } = await import("./_helpers/tiny_gguf.ts");
+    const { writeGgufAsHfFolder } = await import("../llm/model/gguf_facts.ts");
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const gguf = await tinyLlamaGguf();
+    const folder = await writeGgufAsHfFolder(gguf, await Deno.makeTempDir());
+    const engine = await LlamaCppEngine.load(gguf, { maxNumSeqs: 2 });
+    let runtime: DistributedRuntime | undefined;
+    let ours: ReferenceEndpointServer | undefined;
+    let front: ReturnType<typeof startReference> | undefined;
+    try {
+      runtime = await DistributedRuntime.connect({
+        discovery: "etcd",
+        requestPlane: "tcp",
+        etcdEndpoints: etcd.url,
+        natsServer: nats.url,
+      });
+      ours = await serveReferenceEndpoint({
+        runtime,
+        namespace: "dynamo",
+        component: "llamacpp",
+        endpoint: "generate",
+        handler: engine.handler as never,
+        card: await referenceModelCard({ modelPath: folder, displayName: "tiny-llama" }),
+      });
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await until("tiny-llama in the reference frontend's /v1/models", 90_000, async () => {
+        const list = await (await fetch(`${base}/v1/models`)).json();
+        return (list.data as { id: string }[]).some((m) => m.id === "tiny-llama")
+          ? true
+          : undefined;
+      });
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "tiny-llama",
+          messages: [{ role: "user", content: "hello" }],
+          max_tokens: 6,
+          stream: true,
+        }),
+      });
+      const text = await res.text();
+      assert.equal(res.status, 200, text);
+      const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+      assert.equal(events.at(-1), "data: [DONE]", text);
+      const usage = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)))
+        .find((c) => c.usage)?.usage;
+      const finish = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)))
+        .find((c) => c.choices?.[0]?.finish_reason)?.choices[0].finish_reason;
+      assert.ok(finish === "length" || finish === "stop", text);
+      if (usage) assert.ok(usage.completion_tokens >= 1 && usage.completion_tokens <= 6, text);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      await ours?.close();
+      await engine.close();
+      await runtime?.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+      await Deno.remove(folder, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "dynamo run in=dyn://... out=mocker --num-workers 2 --reference-wire: two workers of a reference deployment",
+  ignore: python === undefined,
+  fn: async () => {
+    const { EtcdDiscovery } = await import("../runtime/discovery/etcd.ts");
+    const { listReferenceInstances } = await import("../runtime/reference/mod.ts");
+    const { spawnDeno } = await import("./_helpers/process.ts");
+    const { stopChild } = await import("./_helpers/frontend.ts");
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
+    const worker = spawnDeno(
+      new URL("../cli/main.ts", import.meta.url).pathname,
+      { ...servers, DYN_LOG: "warn", DYN_TCP_RPC_HOST: "127.0.0.1" },
+      [
+        "run",
+        "in=dyn://dynamo.backend.generate",
+        "out=mocker",
+        await builtinTestModel(),
+        "--num-workers",
+        "2",
+        "--speedup-ratio",
+        "20",
+        "--model-name",
+        "cli-mocker",
+        "--reference-wire",
+      ],
+    );
+    let front: ReturnType<typeof startReference> | undefined;
+    try {
+      await worker.waitFor(
+        (l) => typeof l.text === "string" && l.text.includes("dynamo worker serving"),
+        60_000,
+        "the reference-wire workers to serve",
+      );
+      // Two instances, in the reference's own record format.
+      const instances = await listReferenceInstances(discovery, {
+        namespace: "dynamo",
+        component: "backend",
+        endpoint: "generate",
+      });
+      assert.equal(instances.length, 2, JSON.stringify(instances));
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await until("cli-mocker in the reference frontend's /v1/models", 90_000, async () => {
+        const list = await (await fetch(`${base}/v1/models`)).json();
+        return (list.data as { id: string }[]).some((m) => m.id === "cli-mocker")
+          ? true
+          : undefined;
+      });
+      for (let i = 0; i < 4; i++) {
+        const res = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            model: "cli-mocker",
+            messages: [{ role: "user", content: `question ${i}` }],
+            max_tokens: 5,
+          }),
+        });
+        const body = await res.json();
+        assert.equal(res.status, 200, JSON.stringify(body));
+        assert.ok(body.usage.completion_tokens >= 1, JSON.stringify(body));
+      }
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      await stopChild(worker);
+      await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});

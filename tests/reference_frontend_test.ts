@@ -5,7 +5,8 @@
 // completions stream and complete through our preprocessing, a client that disconnects stops the
 // worker's request, `--router-mode kv` follows the workers' own KV events (one on ZeroMQ, one on
 // NATS), and a stream whose worker is killed migrates to the other one. Skipped, with a message,
-// only where scripts/setup_reference.sh cannot install the reference.
+// only where scripts/setup_reference.sh cannot install the reference. And our own workers that
+// speak the reference's wire (`dynamo run ... --reference-wire`) are served the same way.
 
 import assert from "node:assert/strict";
 import { connect } from "nats";
@@ -29,6 +30,7 @@ import {
   startReferenceMocker,
 } from "./_helpers/reference.ts";
 import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
+import { builtinTestModel } from "../mod.ts";
 
 const MODEL = "Qwen3-0.6B";
 const ENDPOINT = { namespace: "dynamo", component: "backend", endpoint: "generate" };
@@ -334,6 +336,69 @@ Deno.test({
       await events.close();
       await Promise.all(mockers.map((m) => m.kill()));
       await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "our frontend serves our own workers that speak the reference wire (--reference-wire)",
+  ignore: !haveServers(),
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const worker = spawnDeno(
+      CLI,
+      { ...servers, DYN_LOG: "warn", DYN_TCP_RPC_HOST: "127.0.0.1" },
+      [
+        "run",
+        "in=dyn://dynamo.backend.generate",
+        "out=mocker",
+        await builtinTestModel(),
+        "--speedup-ratio",
+        "20",
+        "--model-name",
+        "wire-mocker",
+        "--reference-wire",
+      ],
+    );
+    const frontend = spawnDeno(CLI, servers, [
+      "frontend",
+      "--http-port",
+      "0",
+      "--http-host",
+      "127.0.0.1",
+      "--reference-workers",
+    ]);
+    try {
+      await worker.waitFor(
+        (l) => typeof l.text === "string" && l.text.includes("dynamo worker serving"),
+        60_000,
+        "the reference-wire worker to serve",
+      );
+      const base = await frontendUrl(frontend, 60_000);
+      await until(
+        async () => (await (await fetch(`${base}/v1/models`)).json()).data as { id: string }[],
+        (data) => data.some((m) => m.id === "wire-mocker"),
+        30_000,
+        "wire-mocker in /v1/models",
+      );
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "wire-mocker",
+          messages: [{ role: "user", content: "hi" }],
+          max_tokens: 8,
+          ignore_eos: true,
+        }),
+      });
+      const body = await res.json();
+      assert.equal(res.status, 200, JSON.stringify(body));
+      assert.equal(body.usage.completion_tokens, 8);
+      assert.equal(body.choices[0].finish_reason, "length");
+    } finally {
+      await Promise.all([stopChild(frontend), stopChild(worker)]);
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },

@@ -10,8 +10,12 @@ import {
   type ModeSummary,
   renderChart,
   renderDistributions,
+  renderHitRate,
   renderLoad,
+  renderReportHtml,
+  renderThroughput,
   summarizeMode,
+  throughputSeries,
 } from "./_bench/report.ts";
 import { simulate } from "./_bench/simulate.ts";
 import { limitTrace, loadTrace, prefixCeiling } from "./_bench/trace.ts";
@@ -34,7 +38,9 @@ the OpenAI frontend, once per router mode, each mode on a fresh server process (
 in=http out=mocker\`). Requests are streaming completions whose prompts are token ids (each
 hash id is a fixed block of tokens: 512 in Mooncake traces, 16 in synthetic ones), sent
 open-loop at their arrival times divided by --speedup.
-Writes DIR/results.json and DIR/chart.svg and prints a table.
+Writes DIR/results.json, DIR/report.html (every chart on one page) and the charts as SVG
+(chart.svg, distributions.svg, throughput.svg, hit_rate.svg; load.svg with --simulate) and
+prints a table.
 
 Options:
   --trace FILE                 the trace
@@ -349,6 +355,7 @@ async function run(args: string[], io: Io): Promise<number> {
   const modes: Record<string, ModeSummary> = {};
   const samples: Record<string, ModeSamples> = {};
   const loads: Record<string, number[][]> = {};
+  const throughput: Record<string, [number, number][]> = {};
   for (const mode of flags.modes) {
     if (flags.simulate) {
       const t = performance.now();
@@ -373,6 +380,7 @@ async function run(args: string[], io: Io): Promise<number> {
       );
       modes[mode] = summarizeMode(sim.results, sim.seconds);
       samples[mode] = modeSamples(sim.results);
+      throughput[mode] = throughputSeries(sim.results, sim.seconds);
       loads[mode] = sim.load;
       continue;
     }
@@ -392,6 +400,7 @@ async function run(args: string[], io: Io): Promise<number> {
       });
       modes[mode] = summarizeMode(results, seconds);
       samples[mode] = modeSamples(results);
+      throughput[mode] = throughputSeries(results, seconds);
     } finally {
       await server.stop();
     }
@@ -411,27 +420,55 @@ async function run(args: string[], io: Io): Promise<number> {
     modes,
   };
   await Deno.writeTextFile(`${flags.out}/results.json`, JSON.stringify(results, null, 2) + "\n");
-  await Deno.writeTextFile(
-    `${flags.out}/chart.svg`,
-    renderChart(
-      modes,
-      `dynamo bench: ${requests.length} requests, ${flags.workers} mocker workers, speedup ${flags.speedup}`,
-      ceiling.tokens,
-    ),
-  );
-  await Deno.writeTextFile(
-    `${flags.out}/distributions.svg`,
-    renderDistributions(
-      samples,
-      `TTFT and ITL per mode (${flags.simulate ? "simulated" : "live"})`,
-    ),
-  );
+  const how = flags.simulate ? "simulated" : "live";
+  const title =
+    `dynamo bench: ${requests.length} requests, ${flags.workers} mocker workers, speedup ${flags.speedup}`;
+  const charts = [
+    {
+      file: "chart.svg",
+      caption: "TTFT percentiles per mode (ms) and prefix hit rate (%) against the ceiling",
+      svg: renderChart(modes, title, ceiling.tokens),
+    },
+    {
+      file: "distributions.svg",
+      caption: "TTFT and ITL distributions (share of requests / tokens at or below each ms)",
+      svg: renderDistributions(samples, `TTFT and ITL per mode (${how})`),
+    },
+    {
+      file: "throughput.svg",
+      caption: "output tokens per second over the run, in 60 bins",
+      svg: renderThroughput(throughput, `output throughput per mode (${how})`),
+    },
+    {
+      file: "hit_rate.svg",
+      caption: "share of prompt tokens served from a worker's prefix cache, and the ceiling",
+      svg: renderHitRate(modes, ceiling.tokens, "prefix hit rate against the ceiling"),
+    },
+  ];
   if (flags.simulate) {
-    await Deno.writeTextFile(
-      `${flags.out}/load.svg`,
-      renderLoad(loads, "requests running or waiting on each worker (simulated)"),
-    );
+    charts.push({
+      file: "load.svg",
+      caption: "requests running or waiting on each worker over the run",
+      svg: renderLoad(loads, "requests running or waiting on each worker (simulated)"),
+    });
   }
+  for (const c of charts) await Deno.writeTextFile(`${flags.out}/${c.file}`, c.svg);
+  await Deno.writeTextFile(
+    `${flags.out}/report.html`,
+    renderReportHtml({
+      title,
+      facts: {
+        trace: flags.trace,
+        replay: how,
+        workers: flags.workers,
+        speedup: flags.speedup,
+        "block size": flags.blockSize,
+        "prefix ceiling": `${(ceiling.tokens * 100).toFixed(1)}% of prompt tokens`,
+      },
+      modes,
+      charts,
+    }),
+  );
   io.out(formatTable(modes));
   io.out(`prefix-hit ceiling of the replayed requests: ${(ceiling.tokens * 100).toFixed(1)}%`);
   const kv = modes["kv"];
@@ -447,9 +484,7 @@ async function run(args: string[], io: Io): Promise<number> {
     io.out(`TTFT p90: round-robin / kv = ${(rr.ttft_ms.p90 / kv.ttft_ms.p90).toFixed(2)}x`);
   }
   io.out(
-    `wrote ${flags.out}/results.json, chart.svg, distributions.svg${
-      flags.simulate ? ", load.svg" : ""
-    }`,
+    `wrote ${flags.out}/results.json, report.html, ${charts.map((c) => c.file).join(", ")}`,
   );
   const failed = Object.values(modes).reduce((s, m) => s + m.failed, 0);
   return failed > 0 ? ExitCode.Failure : ExitCode.Ok;

@@ -3,12 +3,14 @@
 
 import { announceBackends, backendsInfo } from "../runtime/backends.ts";
 import {
+  bareUpstreamCard,
   builtinTestModel,
   checkUpstream,
   DistributedRuntime,
   echoEngine,
   EmbeddedCluster,
   type Endpoint,
+  type LoadedModel,
   type Logger,
   type MockerEngineOptions,
   type MockerWorkers,
@@ -16,11 +18,14 @@ import {
   ModelInput,
   ModelType,
   openaiUpstream,
+  publishModelCard,
   registerLlm,
   runMockerWorker,
   RuntimeMetrics,
   startMockerWorkers,
   tracingFromEnv,
+  UpstreamError,
+  upstreamModelCard,
 } from "../mod.ts";
 import {
   applyRequestPlaneFlag,
@@ -58,6 +63,8 @@ Engines:
                            made of the real Qwen3 tokenizer files)
   out=openai:http://H:P    forward to an OpenAI-compatible server you already run (vLLM,
                            SGLang, llama.cpp); MODEL is the model name to ask it for
+                           (default: the one model its /v1/models lists); more servers
+                           of the same model with --upstream
   out=mocker               simulated vLLM workers (KV cache, batching, timing model;
                            pseudo-random tokens) for routing and scale tests; MODEL as
                            for echo
@@ -110,8 +117,16 @@ Options:
                            its frontend and router serve this worker (echo and mocker: MODEL
                            a local model folder)
   --delay-ms N             echo: pause per token (default 0)
-  --model-path PATH        openai: card source (tokenizer, context length) instead of
-                           the built-in test model
+  --model-path PATH        openai: card source (tokenizer, context length: a model
+                           folder, repo id or GGUF); without it the card comes from the
+                           upstream's /v1/models (name, context length where reported;
+                           the tokenizer of the folder it names when that is here, else
+                           unknown: token counts from the upstream's usage)
+  --upstream URL           openai: one more upstream server of the model (repeatable);
+                           each request goes to the reachable one with the fewest
+                           requests in flight; one that cannot be reached is passed over
+                           until its /v1/models answers (checked every 5 s); /health is
+                           503 only while none answers
   --num-workers N          mocker, llamacpp: workers in this process (default 1); with
                            --router-mode kv, prompts go where their prefix is cached
   --speedup-ratio X        mocker: simulated time runs X times faster (default 1)
@@ -169,6 +184,7 @@ async function run(args: string[], io: Io): Promise<number> {
     "migration-limit": { type: "string" },
     "delay-ms": { type: "string" },
     "model-path": { type: "string" },
+    upstream: { type: "string", multiple: true },
     "num-workers": { type: "string" },
     "speedup-ratio": { type: "string" },
     "block-size": { type: "string" },
@@ -209,7 +225,7 @@ async function run(args: string[], io: Io): Promise<number> {
   }
   if (rest.length > 1) throw new UsageError(`at most one MODEL, got ${rest.join(" ")}`, "run");
   const http = parseHttpFlags("run", values, { host: "127.0.0.1" });
-  if (values["reference-wire"] && (!worker || output.startsWith("openai:"))) {
+  if (values["reference-wire"] && (!worker || output.startsWith("openai"))) {
     throw new UsageError(
       "--reference-wire applies to in=dyn:// workers with out=echo, out=mocker or out=llamacpp",
       "run",
@@ -233,23 +249,36 @@ async function run(args: string[], io: Io): Promise<number> {
   let mocker: { numWorkers: number; engine: MockerEngineOptions } | undefined;
   let checkHealth: (() => Promise<string | undefined>) | undefined;
   let llama: { numWorkers: number; engine: LlamaCppWorkerOptions } | undefined;
+  let upstream: { baseUrls: string[]; model?: string; modelPath?: string } | undefined;
+  // The context length an upstream reports, over its model folder's own.
+  let upstreamContext: number | undefined;
+  if (values.upstream !== undefined && !output.startsWith("openai")) {
+    throw new UsageError("--upstream applies to out=openai only", "run");
+  }
   if (output === "echo") {
     handler = echoEngine({ delayMs });
     modelInput = ModelInput.Tokens;
     modelPath = rest[0] ?? await builtinTestModel();
-  } else if (output.startsWith("openai:")) {
-    const baseUrl = output.slice("openai:".length);
-    if (!/^https?:\/\/[^/]+/.test(baseUrl)) {
-      throw new UsageError(
-        `out=openai: needs a URL like openai:http://127.0.0.1:8001, got ${output}`,
-        "run",
-      );
+  } else if (output === "openai" || output.startsWith("openai:")) {
+    const baseUrls = [
+      ...(output === "openai" ? [] : [output.slice("openai:".length)]),
+      ...(values.upstream ?? []),
+    ];
+    if (baseUrls.length === 0) {
+      throw new UsageError("out=openai needs a URL (out=openai:URL or --upstream URL)", "run");
     }
-    handler = openaiUpstream({ baseUrl, upstreamModel: rest[0], logger });
-    checkHealth = () => checkUpstream({ baseUrl });
+    for (const url of baseUrls) {
+      if (!/^https?:\/\/[^/]+/.test(url)) {
+        throw new UsageError(
+          `out=openai: needs URLs like http://127.0.0.1:8001, got ${JSON.stringify(url)}`,
+          "run",
+        );
+      }
+    }
+    upstream = { baseUrls, model: rest[0], modelPath: values["model-path"] };
+    checkHealth = () => checkUpstream({ baseUrl: baseUrls });
     modelInput = ModelInput.Text;
-    modelPath = values["model-path"] ?? await builtinTestModel();
-    modelName ??= rest[0];
+    modelPath = values["model-path"] ?? "";
   } else if (output === "mocker") {
     mocker = parseMockerFlags(values);
     modelInput = ModelInput.Tokens;
@@ -434,6 +463,32 @@ async function run(args: string[], io: Io): Promise<number> {
     const component = runtime.namespace(target.namespace).component(target.component);
     await component.createService();
     const endpoint = component.endpoint(target.endpoint);
+    if (upstream) {
+      const card = await upstreamCard(upstream, { modelName, contextLength, migrationLimit });
+      if (card === undefined) return ExitCode.Failure;
+      handler = openaiUpstream({
+        baseUrl: upstream.baseUrls,
+        upstreamModel: upstream.model ?? card.upstreamModel,
+        logger,
+      });
+      modelName = card.modelName;
+      if (card.modelPath !== undefined) {
+        modelPath = card.modelPath;
+        upstreamContext = card.contextLength;
+      } else if (card.loaded) {
+        const serving = endpoint.serveEndpoint(handler, { gracefulShutdown: true });
+        serving.catch((err) => logger.error("engine stopped", { error: String(err) }));
+        const published = await publishModelCard(endpoint, card.loaded);
+        logger.info("model registered", {
+          model: published.display_name,
+          input: modelInput,
+          upstreams: upstream.baseUrls.length,
+          context: published.context_length || "unknown",
+          tokenizer: "unknown (token counts from the upstream's usage)",
+        });
+        return await serveUntilSignal();
+      }
+    }
     const serving = endpoint.serveEndpoint(handler as never, { gracefulShutdown: true });
     serving.catch((err) => logger.error("engine stopped", { error: String(err) }));
     const card = await registerLlm(
@@ -443,7 +498,7 @@ async function run(args: string[], io: Io): Promise<number> {
       modelPath,
       {
         modelName,
-        contextLength,
+        contextLength: contextLength ?? upstreamContext,
         migrationLimit,
         huggingFace: huggingFaceOptionsFromEnv(),
       },
@@ -466,6 +521,63 @@ async function run(args: string[], io: Io): Promise<number> {
     );
   }
 
+  /**
+   * out=openai's card: from --model-path when given (tokenizer known), else from the
+   * upstreams' /v1/models; when none answers, a card naming MODEL with no tokenizer and no
+   * context length (said in the log), so that the frontend starts and /health tells.
+   */
+  async function upstreamCard(
+    up: { baseUrls: string[]; model?: string; modelPath?: string },
+    o: { modelName?: string; contextLength?: number; migrationLimit?: number },
+  ): Promise<
+    {
+      loaded?: LoadedModel;
+      modelName?: string;
+      upstreamModel?: string;
+      modelPath?: string;
+      contextLength?: number;
+    } | undefined
+  > {
+    if (up.modelPath !== undefined) return { modelName: o.modelName ?? up.model };
+    try {
+      const loaded = await upstreamModelCard({
+        baseUrl: up.baseUrls,
+        upstreamModel: up.model,
+        ...o,
+      });
+      const said = loaded.card.user_data?.upstream as { model: string; root?: string };
+      const modelName = loaded.card.display_name;
+      // A server that loaded its model from a folder this machine has (vLLM's `root`, or an
+      // id that is a path): that folder's tokenizer and template describe the model.
+      const local = await modelFolder([said.root, said.model]);
+      if (local !== undefined) {
+        logger.info("upstream model folder found here: its tokenizer describes the model", {
+          model: modelName,
+          path: local,
+        });
+        const contextLength = loaded.card.context_length || undefined;
+        return { modelName, upstreamModel: said.model, modelPath: local, contextLength };
+      }
+      return { loaded, modelName, upstreamModel: said.model };
+    } catch (err) {
+      if (!(err instanceof UpstreamError)) throw err;
+      if (err.status !== 502 || up.model === undefined) {
+        io.err(
+          `dynamo run: ${err.message}${
+            err.status === 502 ? " (name MODEL to start before the upstream does)" : ""
+          }`,
+        );
+        return undefined;
+      }
+      logger.warn("upstream model list unreadable: card without tokenizer or context length", {
+        model: o.modelName ?? up.model,
+        error: err.message,
+      });
+      const loaded = bareUpstreamCard({ baseUrl: up.baseUrls, upstreamModel: up.model, ...o });
+      return { modelName: loaded.card.display_name, upstreamModel: up.model, loaded };
+    }
+  }
+
   async function serveUntilSignal(): Promise<number> {
     if (worker) {
       const path = `${target.namespace}/${target.component}/${target.endpoint}`;
@@ -484,6 +596,19 @@ async function run(args: string[], io: Io): Promise<number> {
     await frontend.shutdown();
     return ExitCode.Ok;
   }
+}
+
+/** The first of `paths` that is a model folder (config.json and the tokenizer files). */
+async function modelFolder(paths: (string | undefined)[]): Promise<string | undefined> {
+  for (const path of paths) {
+    if (path === undefined || !path.startsWith("/")) continue;
+    const files = ["config.json", "tokenizer.json", "tokenizer_config.json"];
+    const found = await Promise.all(
+      files.map((f) => Deno.stat(`${path}/${f}`).then((s) => s.isFile, () => false)),
+    );
+    if (found.every(Boolean)) return path;
+  }
+  return undefined;
 }
 
 /**
@@ -510,7 +635,7 @@ interface LlamaCppWorkerOptions {
 }
 
 function parseMockerFlags(
-  values: Record<string, string | boolean | undefined>,
+  values: Record<string, string | boolean | string[] | undefined>,
 ): { numWorkers: number; engine: MockerEngineOptions } {
   const int = (name: string, min: number) => parseIntFlag(name, values[name] as string, min);
   const speedup = values["speedup-ratio"] as string | undefined;

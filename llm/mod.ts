@@ -8,6 +8,7 @@ export * from "./protocols.ts";
 export {
   modelCardKey,
   modelEntryKey,
+  publishModelCard,
   registerLlm,
   type RegisterLlmOptions,
 } from "./model/register.ts";
@@ -159,10 +160,13 @@ export type {
 } from "../runtime/metrics/metric_types.ts";
 export { echoEngine, type EchoEngineOptions } from "./engines/echo.ts";
 export {
+  bareUpstreamCard,
   checkUpstream,
   openaiUpstream,
   type OpenAIUpstreamOptions,
   UpstreamError,
+  upstreamModelCard,
+  type UpstreamModelCardOptions,
 } from "./engines/openai_upstream.ts";
 export {
   BlockManager,

@@ -134,7 +134,7 @@ export class TransferAgent {
     const nameBuf = new Uint8Array(256);
     this.#ringId = check(
       this.#n,
-      this.#n.dyn_ring_create(slots, slotBytes, nameBuf, BigInt(nameBuf.length)),
+      this.#n.dyn_ring_create(slots, slotBytes, nameBuf),
       "cannot create the notification queue",
     );
     this.#ringName = cString(nameBuf);
@@ -322,7 +322,7 @@ export class TransferAgent {
     this.#alive();
     return encodeMetadata({
       name: this.name,
-      process: this.#n.dyn_process_token().toString(16),
+      process: BigInt(this.#n.dyn_process_token()).toString(16),
       notifQueue: { shm: this.#ringName, native_id: this.#ringId },
       regions: this.#regions,
     });
@@ -341,7 +341,7 @@ export class TransferAgent {
     this.#alive();
     const m = parseMetadata(metadata);
     if (m.name === this.name) argError(`cannot add agent '${m.name}' as a remote of itself`);
-    const remote = openRemote(this.#n, m, this.#n.dyn_process_token().toString(16));
+    const remote = openRemote(this.#n, m, BigInt(this.#n.dyn_process_token()).toString(16));
     if (this.#remotes.has(m.name)) this.removeRemoteAgent(m.name);
     this.#remotes.set(m.name, remote);
     return m.name;
@@ -484,7 +484,7 @@ export class TransferAgent {
     const ring = r?.ringId ?? this.#ringId;
     check(
       this.#n,
-      this.#n.dyn_ring_push(ring, msg, BigInt(msg.length)),
+      this.#n.dyn_ring_push(ring, msg),
       `sendNotif to '${agentName}'`,
     );
   }

@@ -39,7 +39,7 @@ export function probeCudaKernel(options: CudaKernelStatusOptions = {}): CudaKern
   const device = checkSize(options.device ?? 0, "device");
   const n = native();
   const w = JSON.parse(
-    nativeString((buf, cap) => n.dyn_cuda_kernel_info(device, buf, cap)),
+    nativeString((buf) => n.dyn_cuda_kernel_info(device, buf)),
   ) as CudaKernelInfoWire;
   const status: CudaKernelStatus = {
     ptxEmbedded: w.ptx_embedded,
@@ -62,5 +62,5 @@ export function probeCudaKernel(options: CudaKernelStatusOptions = {}): CudaKern
  */
 export function cudaKernelPtx(): string {
   const n = native();
-  return nativeString((buf, cap) => n.dyn_cuda_kernel_ptx(buf, cap));
+  return nativeString((buf) => n.dyn_cuda_kernel_ptx(buf));
 }

@@ -16,46 +16,16 @@ import {
   VramUnavailableError,
 } from "./errors.ts";
 
-const ABI_VERSION = 2;
+import * as bindings from "./_bindings.ts";
 
-const SYMBOLS = {
-  dyn_abi_version: { parameters: [], result: "u32" },
-  dyn_last_error: { parameters: ["buffer", "usize"], result: "usize" },
-  dyn_process_token: { parameters: [], result: "u64" },
-  dyn_vram_probe: { parameters: [], result: "i32" },
-  dyn_cuda_kernel_info: { parameters: ["i32", "buffer", "usize"], result: "usize" },
-  dyn_cuda_kernel_ptx: { parameters: ["buffer", "usize"], result: "usize" },
-  dyn_region_alloc_dram: { parameters: ["u64", "buffer", "usize"], result: "i32" },
-  dyn_region_open_dram: { parameters: ["buffer", "usize", "u64"], result: "i32" },
-  dyn_region_alloc_vram: { parameters: ["u64", "i32", "buffer"], result: "i32" },
-  dyn_region_open_vram: { parameters: ["buffer", "u64", "i32"], result: "i32" },
-  dyn_region_free: { parameters: ["i32"], result: "i32" },
-  dyn_region_write: { parameters: ["i32", "u64", "buffer", "usize"], result: "i32" },
-  dyn_region_read: { parameters: ["i32", "u64", "buffer", "usize"], result: "i32" },
-  dyn_region_copy: { parameters: ["i32", "u64", "i32", "u64", "u64"], result: "i32" },
-  dyn_dlist_create: { parameters: ["buffer", "u32"], result: "i32" },
-  dyn_dlist_free: { parameters: ["i32"], result: "i32" },
-  dyn_xfer_create: {
-    parameters: ["i32", "i32", "buffer", "u32", "i32", "buffer", "u32", "i32", "buffer", "usize"],
-    result: "i32",
-  },
-  // Long copies run off the JS thread (armed first, on it, so the state is "PROC" at
-  // once); small host-memory ones run inline (no thread hop).
-  dyn_xfer_arm: { parameters: ["i32"], result: "i32" },
-  dyn_xfer_run: { parameters: ["i32"], result: "i32", nonblocking: true },
-  dyn_xfer_post: { parameters: ["i32"], result: "i32" },
-  dyn_xfer_state: { parameters: ["i32"], result: "i32" },
-  dyn_xfer_error: { parameters: ["i32", "buffer", "usize"], result: "usize" },
-  dyn_xfer_free: { parameters: ["i32"], result: "i32" },
-  dyn_ring_create: { parameters: ["u32", "u32", "buffer", "usize"], result: "i32" },
-  dyn_ring_open: { parameters: ["buffer", "usize"], result: "i32" },
-  dyn_ring_capacity: { parameters: ["i32"], result: "i32" },
-  dyn_ring_push: { parameters: ["i32", "buffer", "usize"], result: "i32" },
-  dyn_ring_drain: { parameters: ["i32", "buffer", "usize"], result: "i32" },
-  dyn_ring_free: { parameters: ["i32"], result: "i32" },
-} as const;
+const ABI_VERSION = 3;
 
-export type Native = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
+/**
+ * The native library's functions, as deno_bindgen generates them (native/_bindings.ts,
+ * from the `#[deno_bindgen]` exports of native/src/lib.rs): a buffer parameter is one
+ * `Uint8Array` (its length goes along), and `dyn_xfer_run` returns a promise.
+ */
+export type Native = Omit<typeof bindings, "load">;
 
 /**
  * Where the native library is expected: `native/target/release/` beside this module,
@@ -75,10 +45,31 @@ export function nativeLibraryPath(): string {
 
 let loaded: Native | undefined;
 
+/** The ABI version a library file reports, read through a binding of that one symbol. */
+function abiOf(file: string): number {
+  let lib: Deno.DynamicLibrary<{ dyn_abi_version: { parameters: []; result: "u32" } }>;
+  try {
+    lib = Deno.dlopen(file, { dyn_abi_version: { parameters: [], result: "u32" } });
+  } catch (e) {
+    throw new NativeLibraryError(
+      `cannot load the native transfer library ${file} (${
+        e instanceof Error ? e.message : String(e)
+      }): rebuild it with \`deno task build:native\``,
+      file,
+      { cause: e },
+    );
+  }
+  try {
+    return lib.symbols.dyn_abi_version();
+  } finally {
+    lib.close();
+  }
+}
+
 /**
  * Loads the native library (once: the first library loaded serves every agent; later
- * calls without a path return at once). Agents call this themselves; call it early to
- * fail fast.
+ * calls without a path return at once, with a path they only check that file). Agents
+ * call this themselves; call it early to fail fast.
  *
  * @param path library file to load instead of {@linkcode nativeLibraryPath}
  * @throws {NativeLibraryError} the library is missing (run `deno task build:native`),
@@ -92,7 +83,6 @@ let loaded: Native | undefined;
 export function loadNativeLibrary(path?: string): void {
   if (loaded && path === undefined) return;
   const file = path ?? nativeLibraryPath();
-  let lib: Deno.DynamicLibrary<typeof SYMBOLS>;
   try {
     Deno.statSync(file);
   } catch (e) {
@@ -102,8 +92,20 @@ export function loadNativeLibrary(path?: string): void {
       { cause: e },
     );
   }
+  // The version first, through a binding of its own: a stale build may lack symbols
+  // that the generated bindings name.
+  const abi = abiOf(file);
+  if (abi !== ABI_VERSION) {
+    throw new NativeLibraryError(
+      `the native library ${file} has ABI ${abi}, this module needs ${ABI_VERSION}: ` +
+        "rebuild it with `deno task build:native`",
+      file,
+    );
+  }
+  // The first library loaded serves every agent of the process.
+  if (loaded) return;
   try {
-    lib = Deno.dlopen(file, SYMBOLS);
+    bindings.load(file);
   } catch (e) {
     throw new NativeLibraryError(
       `cannot load the native transfer library ${file} (${
@@ -113,18 +115,7 @@ export function loadNativeLibrary(path?: string): void {
       { cause: e },
     );
   }
-  const abi = lib.symbols.dyn_abi_version();
-  if (abi !== ABI_VERSION) {
-    lib.close();
-    throw new NativeLibraryError(
-      `the native library ${file} has ABI ${abi}, this module needs ${ABI_VERSION}: ` +
-        "rebuild it with `deno task build:native`",
-      file,
-    );
-  }
-  // The first library loaded serves every agent of the process.
-  if (loaded) lib.close();
-  else loaded = lib.symbols;
+  loaded = bindings;
 }
 
 export function native(): Native {
@@ -132,12 +123,32 @@ export function native(): Native {
   return loaded!;
 }
 
+// Deno passes an empty array's pointer as null, and deno_bindgen's wrapper makes a slice
+// of every (pointer, length) pair: an empty view into a real buffer keeps that non-null.
+const EMPTY = new Uint8Array(new ArrayBuffer(8), 0, 0);
+
+/**
+ * The bytes of a typed array, as the bindings take them. deno_bindgen passes a buffer's
+ * length as u32, so a buffer of 4 GiB or more is refused here rather than truncated.
+ */
+export function bytesOf(view: ArrayBufferView): Uint8Array {
+  if (view.byteLength >= 2 ** 32) {
+    throw new TransferArgumentError(
+      `a buffer passed to the native library must be under 4 GiB, got ${view.byteLength} bytes`,
+    );
+  }
+  if (view.byteLength === 0) return EMPTY;
+  return view instanceof Uint8Array
+    ? view
+    : new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+}
+
 export const enc = new TextEncoder();
 export const dec = new TextDecoder();
 
 export function lastError(n: Native): string {
   const buf = new Uint8Array(1024);
-  const len = Number(n.dyn_last_error(buf, BigInt(buf.length)));
+  const len = Number(n.dyn_last_error(buf));
   return dec.decode(buf.subarray(0, Math.min(len, buf.length)));
 }
 
@@ -183,12 +194,12 @@ export function unhex(s: string): Uint8Array {
 }
 
 /** Calls a native function that copies a string into a buffer and returns its length. */
-export function nativeString(read: (buf: Uint8Array, cap: bigint) => number | bigint): string {
+export function nativeString(read: (buf: Uint8Array) => number | bigint): string {
   let buf = new Uint8Array(4096);
-  let len = Number(read(buf, BigInt(buf.length)));
+  let len = Number(read(buf));
   if (len > buf.length) {
     buf = new Uint8Array(len);
-    len = Number(read(buf, BigInt(buf.length)));
+    len = Number(read(buf));
   }
   return dec.decode(buf.subarray(0, Math.min(len, buf.length)));
 }

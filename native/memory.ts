@@ -2,7 +2,7 @@
 
 import { argError, checkMemType, checkSize } from "./_args.ts";
 import { ReleasedHandleError } from "./errors.ts";
-import { check, cString, hex } from "./ffi.ts";
+import { bytesOf, check, cString, hex } from "./ffi.ts";
 import { type AgentContext, MemoryRegion, type RegionState, regionStates } from "./handles.ts";
 import type { AllocateOptions, MemType } from "./types.ts";
 
@@ -37,7 +37,7 @@ export function allocateRegion(
     const name = new Uint8Array(256);
     id = check(
       n,
-      n.dyn_region_alloc_dram(BigInt(bytes), name, BigInt(name.length)),
+      n.dyn_region_alloc_dram(bytes, name),
       `allocate ${bytes} B DRAM`,
     );
     state.shm = cString(name);
@@ -45,7 +45,7 @@ export function allocateRegion(
     const ipc = new Uint8Array(64);
     id = check(
       n,
-      n.dyn_region_alloc_vram(BigInt(bytes), device, ipc),
+      n.dyn_region_alloc_vram(bytes, device, ipc),
       `allocate ${bytes} B VRAM`,
     );
     state.ipc = hex(ipc);
@@ -97,7 +97,7 @@ export function writeRegion(
   if (!(data instanceof Uint8Array)) argError("writeMemory: data must be a Uint8Array");
   check(
     ctx.n,
-    ctx.n.dyn_region_write(s.id, BigInt(offset), data, BigInt(data.length)),
+    ctx.n.dyn_region_write(s.id, offset, bytesOf(data)),
     "writeMemory",
   );
 }
@@ -115,7 +115,7 @@ export function readRegion(
   const out = new Uint8Array(length);
   check(
     ctx.n,
-    ctx.n.dyn_region_read(s.id, BigInt(offset), out, BigInt(length)),
+    ctx.n.dyn_region_read(s.id, offset, bytesOf(out)),
     "readMemory",
   );
   return out;
@@ -139,10 +139,10 @@ export function copyRegion(
     ctx.n,
     ctx.n.dyn_region_copy(
       s.id,
-      BigInt(srcOffset),
+      srcOffset,
       d.id,
-      BigInt(dstOffset),
-      BigInt(length),
+      dstOffset,
+      length,
     ),
     "copyMemory",
   );

@@ -479,7 +479,7 @@ Deno.test("malformed notification records pushed straight onto a queue are read 
       ]
     ) {
       const bytes = new Uint8Array(rec);
-      assert.equal(n.dyn_ring_push(ring, bytes, BigInt(bytes.length)), 0);
+      assert.equal(n.dyn_ring_push(ring, bytes), 0);
     }
     sender.addRemoteAgent(decode.getAgentMetadata());
     sender.sendNotif("decode-raw", "after");

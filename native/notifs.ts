@@ -29,7 +29,7 @@ export function notifRecord(from: string, body: Uint8Array): Uint8Array<ArrayBuf
 export function drainNotifs(n: Native, ringId: number, buf: Uint8Array): Map<string, string[]> {
   const out = new Map<string, string[]>();
   for (;;) {
-    const len = check(n, n.dyn_ring_drain(ringId, buf, BigInt(buf.length)), "getNewNotifs");
+    const len = check(n, n.dyn_ring_drain(ringId, buf), "getNewNotifs");
     if (len === 0) return out;
     const view = new DataView(buf.buffer, buf.byteOffset, len);
     for (let at = 0; at + 4 <= len;) {

@@ -23,7 +23,7 @@ export function openRemote(n: Native, m: AgentMetadataWire, processToken: string
     const name = enc.encode(m.notif_queue.shm);
     ringId = check(
       n,
-      n.dyn_ring_open(name, BigInt(name.length)),
+      n.dyn_ring_open(name),
       `cannot reach agent '${m.name}'`,
     );
   }
@@ -80,13 +80,13 @@ export function remoteRegionId(n: Native, r: RemoteAgent, key: string, i: number
     const name = enc.encode(w.shm!);
     id = check(
       n,
-      n.dyn_region_open_dram(name, BigInt(name.length), BigInt(w.bytes)),
+      n.dyn_region_open_dram(name, w.bytes),
       `cannot map region ${key} of agent '${r.name}'`,
     );
   } else {
     id = check(
       n,
-      n.dyn_region_open_vram(unhex(w.ipc_handle!), BigInt(w.bytes), w.device),
+      n.dyn_region_open_vram(unhex(w.ipc_handle!), w.bytes, w.device),
       `cannot open VRAM region ${key} of agent '${r.name}'`,
     );
   }

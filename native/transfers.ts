@@ -10,7 +10,7 @@ import {
   type TransferError,
   UnknownAgentError,
 } from "./errors.ts";
-import { check, dec, enc, errorFor, lastError } from "./ffi.ts";
+import { bytesOf, check, dec, enc, errorFor, lastError } from "./ffi.ts";
 import {
   type AgentContext,
   DlistHandle,
@@ -78,7 +78,7 @@ export function prepareDlist(
     lengths.push(length);
   }
   const n = ctx.n;
-  const id = check(n, n.dyn_dlist_create(entries, descs.descs.length), "prepXferDlist");
+  const id = check(n, n.dyn_dlist_create(bytesOf(entries)), "prepXferDlist");
   const handle = new DlistHandle(local ? "" : agentName, memType, descs.descs.length);
   const state: DlistState = { agent: ctx.agent, id, released: false, remote, regions, lengths };
   dlistStates.set(handle, state);
@@ -165,14 +165,11 @@ export function makeXfer(
     n.dyn_xfer_create(
       op === "WRITE" ? 1 : 0,
       l.id,
-      li,
-      li.length,
+      bytesOf(li),
       r.id,
-      ri,
-      ri.length,
+      bytesOf(ri),
       ring,
-      msg,
-      BigInt(msg.length),
+      bytesOf(msg),
     ),
     "makePreppedXfer",
   );
@@ -196,7 +193,7 @@ export function ownXfer(ctx: AgentContext, h: XferHandle, what: string): XferInt
 /** The typed error of a failed transfer, with the native engine's message. */
 export function xferFailure(ctx: AgentContext, s: XferInternal, rc: number): TransferError {
   const buf = new Uint8Array(1024);
-  const len = Number(ctx.n.dyn_xfer_error(s.id, buf, BigInt(buf.length)));
+  const len = Number(ctx.n.dyn_xfer_error(s.id, buf));
   return errorFor(rc, `transfer failed: ${dec.decode(buf.subarray(0, Math.min(len, 1024)))}`);
 }
 

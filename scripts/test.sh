@@ -38,6 +38,15 @@ bash scripts/install_prometheus.sh || echo "WARNING: no prometheus: the dashboar
 # Docker (daemon and a base image), for the container image test (it skips, saying why, when
 # docker cannot be readied).
 bash scripts/setup_docker.sh || echo "WARNING: no docker daemon or base image: the container test will be skipped" >&2
+# Headless Chromium for tests/bench_report_test.ts (which installs it itself, or skips saying
+# why, when this fails).
+if ! command -v chromium >/dev/null 2>&1; then
+  section "installing chromium (apt)"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  { $SUDO apt-get update && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; } ||
+    echo "WARNING: could not install chromium with apt: the bench report browser test will try again" >&2
+fi
 
 # 2. Deno, through npm (no global install needed). Later steps call the binary directly.
 section "deno ${DENO_VERSION}"
@@ -67,7 +76,8 @@ gate "deno task check" "$DENO" task check
 # The TypeScript blocks of README.md, the example READMEs and native/README.md compile as shown.
 gate "deno task check:docs" "$DENO" task check:docs
 gate "deno doc --lint mod.ts" "$DENO" doc --lint mod.ts
-# The native transfer library (Rust, std only, offline): its tests load it.
+# The native transfer library (Rust; its crates and deno_bindgen's CLI are fetched once, then
+# it builds offline) and its generated bindings: its tests load it.
 if command -v cargo >/dev/null 2>&1; then
   gate "deno task build:native" "$DENO" task build:native
   gate "cargo test (native)" cargo test --offline --quiet --manifest-path native/Cargo.toml

@@ -1,6 +1,7 @@
 // Replays a trace against an OpenAI frontend: each request is sent at its (sped-up)
 // arrival time as a streaming completion whose prompt is token ids, and timed.
 
+import { EventSourceParserStream } from "eventsource-parser/stream";
 import { promptTokens, type TraceRequest } from "./trace.ts";
 
 /** What one replayed request measured. */
@@ -18,6 +19,8 @@ export interface RequestResult {
   cachedTokens?: number;
   /** ms from sending to the end of the stream. */
   latencyMs: number;
+  /** ms from the start of the replay to sending (set by replays, for throughput over time). */
+  startMs?: number;
 }
 
 /** Options of {@linkcode replayTrace}. */
@@ -68,33 +71,27 @@ export async function sendOne(
       return result;
     }
     let last = 0;
-    let buffer = "";
     let sawDone = false;
-    const decoder = new TextDecoder();
-    for await (const bytes of res.body) {
-      buffer += decoder.decode(bytes, { stream: true });
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) !== -1) {
-        const event = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        if (!event.startsWith("data: ")) continue;
-        const data = event.slice(6);
-        if (data === "[DONE]") {
-          sawDone = true;
-          continue;
-        }
-        const chunk = JSON.parse(data);
-        if (chunk.error) throw new Error(`stream error: ${chunk.error.message}`);
-        if (chunk.usage) {
-          result.outputTokens = chunk.usage.completion_tokens;
-          result.cachedTokens = chunk.usage.prompt_tokens_details?.cached_tokens;
-        }
-        if ((chunk.choices?.length ?? 0) > 0) {
-          const now = performance.now();
-          if (result.ttftMs === undefined) result.ttftMs = now - started;
-          else result.itlMs.push(now - last);
-          last = now;
-        }
+    const events = res.body
+      .pipeThrough(new TextDecoderStream())
+      .pipeThrough(new EventSourceParserStream());
+    for await (const event of events) {
+      const data = event.data;
+      if (data === "[DONE]") {
+        sawDone = true;
+        continue;
+      }
+      const chunk = JSON.parse(data);
+      if (chunk.error) throw new Error(`stream error: ${chunk.error.message}`);
+      if (chunk.usage) {
+        result.outputTokens = chunk.usage.completion_tokens;
+        result.cachedTokens = chunk.usage.prompt_tokens_details?.cached_tokens;
+      }
+      if ((chunk.choices?.length ?? 0) > 0) {
+        const now = performance.now();
+        if (result.ttftMs === undefined) result.ttftMs = now - started;
+        else result.itlMs.push(now - last);
+        last = now;
       }
     }
     if (!sawDone) throw new Error("stream ended without [DONE]");
@@ -136,8 +133,10 @@ export async function replayTrace(
       const wait = due - (performance.now() - started);
       if (wait > 1) await new Promise((r) => setTimeout(r, wait));
       sent++;
+      const startMs = performance.now() - started;
       running.push(
         sendOne(req, options).then((r) => {
+          r.startMs = startMs;
           results[i] = r;
           done++;
           if (!r.ok) failed++;

@@ -1,4 +1,5 @@
-// `dynamo bench` results: per-mode summaries, results.json, a table, and an SVG chart.
+// `dynamo bench` results: per-mode summaries, results.json, a table, SVG charts (axes with
+// units) and report.html, the page that ties them together.
 
 import type { RequestResult } from "./replay.ts";
 
@@ -112,9 +113,10 @@ export function renderChart(
     { label: "TTFT p99", unit: "ms", value: (m) => m.ttft_ms.p99 },
     { label: "prefix hit rate", unit: "%", value: (m) => m.prefix_hit_rate * 100 },
   ];
-  const pw = 220;
+  const pw = 240;
   const ph = 200;
   const top = 50;
+  const left = 40;
   const width = pw * panels.length + 20;
   const height = top + ph + 70;
   const parts: string[] = [
@@ -126,12 +128,19 @@ export function renderChart(
     const x0 = 10 + p * pw;
     const values = names.map((n) => panel.value(modes[n]!));
     const hitPanel = panel.unit === "%" && ceiling !== undefined;
-    const max = Math.max(...values.filter(Number.isFinite), hitPanel ? ceiling * 100 : 0, 1e-9);
+    const dataMax = Math.max(
+      ...values.filter(Number.isFinite),
+      hitPanel ? ceiling * 100 : 0,
+      1e-9,
+    );
+    // The y axis ends on a round tick (a share ends at 100%).
+    const yt = panel.unit === "%" ? [0, 20, 40, 60, 80, 100] : ticks(dataMax, 4);
+    const max = yt.at(-1)!;
     if (hitPanel) {
       // The trace's ceiling: what a perfect, unbounded cache would hit.
       const y = top + ph - (ceiling * 100 / max) * (ph - 20);
       parts.push(
-        `<line x1="${x0 + 10}" y1="${y.toFixed(1)}" x2="${x0 + pw - 20}" y2="${
+        `<line x1="${x0 + left}" y1="${y.toFixed(1)}" x2="${x0 + pw - 20}" y2="${
           y.toFixed(1)
         }" stroke="#c00" stroke-dasharray="4 3"/>`,
         `<text x="${x0 + pw - 20}" y="${
@@ -139,18 +148,33 @@ export function renderChart(
         }" text-anchor="end" fill="#c00">ceiling ${(ceiling * 100).toFixed(1)}%</text>`,
       );
     }
-    const bw = (pw - 40) / Math.max(1, names.length);
+    const bw = (pw - left - 30) / Math.max(1, names.length);
+    const yOf = (v: number) => top + ph - (v / max) * (ph - 20);
     parts.push(
       `<text x="${x0 + pw / 2}" y="${
         top - 8
       }" text-anchor="middle" font-weight="bold">${panel.label} (${panel.unit})</text>`,
-      `<line x1="${x0 + 10}" y1="${top + ph}" x2="${x0 + pw - 20}" y2="${
+      `<line x1="${x0 + left}" y1="${top + ph}" x2="${x0 + pw - 20}" y2="${
         top + ph
       }" stroke="#333"/>`,
+      `<line x1="${x0 + left}" y1="${top + ph}" x2="${x0 + left}" y2="${
+        yOf(max).toFixed(1)
+      }" stroke="#333"/>`,
+      `<text x="${x0 + 10}" y="${top + ph / 2}" text-anchor="middle" transform="rotate(-90 ${
+        x0 + 10
+      } ${top + ph / 2})">${panel.unit}</text>`,
     );
+    for (const t of yt) {
+      parts.push(
+        `<line x1="${x0 + left - 4}" y1="${yOf(t).toFixed(1)}" x2="${x0 + left}" y2="${
+          yOf(t).toFixed(1)
+        }" stroke="#333"/>`,
+        `<text x="${x0 + left - 6}" y="${(yOf(t) + 4).toFixed(1)}" text-anchor="end">${t}</text>`,
+      );
+    }
     values.forEach((v, i) => {
       const h = Number.isFinite(v) ? (v / max) * (ph - 20) : 0;
-      const x = x0 + 15 + i * bw;
+      const x = x0 + left + 5 + i * bw;
       parts.push(
         `<rect x="${x.toFixed(1)}" y="${(top + ph - h).toFixed(1)}" width="${
           (bw - 8).toFixed(1)
@@ -348,4 +372,193 @@ export function renderLoad(loads: Record<string, number[][]>, title: string): st
   });
   parts.push("</svg>");
   return parts.join("\n") + "\n";
+}
+
+/** Output tokens per second over the run, one series per mode (from each request's start). */
+export function throughputSeries(
+  results: readonly RequestResult[],
+  seconds: number,
+  bins = 60,
+): [number, number][] {
+  if (!(seconds > 0)) return [];
+  const binS = seconds / bins;
+  const tokens = new Array<number>(bins).fill(0);
+  for (const r of results) {
+    if (!r.ok || r.startMs === undefined || r.ttftMs === undefined) continue;
+    // Tokens are spread evenly over the chunks that carried them.
+    const chunks = 1 + r.itlMs.length;
+    const weight = r.outputTokens > 0 ? r.outputTokens / chunks : 1;
+    let t = r.startMs + r.ttftMs;
+    for (let k = 0; k < chunks; k++) {
+      if (k > 0) t += r.itlMs[k - 1]!;
+      const bin = Math.min(bins - 1, Math.max(0, Math.floor(t / 1000 / binS)));
+      tokens[bin]! += weight;
+    }
+  }
+  return tokens.map((n, i) => [Number(((i + 0.5) * binS).toFixed(3)), n / binS]);
+}
+
+/** Output throughput over time, one line per mode. */
+export function renderThroughput(
+  series: Record<string, [number, number][]>,
+  title: string,
+): string {
+  const w = 900;
+  const h = 300;
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${w + 20}" height="${
+      h + 40
+    }" font-family="sans-serif" font-size="11">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">${escapeXml(title)}</text>`,
+    ...linePanel(
+      10,
+      30,
+      w,
+      h,
+      Object.entries(series).map(([name, points]) => ({ name, points })),
+      { title: "output throughput over time", x: "seconds since start", y: "output tokens/s" },
+    ),
+    "</svg>",
+  ].join("\n") + "\n";
+}
+
+/** Prefix hit rate per mode against the ceiling a perfect, unbounded cache would reach. */
+export function renderHitRate(
+  modes: Record<string, ModeSummary>,
+  ceiling: number,
+  title: string,
+): string {
+  const names = Object.keys(modes);
+  const w = 440;
+  const h = 260;
+  const left = 50;
+  const top = 40;
+  const ph = h - 70;
+  const pw = w - left - 20;
+  const Y = (pct: number) => top + ph - (pct / 100) * ph;
+  const bw = pw / Math.max(1, names.length);
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" font-family="sans-serif" font-size="11">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">${escapeXml(title)}</text>`,
+    `<line x1="${left}" y1="${Y(0)}" x2="${left + pw}" y2="${Y(0)}" stroke="#333"/>`,
+    `<line x1="${left}" y1="${Y(0)}" x2="${left}" y2="${Y(100)}" stroke="#333"/>`,
+    `<text x="14" y="${top + ph / 2}" text-anchor="middle" transform="rotate(-90 14 ${
+      top + ph / 2
+    })">prompt tokens from cache (%)</text>`,
+  ];
+  for (const t of [0, 20, 40, 60, 80, 100]) {
+    parts.push(
+      `<line x1="${left - 4}" y1="${Y(t)}" x2="${left + pw}" y2="${Y(t)}" stroke="#eee"/>`,
+      `<text x="${left - 6}" y="${Y(t) + 4}" text-anchor="end">${t}</text>`,
+    );
+  }
+  names.forEach((name, i) => {
+    const pct = modes[name]!.prefix_hit_rate * 100;
+    const x = left + 8 + i * bw;
+    const share = ceiling > 0 ? ` (${(pct / (ceiling * 100) * 100).toFixed(0)}% of ceiling)` : "";
+    parts.push(
+      `<rect x="${x.toFixed(1)}" y="${Y(pct).toFixed(1)}" width="${(bw - 16).toFixed(1)}" height="${
+        (Y(0) - Y(pct)).toFixed(1)
+      }" fill="${COLORS[i % COLORS.length]}"/>`,
+      `<text x="${(x + (bw - 16) / 2).toFixed(1)}" y="${
+        (Y(pct) - 4).toFixed(1)
+      }" text-anchor="middle">${pct.toFixed(1)}%</text>`,
+      `<text x="${(x + (bw - 16) / 2).toFixed(1)}" y="${Y(0) + 14}" text-anchor="middle">${
+        escapeXml(name)
+      }</text>`,
+      `<text x="${(x + (bw - 16) / 2).toFixed(1)}" y="${Y(0) + 27}" text-anchor="middle">${
+        escapeXml(share.trim())
+      }</text>`,
+    );
+  });
+  const yc = Y(ceiling * 100);
+  parts.push(
+    `<line x1="${left}" y1="${yc.toFixed(1)}" x2="${left + pw}" y2="${
+      yc.toFixed(1)
+    }" stroke="#c00" stroke-dasharray="4 3"/>`,
+    `<text x="${left + pw}" y="${(yc - 3).toFixed(1)}" text-anchor="end" fill="#c00">ceiling ${
+      (ceiling * 100).toFixed(1)
+    }%</text>`,
+    "</svg>",
+  );
+  return parts.join("\n") + "\n";
+}
+
+/** What {@linkcode renderReportHtml} puts on the page. */
+export interface ReportPage {
+  title: string;
+  /** Run parameters shown above the table (trace, workers, speedup, ...). */
+  facts: Record<string, string | number>;
+  modes: Record<string, ModeSummary>;
+  /** The charts, in order: a caption and an SVG document each. */
+  charts: { caption: string; svg: string }[];
+}
+
+function escapeHtml(s: string): string {
+  return escapeXml(s).replace(/'/g, "&#39;");
+}
+
+/** One self-contained HTML page: the run's facts, the table of modes, and every chart. */
+export function renderReportHtml(page: ReportPage): string {
+  const head = [
+    "mode",
+    "requests",
+    "failed",
+    "TTFT p50 (ms)",
+    "TTFT p90 (ms)",
+    "TTFT p99 (ms)",
+    "ITL p50 (ms)",
+    "ITL p90 (ms)",
+    "output tokens/s",
+    "prefix hit rate",
+  ];
+  const rows = Object.entries(page.modes).map(([name, m]) => [
+    name,
+    String(m.requests),
+    String(m.failed),
+    m.ttft_ms.p50.toFixed(1),
+    m.ttft_ms.p90.toFixed(1),
+    m.ttft_ms.p99.toFixed(1),
+    m.itl_ms.p50.toFixed(2),
+    m.itl_ms.p90.toFixed(2),
+    m.output_tokens_per_s.toFixed(0),
+    `${(m.prefix_hit_rate * 100).toFixed(1)}%`,
+  ]);
+  const facts = Object.entries(page.facts).map(([k, v]) =>
+    `<dt>${escapeHtml(k)}</dt><dd>${escapeHtml(String(v))}</dd>`
+  );
+  return [
+    "<!doctype html>",
+    '<html lang="en">',
+    "<head>",
+    '<meta charset="utf-8">',
+    `<title>${escapeHtml(page.title)}</title>`,
+    "<style>",
+    "body { font-family: sans-serif; margin: 16px; color: #222; background: white; }",
+    "table { border-collapse: collapse; margin: 12px 0; }",
+    "th, td { border: 1px solid #ccc; padding: 3px 8px; }",
+    "td { text-align: right; } td:first-child { text-align: left; }",
+    "dl { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; }",
+    "dt { font-weight: bold; } dd { margin: 0; }",
+    "figure { margin: 16px 0; overflow-x: auto; } figcaption { font-size: 13px; color: #555; }",
+    "</style>",
+    "</head>",
+    "<body>",
+    `<h1>${escapeHtml(page.title)}</h1>`,
+    `<dl>${facts.join("")}</dl>`,
+    "<table>",
+    `<thead><tr>${head.map((h) => `<th>${escapeHtml(h)}</th>`).join("")}</tr></thead>`,
+    "<tbody>",
+    ...rows.map((r) => `<tr>${r.map((c) => `<td>${escapeHtml(c)}</td>`).join("")}</tr>`),
+    "</tbody>",
+    "</table>",
+    ...page.charts.map((c) =>
+      `<figure>\n${c.svg.trim()}\n<figcaption>${escapeHtml(c.caption)}</figcaption>\n</figure>`
+    ),
+    "</body>",
+    "</html>",
+    "",
+  ].join("\n");
 }

@@ -176,6 +176,7 @@ export function simulate(
       promptTokens: tokens.length,
       outputTokens: 0,
       latencyMs: 0,
+      startMs: sent,
     };
     results[i] = result;
     // Counted like the live replay: only the router's own book, as the frontend keeps it.

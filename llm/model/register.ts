@@ -7,7 +7,7 @@ import * as keys from "../../runtime/keys.ts";
 import type { ModelDeploymentCard, ModelEntry, ModelInput, ModelType } from "../protocols.ts";
 import { computeMdcsum, validateModelInput, validateModelType } from "./card.ts";
 import { cardObjectName } from "./card_files.ts";
-import { type LoadModelOptions, loadModelSource } from "./model_source.ts";
+import { type LoadedModel, type LoadModelOptions, loadModelSource } from "./model_source.ts";
 
 /** Options of {@linkcode registerLlm} (the seeds' register_llm kwargs). */
 export type RegisterLlmOptions = Omit<LoadModelOptions, "modelInput" | "modelType">;
@@ -84,22 +84,57 @@ export async function registerLlm(
     throw new InvalidArgumentError(`options must be an object, got ${JSON.stringify(options)}`);
   }
 
-  const loaded = await loadModelSource(modelPath, {
-    modelInput,
-    modelType,
-    modelName: options.modelName,
-    contextLength: options.contextLength,
-    kvCacheBlockSize: options.kvCacheBlockSize,
-    migrationLimit: options.migrationLimit,
-    userData: options.userData,
-    toolCallParser: options.toolCallParser,
-    reasoningParser: options.reasoningParser,
-    huggingFace: options.huggingFace,
-    signal: options.signal,
-  });
+  return await publishModelCard(
+    endpoint,
+    await loadModelSource(modelPath, {
+      modelInput,
+      modelType,
+      modelName: options.modelName,
+      contextLength: options.contextLength,
+      kvCacheBlockSize: options.kvCacheBlockSize,
+      migrationLimit: options.migrationLimit,
+      userData: options.userData,
+      toolCallParser: options.toolCallParser,
+      reasoningParser: options.reasoningParser,
+      huggingFace: options.huggingFace,
+      signal: options.signal,
+    }),
+    options.signal,
+  );
+}
 
+/**
+ * Publishes a card built elsewhere (an upstream server's model, whose card comes from its
+ * `/v1/models` rather than from files) as {@linkcode registerLlm} publishes a loaded one:
+ * its files to the object store, then the card and the model entry on the runtime's lease.
+ *
+ * @param endpoint the endpoint the worker serves the model on
+ * @param loaded the card (without checksum) and the bytes of the files it names
+ * @param signal cancels the publication
+ * @returns the published card
+ * @throws {InvalidArgumentError} endpoint is not an Endpoint, or the card's input or type is bad
+ * @example
+ * ```ts ignore
+ * const card = await publishModelCard(endpoint, await upstreamModelCard({ baseUrl }));
+ * ```
+ */
+export async function publishModelCard(
+  endpoint: Endpoint,
+  loaded: LoadedModel,
+  signal?: AbortSignal,
+): Promise<ModelDeploymentCard> {
+  validateModelInput(loaded.card.model_input);
+  validateModelType(loaded.card.model_type);
+  const rt = (endpoint as Partial<Endpoint> | null)?.component?.runtimeInternals;
+  if (!rt) {
+    throw new InvalidArgumentError(
+      `endpoint must be an Endpoint (component.endpoint(name)), got ${
+        endpoint === null ? "null" : typeof endpoint
+      }`,
+    );
+  }
   for (const [name, bytes] of loaded.files) {
-    options.signal?.throwIfAborted();
+    signal?.throwIfAborted();
     const file = loaded.card.files[name];
     if (!file) continue;
     const objectName = cardObjectName(file.sha256);
@@ -120,7 +155,7 @@ export async function registerLlm(
     card_key: cardKey,
     mdcsum: card.mdcsum,
   };
-  options.signal?.throwIfAborted();
+  signal?.throwIfAborted();
   // The card goes first: a frontend that sees the entry must find its card.
   await rt.registerKey(cardKey, JSON.stringify(card));
   try {

@@ -20,7 +20,34 @@ export const LIMITS = {
   bestOf: [1, 20],
   logitBias: [-100, 100],
   maxTools: 1536,
+  /** `metadata`: pairs, key length, value length (OpenAI's). */
+  metadataPairs: 16,
+  metadataKeyLength: 64,
+  metadataValueLength: 512,
 } as const;
+
+const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority"] as const;
+const REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"] as const;
+const VERBOSITIES = ["low", "medium", "high"] as const;
+
+/**
+ * Fields OpenAI accepts that this server checks (a malformed one is a 400) and then does not
+ * use: no effect on the answer. `seed` and `parallel_tool_calls` are not here: the engines
+ * sample with the one, the tool-call parsers follow the other.
+ */
+export const ACCEPTED_UNUSED_FIELDS: readonly string[] = [
+  "user",
+  "metadata",
+  "service_tier",
+  "store",
+  "prompt_cache_key",
+  "safety_identifier",
+  "reasoning_effort",
+  "verbosity",
+  "modalities",
+  "prediction",
+  "web_search_options",
+];
 
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -146,6 +173,7 @@ function validateCommon(v: Checker, req: Record<string, unknown>): void {
   v.int("n", LIMITS.n[0], LIMITS.n[1]);
   v.int("seed", Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER);
   v.string("user");
+  validateAcceptedFields(v);
   v.bool("ignore_eos");
   v.int("min_tokens", 0, Number.MAX_SAFE_INTEGER);
   validateStop(v, req.stop);
@@ -176,6 +204,64 @@ function validateCommon(v: Checker, req: Record<string, unknown>): void {
       }
     }
   }
+}
+
+/**
+ * OpenAI fields this server accepts but has no use for (see README "Fields accepted and not
+ * used"): checked for OpenAI's types and limits so that a malformed one is a 400 as OpenAI
+ * gives, then ignored.
+ */
+function validateAcceptedFields(v: Checker): void {
+  const metadata = v.record("metadata");
+  if (metadata !== undefined) {
+    const entries = Object.entries(metadata);
+    if (entries.length > LIMITS.metadataPairs) {
+      v.fail(
+        "metadata",
+        `\`metadata\` may hold at most ${LIMITS.metadataPairs} pairs, got ${entries.length}`,
+      );
+    }
+    for (const [key, value] of entries) {
+      if (key.length > LIMITS.metadataKeyLength) {
+        v.fail(
+          "metadata",
+          `\`metadata\` keys may be at most ${LIMITS.metadataKeyLength} characters, got ${
+            describe(key)
+          }`,
+        );
+      }
+      if (typeof value !== "string" || value.length > LIMITS.metadataValueLength) {
+        v.fail(
+          "metadata",
+          `\`metadata.${key}\` must be a string of at most ${LIMITS.metadataValueLength} characters, got ${
+            describe(value)
+          }`,
+        );
+      }
+    }
+  }
+  v.oneOf("service_tier", SERVICE_TIERS);
+  v.bool("store");
+  v.string("prompt_cache_key");
+  v.string("safety_identifier");
+  v.oneOf("reasoning_effort", REASONING_EFFORTS);
+  v.oneOf("verbosity", VERBOSITIES);
+  const modalities = v.root.modalities;
+  if (modalities !== undefined) {
+    if (!Array.isArray(modalities)) {
+      v.fail("modalities", `\`modalities\` must be an array, got ${describe(modalities)}`);
+    }
+    modalities.forEach((m, i) => {
+      if (m !== "text" && m !== "audio") {
+        v.fail(
+          `modalities[${i}]`,
+          `\`modalities[${i}]\` must be "text" or "audio", got ${describe(m)}`,
+        );
+      }
+    });
+  }
+  v.record("prediction");
+  v.record("web_search_options");
 }
 
 function checkMinTokens(v: Checker, maxTokens: number | undefined): void {
@@ -471,6 +557,20 @@ class Checker {
       this.fail(name, `\`${name}\` must be ${range}, got ${value}`);
     }
     return value;
+  }
+
+  oneOf<T extends string>(name: string, allowed: readonly T[]): T | undefined {
+    const value = this.root[name];
+    if (value === undefined) return undefined;
+    if (typeof value !== "string" || !(allowed as readonly string[]).includes(value)) {
+      this.fail(
+        name,
+        `\`${name}\` must be one of ${allowed.map((a) => JSON.stringify(a)).join(", ")}; got ${
+          describe(value)
+        }`,
+      );
+    }
+    return value as T;
   }
 
   positiveInt(name: string): number | undefined {

@@ -1,7 +1,11 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { RequestError } from "./errors.ts";
-import { validateChatRequest, validateCompletionRequest } from "./validate.ts";
+import {
+  ACCEPTED_UNUSED_FIELDS,
+  validateChatRequest,
+  validateCompletionRequest,
+} from "./validate.ts";
 
 const chat = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({
   model: "qwen3",
@@ -235,4 +239,55 @@ Deno.test("validateCompletionRequest rejects bad prompts and completion-only fie
   for (const [extra, param, message] of cases) {
     rejects(() => validateCompletionRequest(completion(extra)), param, message);
   }
+});
+
+Deno.test("fields OpenAI accepts and we do not use are accepted when well formed", () => {
+  const wellFormed: Record<string, unknown> = {
+    user: "u-1",
+    metadata: { suite: "conformance", empty: "" },
+    service_tier: "auto",
+    store: false,
+    prompt_cache_key: "k",
+    safety_identifier: "hashed-user",
+    reasoning_effort: "low",
+    verbosity: "medium",
+    modalities: ["text"],
+    prediction: { type: "content", content: "x" },
+    web_search_options: {},
+  };
+  assert.deepEqual(Object.keys(wellFormed).sort(), [...ACCEPTED_UNUSED_FIELDS].sort());
+  const req = validateChatRequest(chat(wellFormed)) as unknown as Record<string, unknown>;
+  for (const [k, v] of Object.entries(wellFormed)) assert.deepEqual(req[k], v, k);
+  // null means "not set", as OpenAI's clients send it.
+  validateChatRequest(chat(Object.fromEntries(ACCEPTED_UNUSED_FIELDS.map((k) => [k, null]))));
+});
+
+Deno.test("malformed accepted fields are a 400 naming the field", () => {
+  const cases: [Record<string, unknown>, string, string][] = [
+    [{ metadata: "x" }, "metadata", "must be an object"],
+    [{ metadata: { k: 1 } }, "metadata", "`metadata.k` must be a string"],
+    [{ metadata: { ["k".repeat(65)]: "v" } }, "metadata", "at most 64 characters"],
+    [{ metadata: { k: "v".repeat(513) } }, "metadata", "at most 512 characters"],
+    [
+      { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"])) },
+      "metadata",
+      "at most 16 pairs",
+    ],
+    [{ service_tier: "gold" }, "service_tier", '"auto"'],
+    [{ store: "yes" }, "store", "must be a boolean"],
+    [{ prompt_cache_key: 3 }, "prompt_cache_key", "must be a string"],
+    [{ safety_identifier: {} }, "safety_identifier", "must be a string"],
+    [{ reasoning_effort: "max" }, "reasoning_effort", "must be one of"],
+    [{ verbosity: 1 }, "verbosity", "must be one of"],
+    [{ modalities: "text" }, "modalities", "must be an array"],
+    [{ modalities: ["video"] }, "modalities[0]", '"text" or "audio"'],
+    [{ prediction: "x" }, "prediction", "must be an object"],
+    [{ web_search_options: [] }, "web_search_options", "must be an object"],
+    [{ user: 5 }, "user", "must be a string"],
+    [{ seed: 1.5 }, "seed", "must be an integer"],
+  ];
+  for (const [extra, param, message] of cases) {
+    rejects(() => validateChatRequest(chat(extra)), param, message);
+  }
+  rejects(() => validateCompletionRequest(completion({ store: 1 })), "store", "boolean");
 });

@@ -39,6 +39,7 @@ import { openFailover, openMigrating } from "./migration.ts";
 import type { EndpointKind, OpenAIRequest } from "./parse.ts";
 import { TokenChoices } from "./postprocess.ts";
 import { preprocess } from "./preprocess.ts";
+import { measuredText } from "./text_metrics.ts";
 
 /** A started generation: its events for a streaming client, or its whole response. */
 export interface Run {
@@ -212,7 +213,8 @@ export function tokensPipeline(
 
 /**
  * A text model's pipeline: the OpenAI request goes to the engine as is; a stream fails
- * over to another instance only before its first item (text cannot be resumed).
+ * over to another instance only before its first item (text cannot be resumed); its answer
+ * is measured (TTFT, ITL, token counts from the engine's usage: llm/pipeline/text_metrics.ts).
  */
 export function textPipeline(
   model: ServedModel,
@@ -222,11 +224,15 @@ export function textPipeline(
   const series: ModelMetrics = options.metrics.forModel(model.name);
   const failover = { limit: card.migration_limit, onMigrate: () => series.migrations.inc() };
   return {
-    async start(_kind, req, ctx) {
-      const stream = await openFailover(
-        (c) => model.generate<Record<string, unknown>>(req, c),
-        ctx,
-        failover,
+    async start(_kind, req, ctx, admission) {
+      const stream = measuredText(
+        await openFailover((c) => model.generate<Record<string, unknown>>(req, c), ctx, failover),
+        series,
+        {
+          started: admission.started,
+          streamed: req.stream === true,
+          includeUsage: req.stream_options?.include_usage === true,
+        },
       );
       return { sse: () => textSse(stream), collect: () => textResponse(stream) };
     },

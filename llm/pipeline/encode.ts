@@ -456,7 +456,9 @@ export async function textResponse(
 
 /**
  * Folds OpenAI stream chunks into one response (for non-streaming clients of text engines),
- * the choices' `logprobs` joined (chat `content` lists, completion arrays) when they carry any.
+ * the choices' `logprobs` joined (chat `content` lists, completion arrays) when they carry any,
+ * and chat `reasoning_content` and `tool_calls` deltas (by call index: id, type and name
+ * taken once, arguments concatenated) folded into the message.
  */
 export function aggregateChunks(chunks: Record<string, unknown>[]): Record<string, unknown> {
   const first = chunks[0] ?? {};
@@ -465,6 +467,8 @@ export function aggregateChunks(chunks: Record<string, unknown>[]): Record<strin
     number,
     {
       text: string;
+      reasoning?: string;
+      calls?: Map<number, FoldedCall>;
       finish_reason: unknown;
       logprobs: ChatTokenLogprob[] | CompletionLogprobs | null;
     }
@@ -479,6 +483,11 @@ export function aggregateChunks(chunks: Record<string, unknown>[]): Record<strin
         ? (ch.delta as { content?: string } | undefined)?.content
         : ch.text as string | undefined;
       acc.text += delta ?? "";
+      if (isChat && isRecord(ch.delta)) {
+        const { reasoning_content: reasoning, tool_calls: calls } = ch.delta;
+        if (typeof reasoning === "string") acc.reasoning = (acc.reasoning ?? "") + reasoning;
+        if (Array.isArray(calls)) acc.calls = foldToolCalls(acc.calls ?? new Map(), calls);
+      }
       if (ch.finish_reason) acc.finish_reason = ch.finish_reason;
       if (isRecord(ch.logprobs)) acc.logprobs = joinLogprobs(acc.logprobs, ch.logprobs, isChat);
       choices.set(index, acc);
@@ -493,7 +502,16 @@ export function aggregateChunks(chunks: Record<string, unknown>[]): Record<strin
       isChat
         ? {
           index,
-          message: { role: "assistant", content: c.text },
+          message: {
+            role: "assistant",
+            content: c.calls && c.text === "" ? null : c.text,
+            ...(c.reasoning !== undefined && { reasoning_content: c.reasoning }),
+            ...(c.calls && {
+              tool_calls: [...c.calls.entries()].sort((a, b) => a[0] - b[0]).map(([, call]) =>
+                call
+              ),
+            }),
+          },
           logprobs: c.logprobs === null ? null : { content: c.logprobs },
           finish_reason: c.finish_reason,
         }
@@ -501,6 +519,29 @@ export function aggregateChunks(chunks: Record<string, unknown>[]): Record<strin
     ),
     ...(usage ? { usage } : {}),
   };
+}
+
+/** One tool call folded from its stream deltas. */
+interface FoldedCall {
+  id?: string;
+  type: string;
+  function: { name: string; arguments: string };
+}
+
+/** Adds a chunk's `delta.tool_calls` to the calls folded so far (keyed by their `index`). */
+function foldToolCalls(acc: Map<number, FoldedCall>, deltas: unknown[]): Map<number, FoldedCall> {
+  for (const d of deltas) {
+    if (!isRecord(d)) continue;
+    const index = typeof d.index === "number" ? d.index : acc.size;
+    const call = acc.get(index) ?? { type: "function", function: { name: "", arguments: "" } };
+    if (typeof d.id === "string") call.id = d.id;
+    if (typeof d.type === "string") call.type = d.type;
+    const fn = isRecord(d.function) ? d.function : {};
+    if (typeof fn.name === "string") call.function.name += fn.name;
+    if (typeof fn.arguments === "string") call.function.arguments += fn.arguments;
+    acc.set(index, call);
+  }
+  return acc;
 }
 
 function isRecord(v: unknown): v is Record<string, unknown> {

@@ -145,6 +145,54 @@ Deno.test("a non-streaming response folds the choices with their usage", async (
   assert.deepEqual(folded.usage, { total_tokens: 2 });
 });
 
+Deno.test("folded chat chunks keep reasoning and tool calls (deltas by call index)", () => {
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+    id: "x",
+    object: "chat.completion.chunk",
+    created: 1,
+    model: "m",
+    choices: [{ index: 0, delta, finish_reason: finish }],
+  });
+  const folded = aggregateChunks([
+    chunk({ role: "assistant", reasoning_content: "Weather: " }),
+    chunk({ reasoning_content: "call it." }),
+    chunk({
+      tool_calls: [{
+        index: 0,
+        id: "call_1",
+        type: "function",
+        function: { name: "get_weather", arguments: "" },
+      }],
+    }),
+    chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+    chunk({
+      tool_calls: [
+        { index: 0, function: { arguments: '"Paris"}' } },
+        { index: 1, id: "call_2", type: "function", function: { name: "now", arguments: "{}" } },
+      ],
+    }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(folded.choices, [{
+    index: 0,
+    message: {
+      role: "assistant",
+      content: null,
+      reasoning_content: "Weather: call it.",
+      tool_calls: [
+        {
+          id: "call_1",
+          type: "function",
+          function: { name: "get_weather", arguments: '{"city":"Paris"}' },
+        },
+        { id: "call_2", type: "function", function: { name: "now", arguments: "{}" } },
+      ],
+    },
+    logprobs: null,
+    finish_reason: "tool_calls",
+  }]);
+});
+
 Deno.test("sseResponse() reports a failure mid-stream as an error event and counts it", async () => {
   const metrics = new FrontendMetrics();
   const admission = admit(metrics, "m", "completion", true);

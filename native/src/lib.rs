@@ -9,6 +9,12 @@
 // C ABI conventions: ids are positive i32; a negative return is an error code from
 // `error.rs` with the message available from `dyn_last_error` on the same thread (for the
 // non-blocking `dyn_xfer_post`, from `dyn_xfer_error`).
+//
+// The exports are declared with `#[deno_bindgen]`: the macro turns each `&[u8]` / `&mut
+// [u8]` parameter into a (pointer, u32 length) pair and records the signature, from which
+// `deno task build:native` generates the TypeScript bindings (`native/_bindings.ts`).
+// Sizes cross as u64 (the macro has no usize), and buffers as bytes: a slice of u64 or
+// u32 would be read with its byte length as its element count.
 
 mod cuda;
 mod error;
@@ -21,10 +27,11 @@ use error::*;
 use ring::Ring;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
+use deno_bindgen::deno_bindgen;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Bumped whenever an exported signature changes; `mod.ts` refuses a stale build.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum MemKind {
@@ -172,33 +179,26 @@ pub(crate) fn random_u64() -> u64 {
     h.finish()
 }
 
-/// Slice from a pointer the caller passed with its length; tolerates (null, 0).
-unsafe fn slice<'a, T>(p: *const T, n: usize) -> Res<&'a [T]> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return err(E_INVALID, "null buffer with a non-zero length");
-    }
-    Ok(std::slice::from_raw_parts(p, n))
+/// Native-endian u64s of a byte buffer (its length a multiple of 8); copied, as the
+/// buffer from JavaScript need not be aligned.
+fn u64s(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
-unsafe fn slice_mut<'a, T>(p: *mut T, n: usize) -> Res<&'a mut [T]> {
-    if n == 0 {
-        return Ok(&mut []);
-    }
-    if p.is_null() {
-        return err(E_INVALID, "null buffer with a non-zero length");
-    }
-    Ok(std::slice::from_raw_parts_mut(p, n))
+/// Native-endian u32s of a byte buffer (its length a multiple of 4).
+fn u32s(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4)
+        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
-fn write_name(name: &str, out: *mut u8, cap: usize) -> Res<()> {
-    let out = unsafe { slice_mut(out, cap)? };
+fn write_name(name: &str, out: &mut [u8]) -> Res<()> {
     if name.len() + 1 > out.len() {
         return err(
             E_INVALID,
-            format!("name buffer of {cap} bytes is too small"),
+            format!("name buffer of {} bytes is too small", out.len()),
         );
     }
     out[..name.len()].copy_from_slice(name.as_bytes());
@@ -254,35 +254,29 @@ fn run_ops(ops: &[Op]) -> Res<()> {
 // exported C ABI
 
 /// ABI version of this build (see `ABI_VERSION`).
-#[no_mangle]
-pub extern "C" fn dyn_abi_version() -> u32 {
+#[deno_bindgen]
+fn dyn_abi_version() -> u32 {
     ABI_VERSION
 }
 
 /// Copies the calling thread's last error message into `out` (truncated to `cap`);
 /// returns its full length in bytes.
-#[no_mangle]
-pub extern "C" fn dyn_last_error(out: *mut u8, cap: usize) -> usize {
-    with_last_error(|m| {
-        if let Ok(o) = unsafe { slice_mut(out, cap) } {
-            let n = m.len().min(o.len());
-            o[..n].copy_from_slice(&m.as_bytes()[..n]);
-        }
-        m.len()
-    })
+#[deno_bindgen]
+fn dyn_last_error(out: &mut [u8]) -> u64 {
+    with_last_error(|m| copy_out(m, out))
 }
 
 /// A random token identifying this process's instance of the library: agents in the
 /// same process recognise each other by it and copy directly.
-#[no_mangle]
-pub extern "C" fn dyn_process_token() -> u64 {
+#[deno_bindgen]
+fn dyn_process_token() -> u64 {
     static TOKEN: OnceLock<u64> = OnceLock::new();
     *TOKEN.get_or_init(|| random_u64() ^ ((unsafe { sys::getpid() } as u64) << 32))
 }
 
 /// Number of CUDA devices, or `E_NO_CUDA` (message says why VRAM is unavailable).
-#[no_mangle]
-pub extern "C" fn dyn_vram_probe() -> i32 {
+#[deno_bindgen]
+fn dyn_vram_probe() -> i32 {
     guard(|| Ok(cuda::cuda()?.device_count))
 }
 
@@ -290,35 +284,34 @@ pub extern "C" fn dyn_vram_probe() -> i32 {
 /// loads on `device` (this loads it, as the first batch would), why not, and how many VRAM
 /// batches ran as one launch or as per-copy cudaMemcpyAsync. Returns the JSON's full
 /// length; `out` gets as much as fits.
-#[no_mangle]
-pub extern "C" fn dyn_cuda_kernel_info(device: i32, out: *mut u8, cap: usize) -> usize {
+#[deno_bindgen]
+fn dyn_cuda_kernel_info(device: i32, out: &mut [u8]) -> u64 {
     let json = std::panic::catch_unwind(|| kernel::info_json(kernel::probe(device)))
         .unwrap_or_else(|_| kernel::info_json(Err("internal error while probing".into())));
-    copy_out(&json, out, cap)
+    copy_out(&json, out)
 }
 
 /// Copies the embedded PTX of the copy kernel (empty without nvcc at build time) into
 /// `out`; returns its full length.
-#[no_mangle]
-pub extern "C" fn dyn_cuda_kernel_ptx(out: *mut u8, cap: usize) -> usize {
-    copy_out(kernel::PTX, out, cap)
+#[deno_bindgen]
+fn dyn_cuda_kernel_ptx(out: &mut [u8]) -> u64 {
+    copy_out(kernel::PTX, out)
 }
 
-fn copy_out(s: &str, out: *mut u8, cap: usize) -> usize {
-    if let Ok(o) = unsafe { slice_mut(out, cap) } {
-        let n = s.len().min(o.len());
-        o[..n].copy_from_slice(&s.as_bytes()[..n]);
-    }
-    s.len()
+/// Copies as much of `s` as fits into `out`; returns the full length of `s`.
+fn copy_out(s: &str, out: &mut [u8]) -> u64 {
+    let n = s.len().min(out.len());
+    out[..n].copy_from_slice(&s.as_bytes()[..n]);
+    s.len() as u64
 }
 
 /// Allocates `bytes` of zeroed shared memory; writes its segment name (NUL-terminated)
 /// into `name_out`. Returns the region id.
-#[no_mangle]
-pub extern "C" fn dyn_region_alloc_dram(bytes: u64, name_out: *mut u8, cap: usize) -> i32 {
+#[deno_bindgen]
+fn dyn_region_alloc_dram(bytes: u64, name_out: &mut [u8]) -> i32 {
     guard(|| {
         let map = shm::create(usize::try_from(bytes).unwrap_or(usize::MAX))?;
-        write_name(&map.name, name_out, cap)?;
+        write_name(&map.name, name_out)?;
         tables().add_region(Region {
             ptr: map.ptr,
             len: map.len,
@@ -329,10 +322,9 @@ pub extern "C" fn dyn_region_alloc_dram(bytes: u64, name_out: *mut u8, cap: usiz
 }
 
 /// Maps another agent's shared-memory region by segment name. Returns the region id.
-#[no_mangle]
-pub extern "C" fn dyn_region_open_dram(name: *const u8, name_len: usize, bytes: u64) -> i32 {
+#[deno_bindgen]
+fn dyn_region_open_dram(name: &[u8], bytes: u64) -> i32 {
     guard(|| {
-        let name = unsafe { slice(name, name_len)? };
         let name = std::str::from_utf8(name).map_err(|_| Error {
             code: E_INVALID,
             msg: "segment name is not UTF-8".into(),
@@ -349,14 +341,17 @@ pub extern "C" fn dyn_region_open_dram(name: *const u8, name_len: usize, bytes: 
 
 /// Allocates `bytes` of zeroed device memory on `device`; writes its 64-byte CUDA IPC
 /// handle into `ipc_out`. Returns the region id.
-#[no_mangle]
-pub extern "C" fn dyn_region_alloc_vram(bytes: u64, device: i32, ipc_out: *mut u8) -> i32 {
+#[deno_bindgen]
+fn dyn_region_alloc_vram(bytes: u64, device: i32, ipc_out: &mut [u8]) -> i32 {
     guard(|| {
         let c = cuda::cuda_device(device)?;
         if bytes == 0 {
             return err(E_INVALID, "cannot allocate 0 bytes of VRAM");
         }
-        let out = unsafe { slice_mut(ipc_out, 64)? };
+        if ipc_out.len() != 64 {
+            let n = ipc_out.len();
+            return err(E_INVALID, format!("the IPC handle buffer must be 64 bytes, got {n}"));
+        }
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
         let ptr = c.alloc(device, len)?;
         let region = Region {
@@ -366,17 +361,21 @@ pub extern "C" fn dyn_region_alloc_vram(bytes: u64, device: i32, ipc_out: *mut u
             backing: Backing::Vram { device, ipc: false },
         };
         let h = c.ipc_handle(ptr)?; // on error, `region` drops and frees the memory
-        out.copy_from_slice(&h.reserved);
+        ipc_out.copy_from_slice(&h.reserved);
         tables().add_region(region)
     })
 }
 
 /// Opens another process's device memory from its 64-byte CUDA IPC handle.
-#[no_mangle]
-pub extern "C" fn dyn_region_open_vram(ipc: *const u8, bytes: u64, device: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_region_open_vram(ipc: &[u8], bytes: u64, device: i32) -> i32 {
     guard(|| {
+        if ipc.len() != 64 {
+            let n = ipc.len();
+            return err(E_INVALID, format!("a CUDA IPC handle is 64 bytes, got {n}"));
+        }
         let c = cuda::cuda_device(device)?;
-        let h = unsafe { slice(ipc, 64)? };
+        let h = ipc;
         let mut handle = cuda::IpcHandle { reserved: [0; 64] };
         handle.reserved.copy_from_slice(h);
         let ptr = c.ipc_open(device, handle)?;
@@ -392,8 +391,8 @@ pub extern "C" fn dyn_region_open_vram(ipc: *const u8, bytes: u64, device: i32) 
 }
 
 /// Releases a region id. The memory goes once no prepared list or transfer uses it.
-#[no_mangle]
-pub extern "C" fn dyn_region_free(id: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_region_free(id: i32) -> i32 {
     guard(|| {
         let r = tables().regions.remove(&id);
         match r {
@@ -406,13 +405,12 @@ pub extern "C" fn dyn_region_free(id: i32) -> i32 {
     })
 }
 
-/// Copies `len` bytes from `src` into the region at `offset`.
-#[no_mangle]
-pub extern "C" fn dyn_region_write(id: i32, offset: u64, src: *const u8, len: usize) -> i32 {
+/// Copies `src` into the region at `offset`.
+#[deno_bindgen]
+fn dyn_region_write(id: i32, offset: u64, src: &[u8]) -> i32 {
     guard(|| {
         let r = tables().region(id)?;
-        let (off, n) = r.check("write", offset, len as u64)?;
-        let src = unsafe { slice(src, n)? };
+        let (off, n) = r.check("write", offset, src.len() as u64)?;
         if n == 0 {
             return Ok(0);
         }
@@ -424,13 +422,12 @@ pub extern "C" fn dyn_region_write(id: i32, offset: u64, src: *const u8, len: us
     })
 }
 
-/// Copies `len` bytes of the region at `offset` into `dst`.
-#[no_mangle]
-pub extern "C" fn dyn_region_read(id: i32, offset: u64, dst: *mut u8, len: usize) -> i32 {
+/// Fills `dst` from the region at `offset`.
+#[deno_bindgen]
+fn dyn_region_read(id: i32, offset: u64, dst: &mut [u8]) -> i32 {
     guard(|| {
         let r = tables().region(id)?;
-        let (off, n) = r.check("read", offset, len as u64)?;
-        let dst = unsafe { slice_mut(dst, n)? };
+        let (off, n) = r.check("read", offset, dst.len() as u64)?;
         if n == 0 {
             return Ok(0);
         }
@@ -443,8 +440,8 @@ pub extern "C" fn dyn_region_read(id: i32, offset: u64, dst: *mut u8, len: usize
 }
 
 /// One contiguous copy between two regions (memmove for host memory, cudaMemcpy else).
-#[no_mangle]
-pub extern "C" fn dyn_region_copy(src: i32, src_off: u64, dst: i32, dst_off: u64, len: u64) -> i32 {
+#[deno_bindgen]
+fn dyn_region_copy(src: i32, src_off: u64, dst: i32, dst_off: u64, len: u64) -> i32 {
     guard(|| {
         let (s, d) = {
             let t = tables();
@@ -463,14 +460,22 @@ pub extern "C" fn dyn_region_copy(src: i32, src_off: u64, dst: i32, dst_off: u64
     })
 }
 
-/// Creates a descriptor list from `count` (region id, offset, length) triples; every
-/// descriptor is checked against its region, and all must be the same memory type.
-#[no_mangle]
-pub extern "C" fn dyn_dlist_create(entries: *const u64, count: u32) -> i32 {
+/// Creates a descriptor list from (region id, offset, length) triples of native-endian
+/// u64s; every descriptor is checked against its region, and all must be the same memory
+/// type.
+#[deno_bindgen]
+fn dyn_dlist_create(entries: &[u8]) -> i32 {
     guard(|| {
-        let e = unsafe { slice(entries, count as usize * 3)? };
+        if entries.len() % 24 != 0 {
+            let n = entries.len();
+            return err(
+                E_INVALID,
+                format!("descriptor entries are 24-byte triples, got {n} bytes"),
+            );
+        }
+        let e = u64s(entries);
         let mut t = tables();
-        let mut descs = Vec::with_capacity(count as usize);
+        let mut descs = Vec::with_capacity(e.len() / 3);
         let mut kind = None;
         for (i, d) in e.chunks_exact(3).enumerate() {
             let rid = i32::try_from(d[0]).unwrap_or(-1);
@@ -500,8 +505,8 @@ pub extern "C" fn dyn_dlist_create(entries: *const u64, count: u32) -> i32 {
     })
 }
 
-#[no_mangle]
-pub extern "C" fn dyn_dlist_free(id: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_dlist_free(id: i32) -> i32 {
     guard(|| match tables().dlists.remove(&id) {
         Some(_) => Ok(0),
         None => err(
@@ -514,18 +519,15 @@ pub extern "C" fn dyn_dlist_free(id: i32) -> i32 {
 /// Prepares a transfer: pairs `local[lidx[i]]` with `remote[ridx[i]]`; `op` 1 = WRITE
 /// (local -> remote), 0 = READ (remote -> local). `ring` (0 = none) receives `msg` once
 /// every copy has completed.
-#[no_mangle]
-pub extern "C" fn dyn_xfer_create(
+#[deno_bindgen]
+fn dyn_xfer_create(
     op: i32,
     local: i32,
-    lidx: *const u32,
-    ln: u32,
+    lidx: &[u8],
     remote: i32,
-    ridx: *const u32,
-    rn: u32,
+    ridx: &[u8],
     ring: i32,
-    msg: *const u8,
-    msg_len: usize,
+    msg: &[u8],
 ) -> i32 {
     guard(|| {
         if op != 0 && op != 1 {
@@ -534,15 +536,17 @@ pub extern "C" fn dyn_xfer_create(
                 format!("transfer operation must be 0 (READ) or 1 (WRITE), got {op}"),
             );
         }
+        if lidx.len() % 4 != 0 || ridx.len() % 4 != 0 {
+            return err(E_INVALID, "index lists are u32s: their byte lengths must be multiples of 4");
+        }
+        let (lidx, ridx) = (u32s(lidx), u32s(ridx));
+        let (ln, rn) = (lidx.len(), ridx.len());
         if ln != rn {
             return err(
                 E_INVALID,
                 format!("index lists differ in length: {ln} local, {rn} remote"),
             );
         }
-        let lidx = unsafe { slice(lidx, ln as usize)? };
-        let ridx = unsafe { slice(ridx, rn as usize)? };
-        let msg = unsafe { slice(msg, msg_len)? };
         let mut t = tables();
         let l = t.dlists.get(&local).cloned().map_or_else(
             || {
@@ -587,7 +591,7 @@ pub extern "C" fn dyn_xfer_create(
             Some((q, msg.to_vec()))
         };
         let mut ops = Vec::with_capacity(lidx.len());
-        for (i, (&li, &ri)) in lidx.iter().zip(ridx).enumerate() {
+        for (i, (&li, &ri)) in lidx.iter().zip(ridx.iter()).enumerate() {
             let ld = l.descs.get(li as usize).map_or_else(
                 || err(E_RANGE, format!("local index {li} at position {i} is out of range (the list has {} descriptors)", l.descs.len())),
                 Ok,
@@ -639,8 +643,8 @@ fn xfer(id: i32) -> Res<Arc<Xfer>> {
 
 /// Marks a prepared transfer in progress (on the caller's thread, so that its state is
 /// "in progress" from the moment `transfer()` returns); E_BUSY if it already is.
-#[no_mangle]
-pub extern "C" fn dyn_xfer_arm(id: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_xfer_arm(id: i32) -> i32 {
     guard(|| {
         let x = xfer(id)?;
         let mut cur = x.state.load(Ordering::Acquire);
@@ -662,8 +666,8 @@ pub extern "C" fn dyn_xfer_arm(id: i32) -> i32 {
 /// Runs an armed transfer to completion: every copy, then the notification (bound
 /// non-blocking, off the JS thread). Returns 0, or an error code with the message kept
 /// for `dyn_xfer_error`.
-#[no_mangle]
-pub extern "C" fn dyn_xfer_run(id: i32) -> i32 {
+#[deno_bindgen(non_blocking)]
+fn dyn_xfer_run(id: i32) -> i32 {
     guard(|| {
         let x = xfer(id)?;
         if x.state.load(Ordering::Acquire) != XFER_BUSY {
@@ -688,8 +692,8 @@ pub extern "C" fn dyn_xfer_run(id: i32) -> i32 {
 }
 
 /// Arms and runs a transfer on the calling thread (small host-memory transfers).
-#[no_mangle]
-pub extern "C" fn dyn_xfer_post(id: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_xfer_post(id: i32) -> i32 {
     let rc = dyn_xfer_arm(id);
     if rc < 0 {
         return rc;
@@ -698,8 +702,8 @@ pub extern "C" fn dyn_xfer_post(id: i32) -> i32 {
 }
 
 /// 0 prepared, 1 in progress, 2 done, 3 failed; or E_NOT_FOUND.
-#[no_mangle]
-pub extern "C" fn dyn_xfer_state(id: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_xfer_state(id: i32) -> i32 {
     guard(|| match tables().xfers.get(&id) {
         Some(x) => Ok(x.state.load(Ordering::Acquire)),
         None => err(
@@ -710,23 +714,19 @@ pub extern "C" fn dyn_xfer_state(id: i32) -> i32 {
 }
 
 /// Copies the failure message of a transfer into `out`; returns its full length.
-#[no_mangle]
-pub extern "C" fn dyn_xfer_error(id: i32, out: *mut u8, cap: usize) -> usize {
+#[deno_bindgen]
+fn dyn_xfer_error(id: i32, out: &mut [u8]) -> u64 {
     let x = tables().xfers.get(&id).cloned();
     let msg = match x {
         Some(x) => x.error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         None => format!("transfer {id} does not exist (released?)"),
     };
-    if let Ok(o) = unsafe { slice_mut(out, cap) } {
-        let n = msg.len().min(o.len());
-        o[..n].copy_from_slice(&msg.as_bytes()[..n]);
-    }
-    msg.len()
+    copy_out(&msg, out)
 }
 
 /// Releases a transfer; refused (E_BUSY) while it is in progress.
-#[no_mangle]
-pub extern "C" fn dyn_xfer_free(id: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_xfer_free(id: i32) -> i32 {
     guard(|| {
         let mut t = tables();
         let busy = match t.xfers.get(&id) {
@@ -751,16 +751,11 @@ pub extern "C" fn dyn_xfer_free(id: i32) -> i32 {
 
 /// Creates this agent's notification queue in shared memory; writes its name to
 /// `name_out`. Returns the queue id.
-#[no_mangle]
-pub extern "C" fn dyn_ring_create(
-    slots: u32,
-    slot_size: u32,
-    name_out: *mut u8,
-    cap: usize,
-) -> i32 {
+#[deno_bindgen]
+fn dyn_ring_create(slots: u32, slot_size: u32, name_out: &mut [u8]) -> i32 {
     guard(|| {
         let q = Ring::create(slots, slot_size)?;
-        write_name(q.name(), name_out, cap)?;
+        write_name(q.name(), name_out)?;
         let mut t = tables();
         let id = t.id()?;
         t.rings.insert(id, Arc::new(q));
@@ -769,10 +764,9 @@ pub extern "C" fn dyn_ring_create(
 }
 
 /// Opens another agent's notification queue by name. Returns the queue id.
-#[no_mangle]
-pub extern "C" fn dyn_ring_open(name: *const u8, name_len: usize) -> i32 {
+#[deno_bindgen]
+fn dyn_ring_open(name: &[u8]) -> i32 {
     guard(|| {
-        let name = unsafe { slice(name, name_len)? };
         let name = std::str::from_utf8(name).map_err(|_| Error {
             code: E_INVALID,
             msg: "queue name is not UTF-8".into(),
@@ -786,8 +780,8 @@ pub extern "C" fn dyn_ring_open(name: *const u8, name_len: usize) -> i32 {
 }
 
 /// Largest message the queue takes, in bytes.
-#[no_mangle]
-pub extern "C" fn dyn_ring_capacity(id: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_ring_capacity(id: i32) -> i32 {
     guard(|| match tables().rings.get(&id) {
         Some(q) => Ok(q.payload_capacity() as i32),
         None => err(
@@ -797,8 +791,8 @@ pub extern "C" fn dyn_ring_capacity(id: i32) -> i32 {
     })
 }
 
-#[no_mangle]
-pub extern "C" fn dyn_ring_push(id: i32, msg: *const u8, len: usize) -> i32 {
+#[deno_bindgen]
+fn dyn_ring_push(id: i32, msg: &[u8]) -> i32 {
     guard(|| {
         let q = tables().rings.get(&id).cloned().map_or_else(
             || {
@@ -809,15 +803,15 @@ pub extern "C" fn dyn_ring_push(id: i32, msg: *const u8, len: usize) -> i32 {
             },
             Ok,
         )?;
-        q.push(unsafe { slice(msg, len)? })?;
+        q.push(msg)?;
         Ok(0)
     })
 }
 
 /// Moves queued messages into `out` as [u32 LE length][bytes] records; returns the number
 /// of bytes written (0 when the queue is empty).
-#[no_mangle]
-pub extern "C" fn dyn_ring_drain(id: i32, out: *mut u8, cap: usize) -> i32 {
+#[deno_bindgen]
+fn dyn_ring_drain(id: i32, out: &mut [u8]) -> i32 {
     guard(|| {
         let q = tables().rings.get(&id).cloned().map_or_else(
             || {
@@ -828,13 +822,14 @@ pub extern "C" fn dyn_ring_drain(id: i32, out: *mut u8, cap: usize) -> i32 {
             },
             Ok,
         )?;
-        let out = unsafe { slice_mut(out, cap.min(i32::MAX as usize))? };
+        let cap = out.len().min(i32::MAX as usize);
+        let out = &mut out[..cap];
         Ok(q.drain(out) as i32)
     })
 }
 
-#[no_mangle]
-pub extern "C" fn dyn_ring_free(id: i32) -> i32 {
+#[deno_bindgen]
+fn dyn_ring_free(id: i32) -> i32 {
     guard(|| match tables().rings.remove(&id) {
         Some(_) => Ok(0),
         None => err(
@@ -866,28 +861,45 @@ mod tests {
         assert_eq!(q.drain(&mut out), 9);
     }
 
+    // The exports as Deno calls them: each buffer as (pointer, u32 byte length).
+    fn raw(b: &[u8]) -> (*const (), u32) {
+        (b.as_ptr() as *const (), b.len() as u32)
+    }
+
+    fn bytes<T: Copy, const N: usize>(v: [T; N]) -> Vec<u8> {
+        let n = std::mem::size_of::<T>() * N;
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, n) }.to_vec()
+    }
+
+    fn dlist(triple: [u64; 3]) -> i32 {
+        let b = bytes(triple);
+        let (p, n) = raw(&b);
+        dyn_dlist_create(p, n)
+    }
+
+    fn xfer(local: i32, li: u32, remote: i32, ri: u32) -> i32 {
+        let (l, r, msg) = (bytes([li]), bytes([ri]), [0u8; 0]);
+        let ((lp, ln), (rp, rn), (mp, mn)) = (raw(&l), raw(&r), raw(&msg));
+        dyn_xfer_create(1, local, lp, ln, remote, rp, rn, 0, mp, mn)
+    }
+
+    fn alloc_dram(bytes: u64) -> i32 {
+        let mut name = [0u8; 128];
+        dyn_region_alloc_dram(bytes, name.as_mut_ptr() as *const (), name.len() as u32)
+    }
+
     #[test]
     fn armed_transfer_is_busy_until_run() {
-        let mut name = [0u8; 128];
-        let a = dyn_region_alloc_dram(4096, name.as_mut_ptr(), name.len());
-        let b = dyn_region_alloc_dram(4096, name.as_mut_ptr(), name.len());
-        let la = dyn_dlist_create([a as u64, 0, 1024].as_ptr(), 1);
-        let lb = dyn_dlist_create([b as u64, 1024, 1024].as_ptr(), 1);
-        let long = dyn_dlist_create([b as u64, 0, 2048].as_ptr(), 1);
+        let a = alloc_dram(4096);
+        let b = alloc_dram(4096);
+        let la = dlist([a as u64, 0, 1024]);
+        let lb = dlist([b as u64, 1024, 1024]);
+        let long = dlist([b as u64, 0, 2048]);
         assert!(la > 0 && lb > 0 && long > 0);
-        let idx = [0u32];
-        let bad = [1u32];
-        let null = std::ptr::null();
-        assert_eq!(
-            dyn_xfer_create(1, la, idx.as_ptr(), 1, lb, bad.as_ptr(), 1, 0, null, 0),
-            E_RANGE
-        );
-        assert_eq!(
-            dyn_xfer_create(1, la, idx.as_ptr(), 1, long, idx.as_ptr(), 1, 0, null, 0),
-            E_SIZE
-        );
-        assert_eq!(dyn_dlist_create([a as u64, 4000, 100].as_ptr(), 1), E_RANGE);
-        let x = dyn_xfer_create(1, la, idx.as_ptr(), 1, lb, idx.as_ptr(), 1, 0, null, 0);
+        assert_eq!(xfer(la, 0, lb, 1), E_RANGE);
+        assert_eq!(xfer(la, 0, long, 0), E_SIZE);
+        assert_eq!(dlist([a as u64, 4000, 100]), E_RANGE);
+        let x = xfer(la, 0, lb, 0);
         assert!(x > 0);
         assert_eq!(dyn_xfer_run(x), E_INVALID); // not armed
         assert_eq!(dyn_xfer_arm(x), 0);
@@ -907,14 +919,31 @@ mod tests {
     }
 
     #[test]
+    fn buffers_of_the_wrong_size_are_refused() {
+        let a = alloc_dram(4096);
+        let short = [0u8; 20]; // not a whole (region, offset, length) triple
+        let (p, n) = raw(&short);
+        assert_eq!(dyn_dlist_create(p, n), E_INVALID);
+        let la = dlist([a as u64, 0, 1024]);
+        let (odd, msg) = ([0u8; 3], [0u8; 0]);
+        let ((op, on), (mp, mn)) = (raw(&odd), raw(&msg));
+        assert_eq!(dyn_xfer_create(1, la, op, on, la, op, on, 0, mp, mn), E_INVALID);
+        let ipc = [0u8; 10];
+        let (ip, iz) = raw(&ipc);
+        assert_eq!(dyn_region_open_vram(ip, iz, 4096, 0), E_INVALID);
+        assert_eq!(dyn_dlist_free(la), 0);
+        assert_eq!(dyn_region_free(a), 0);
+    }
+
+    #[test]
     fn shm_region_bounds() {
-        let mut name = [0u8; 128];
-        let id = dyn_region_alloc_dram(4096, name.as_mut_ptr(), name.len());
+        let id = alloc_dram(4096);
         assert!(id > 0);
         let data = [7u8; 16];
-        assert_eq!(dyn_region_write(id, 4080, data.as_ptr(), 16), 0);
-        assert_eq!(dyn_region_write(id, 4081, data.as_ptr(), 16), E_RANGE);
-        assert_eq!(dyn_region_write(id, u64::MAX, data.as_ptr(), 16), E_RANGE);
+        let (p, n) = raw(&data);
+        assert_eq!(dyn_region_write(id, 4080, p, n), 0);
+        assert_eq!(dyn_region_write(id, 4081, p, n), E_RANGE);
+        assert_eq!(dyn_region_write(id, u64::MAX, p, n), E_RANGE);
         assert_eq!(dyn_region_free(id), 0);
         assert_eq!(dyn_region_free(id), E_NOT_FOUND);
     }

@@ -207,7 +207,11 @@ export class MockerEngine {
     }
     // Tokens already streamed by earlier attempts shift the position, not the seed.
     const migrated = Math.min(Math.max(0, request.migrated_tokens ?? 0), tokenIds.length);
-    const seed = seedOf(tokenIds, tokenIds.length - migrated);
+    // The request's `seed`, when set, picks another (still repeatable) answer.
+    const seed = withSamplingSeed(
+      seedOf(tokenIds, tokenIds.length - migrated),
+      request.sampling_options?.seed,
+    );
     const avoid = new Set([
       ...(request.eos_token_ids ?? []),
       ...(stop.stop_token_ids_hidden ?? []),
@@ -406,6 +410,16 @@ function seedOf(tokenIds: readonly number[], n: number): number {
     h ^= tokenIds[i]! >>> 16;
     h = Math.imul(h, 0x01000193);
   }
+  return h >>> 0;
+}
+
+/** Folds a request's sampling seed (any safe integer) into its prompt seed. */
+function withSamplingSeed(h: number, seed: number | undefined): number {
+  if (seed === undefined) return h;
+  const lo = seed % 0x1_0000_0000;
+  const hi = Math.floor(seed / 0x1_0000_0000);
+  h = Math.imul(h ^ lo, 0x01000193);
+  h = Math.imul(h ^ hi, 0x01000193);
   return h >>> 0;
 }
 

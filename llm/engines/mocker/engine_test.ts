@@ -97,6 +97,29 @@ Deno.test("generated tokens are deterministic, avoid eos ids, and a migrated req
   assert.deepEqual([...first.slice(0, 4), ...rest.flatMap((o) => o.token_ids)], first);
 });
 
+Deno.test("a sampling seed picks another answer, the same for the same seed, migrations included", async () => {
+  const { engine } = simulated();
+  const p = prompt(20);
+  const tokens = async (seed: number | undefined, max = 10) =>
+    (await collect(engine.generate(req(p, {
+      sampling_options: seed === undefined ? {} : { seed },
+      stop_conditions: { max_tokens: max },
+    })))).flatMap((o) => o.token_ids);
+  const unseeded = await tokens(undefined);
+  const seeded = await tokens(42);
+  assert.deepEqual(await tokens(42), seeded, "same seed, same tokens");
+  assert.notDeepEqual(seeded, unseeded, "a seed changes the answer");
+  assert.notDeepEqual(await tokens(43), seeded, "another seed, another answer");
+  assert.notDeepEqual(await tokens(-42), seeded, "negative seeds are their own");
+  assert.notDeepEqual(await tokens(2 ** 40 + 42), seeded, "the seed's high bits count");
+  const rest = await collect(engine.generate(req([...p, ...seeded.slice(0, 4)], {
+    sampling_options: { seed: 42 },
+    stop_conditions: { max_tokens: 6 },
+    migrated_tokens: 4,
+  })));
+  assert.deepEqual([...seeded.slice(0, 4), ...rest.flatMap((o) => o.token_ids)], seeded);
+});
+
 Deno.test("simulated time advances by the prefill pass and one decode pass per further token", async () => {
   const { engine, now } = simulated({ numGpuBlocks: 100, speedupRatio: 4 });
   await collect(engine.generate(req(prompt(32), { stop_conditions: { max_tokens: 3 } })));

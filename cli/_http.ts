@@ -17,6 +17,7 @@ import { guardFrontend, type GuardOptions } from "../llm/http/guard.ts";
 import type { Io } from "./_common.ts";
 import { backendsInfo } from "../runtime/backends.ts";
 import { withCors } from "../llm/http/cors.ts";
+import type { ReferenceWorkersOptions } from "../llm/model/registry.ts";
 
 /** Options of {@linkcode serveFrontend}. */
 export interface ServeFrontendOptions {
@@ -42,6 +43,8 @@ export interface ServeFrontendOptions {
   reasoningParser?: string;
   /** Workers' metrics to show on the frontend's `/metrics` too (workers in this process). */
   workerMetrics?: MetricsRegistry;
+  /** Also serve reference (ai-dynamo 1.6.1) workers' models (`--reference-workers`). */
+  referenceWorkers?: ReferenceWorkersOptions;
 }
 
 /** A running frontend. */
@@ -67,6 +70,7 @@ export async function serveFrontend(
     kvRouter: { ...options.kvRouter, onRoute: (d) => metrics.observeRoute(d) },
     namespace: options.namespace,
     logger: options.logger,
+    referenceWorkers: options.referenceWorkers,
   });
   await models.start();
   const frontend = createFrontend({

@@ -21,6 +21,7 @@ import {
   rejectReferenceOnlyFlags,
 } from "./_reference_flags.ts";
 import type { GuardOptions } from "../llm/http/guard.ts";
+import type { ReferenceWorkersOptions } from "../llm/model/registry.ts";
 import { REASONING_PARSER_NAMES } from "../llm/parsers/reasoning.ts";
 import { TOOL_CALL_PARSER_NAMES } from "../llm/parsers/tool_calls.ts";
 
@@ -79,6 +80,12 @@ Options:
     REASONING_PARSER_NAMES.join(", ")
   })
                       for models whose card names none
+  --reference-workers also serve the models of reference (ai-dynamo 1.6.1) workers registered
+                      in the same etcd (their v1/mdc records; TCP request plane). Their
+                      answers call home to DYN_TCP_RESPONSE_STREAM_HOST (default 127.0.0.1)
+  --reference-migration-limit N
+                      --reference-workers: migrations per request for their models (their
+                      cards carry 0; default 0), as the reference frontend's --migration-limit
 ${REQUEST_PLANE_HELP}
   -h, --help          show this help`;
 
@@ -335,10 +342,37 @@ function parseGuardFlags(
   return guard;
 }
 
+/** `--reference-workers` and its migration limit; the call-home host from the reference's env. */
+function parseReferenceFlags(
+  values: { "reference-workers"?: boolean; "reference-migration-limit"?: string },
+): ReferenceWorkersOptions | undefined {
+  const raw = values["reference-migration-limit"];
+  if (!values["reference-workers"]) {
+    if (raw !== undefined) {
+      throw new UsageError(
+        "--reference-migration-limit applies to --reference-workers",
+        "frontend",
+      );
+    }
+    return undefined;
+  }
+  const limit = raw === undefined ? 0 : Number(raw);
+  if (raw?.trim() === "" || !Number.isSafeInteger(limit) || limit < 0) {
+    throw new UsageError(
+      `--reference-migration-limit must be a whole number >= 0, got ${JSON.stringify(raw)}`,
+      "frontend",
+    );
+  }
+  const host = Deno.env.get("DYN_TCP_RESPONSE_STREAM_HOST");
+  return { migrationLimit: limit, ...(host ? { callHomeHostname: host } : {}) };
+}
+
 async function run(args: string[], io: Io): Promise<number> {
   const flags = {
     ...HTTP_FLAGS,
     ...REQUEST_PLANE_FLAG,
+    "reference-workers": { type: "boolean" },
+    "reference-migration-limit": { type: "string" },
     help: { type: "boolean", short: "h" },
   } as const;
   rejectReferenceOnlyFlags("frontend", args, flags);
@@ -351,6 +385,7 @@ async function run(args: string[], io: Io): Promise<number> {
     throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`, "frontend");
   }
   const http = parseHttpFlags("frontend", values, { host: "0.0.0.0" });
+  const referenceWorkers = parseReferenceFlags(values);
   applyRequestPlaneFlag("frontend", values["request-plane"]);
   const logger = loggerFromEnv("frontend");
   const signals = untilSignal();
@@ -360,7 +395,7 @@ async function run(args: string[], io: Io): Promise<number> {
   });
   announceBackends(runtime, logger, "frontend");
   try {
-    const frontend = await serveFrontend(runtime, { ...http, logger }, io);
+    const frontend = await serveFrontend(runtime, { ...http, logger, referenceWorkers }, io);
     await signals.signalled;
     logger.info("shutting down: draining in-flight requests");
     await frontend.shutdown();

@@ -94,11 +94,12 @@ export {
   type SendTokens,
 } from "./pipeline/migration.ts";
 export { type ModelLoader, type ModelPipeline } from "./model/loader.ts";
-export type { EndpointGroup, EndpointId } from "./model/endpoints.ts";
+export type { EndpointClient, EndpointGroup, EndpointId } from "./model/endpoints.ts";
 export {
   type KvRouterSettings,
   ModelManager,
   type ModelManagerOptions,
+  type ReferenceWorkersOptions,
   type RouterMode,
   ServedModel,
 } from "./model/registry.ts";

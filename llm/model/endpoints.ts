@@ -1,7 +1,8 @@
 // Where a model is served: an endpoint's typed id, and the group of a model's instances on
 // one endpoint with the client that reaches them.
 
-import type { Client } from "../../runtime/client.ts";
+import type { GenerateOptions, WaitForInstancesOptions } from "../../runtime/client.ts";
+import type { ResponseStream } from "../../runtime/stream.ts";
 
 /** One endpoint on the network (the vocabulary of DESIGN.md: namespace, component, endpoint). */
 export interface EndpointId {
@@ -26,6 +27,32 @@ export function endpointPath(id: EndpointId): string {
   return `${id.namespace}/${id.component}/${id.name}`;
 }
 
+/**
+ * What the route stage needs of an endpoint's client: our runtime's `Client`, or an adapter that
+ * reaches other workers the same way (e.g. reference workers: runtime/reference/endpoint_client.ts).
+ */
+export interface EndpointClient {
+  /** `namespace/component/endpoint`. */
+  readonly path: string;
+  /**
+   * "reference" for reference workers (their KV events and wire are the reference's: routed by
+   * ./reference_kv.ts); our runtime's clients leave it out.
+   */
+  readonly kind?: "reference";
+  /** Ids of the instances known now, sorted. */
+  instanceIds(): string[];
+  /** Resolves once enough instances are known. */
+  waitForInstances(options?: WaitForInstancesOptions): Promise<string[]>;
+  /** Sends to the next instance in round-robin order. */
+  roundRobin<T = unknown>(request: unknown, options?: GenerateOptions): Promise<ResponseStream<T>>;
+  /** Sends to an instance picked at random. */
+  random<T = unknown>(request: unknown, options?: GenerateOptions): Promise<ResponseStream<T>>;
+  /** Skips an instance for a while (its stream broke). */
+  reportInstanceDown(instanceId: string): void;
+  /** Stops watching the instances. */
+  close(): Promise<void>;
+}
+
 /** A model's instances on one endpoint (an endpoint may serve several models). */
 export interface EndpointGroup {
   /** The endpoint. */
@@ -33,7 +60,7 @@ export interface EndpointGroup {
   /** {@linkcode endpointPath} of `id`. */
   readonly path: string;
   /** The client that reaches the endpoint's instances. */
-  readonly client: Promise<Client>;
+  readonly client: Promise<EndpointClient>;
   /** Ids of the instances that registered this model on this endpoint. */
   readonly instances: Set<string>;
 }

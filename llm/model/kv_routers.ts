@@ -2,11 +2,14 @@
 // closed with the model registry.
 
 import type { Client } from "../../runtime/client.ts";
+import type { ReferenceEndpointClient } from "../../runtime/reference/endpoint_client.ts";
 import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import { ApproxKvIndexer } from "../kv_router/approx_indexer.ts";
 import { KvRouter, type KvRouterOptions } from "../kv_router/router.ts";
-import { type EndpointId, endpointPath } from "./endpoints.ts";
+import type { TokenRouter } from "../pipeline/route.ts";
+import { type EndpointClient, type EndpointId, endpointPath } from "./endpoints.ts";
+import { ReferenceKvRouter } from "./reference_kv.ts";
 
 /** The KV router's settings (router mode "kv"); see {@linkcode KvRouterOptions}. */
 export type KvRouterSettings =
@@ -35,7 +38,7 @@ export class KvRouters {
   readonly #runtime: DistributedRuntime;
   readonly #settings: KvRouterSettings;
   readonly #log: Logger;
-  readonly #routers = new Map<string, KvRouter>();
+  readonly #routers = new Map<string, KvRouter | ReferenceKvRouter>();
 
   constructor(runtime: DistributedRuntime, settings: KvRouterSettings = {}, logger?: Logger) {
     this.#runtime = runtime;
@@ -43,19 +46,42 @@ export class KvRouters {
     this.#log = logger ?? silentLogger;
   }
 
-  /** The KV router of `endpoint` for blocks of `blockSize` tokens (made on first use). */
-  get(endpoint: EndpointId, client: Client, blockSize: number): KvRouter {
+  /**
+   * The KV router of `endpoint` for blocks of `blockSize` tokens (made on first use): ours, or
+   * for reference workers one that reads their KV events ({@linkcode ReferenceKvRouter}).
+   */
+  get(endpoint: EndpointId, client: EndpointClient, blockSize: number): TokenRouter {
     const path = endpointPath(endpoint);
-    const key = `${path}#${blockSize}`;
+    const reference = client.kind === "reference";
+    const key = `${reference ? "reference:" : ""}${path}#${blockSize}`;
     let router = this.#routers.get(key);
-    if (!router) {
+    if (!router && reference) {
+      const { overlapScoreWeight, temperature, queuedPrefillWeight, loadBound } = this.#settings;
+      router = new ReferenceKvRouter(
+        this.#runtime.events,
+        endpoint,
+        client as ReferenceEndpointClient<unknown>,
+        blockSize,
+        {
+          overlapScoreWeight,
+          temperature,
+          queuedPrefillWeight,
+          loadBound,
+          discovery: this.#runtime.discovery,
+          logger: this.#log,
+        },
+      );
+      this.#routers.set(key, router);
+      this.#log.info("reference kv router started", { endpoint: path, block_size: blockSize });
+    } else if (!router) {
       const target = this.#runtime.namespace(endpoint.namespace).component(endpoint.component)
         .endpoint(endpoint.name);
       const { useKvEvents, ...settings } = this.#settings;
       router = new KvRouter(target, {
         ...settings,
         blockSize,
-        client,
+        // Every client but the reference's is our runtime's.
+        client: client as Client,
         ...(useKvEvents === false ? { indexer: new ApproxKvIndexer(blockSize) } : {}),
       });
       this.#routers.set(key, router);

@@ -7,6 +7,11 @@ import { fetchCardFiles } from "./card_files.ts";
 import { Preprocessor } from "../preprocess/preprocessor.ts";
 import { type ModelDeploymentCard, ModelInput } from "../protocols.ts";
 import { Tokenizer } from "../preprocess/tokenizer.ts";
+import {
+  isReferenceModelRecord,
+  loadReferencePipeline,
+  type ReferenceWorkersOptions,
+} from "./reference_models.ts";
 
 /** Loaded once per card: what preprocessing needs. */
 export interface ModelPipeline {
@@ -21,10 +26,15 @@ export interface ModelPipeline {
 /** Reads model cards and builds preprocessing pipelines from them. */
 export class ModelLoader {
   readonly #runtime: DistributedRuntime;
+  readonly #reference: ReferenceWorkersOptions;
 
-  /** Creates a loader that reads cards from `runtime`'s discovery and object store. */
-  constructor(runtime: DistributedRuntime) {
+  /**
+   * Creates a loader that reads cards from `runtime`'s discovery and object store.
+   * @param reference how the cards of reference workers' models are read
+   */
+  constructor(runtime: DistributedRuntime, reference: ReferenceWorkersOptions = {}) {
     this.#runtime = runtime;
+    this.#reference = reference;
   }
 
   /**
@@ -34,7 +44,11 @@ export class ModelLoader {
   async loadCard(cardKey: string): Promise<ModelDeploymentCard> {
     const raw = await this.#runtime.discovery.get(cardKey);
     if (raw === undefined) throw new DynamoError(`model card ${cardKey} is gone`);
-    return JSON.parse(raw) as ModelDeploymentCard;
+    const value = JSON.parse(raw);
+    if (isReferenceModelRecord(value)) {
+      return (await loadReferencePipeline(cardKey, raw, this.#reference)).card;
+    }
+    return value as ModelDeploymentCard;
   }
 
   /**
@@ -42,6 +56,10 @@ export class ModelLoader {
    * @throws {DynamoError} the card is gone, takes text, or has no tokenizer files
    */
   async loadPipeline(cardKey: string): Promise<ModelPipeline> {
+    const raw = await this.#runtime.discovery.get(cardKey);
+    if (raw !== undefined && isReferenceModelRecord(JSON.parse(raw))) {
+      return await loadReferencePipeline(cardKey, raw, this.#reference);
+    }
     const card = await this.loadCard(cardKey);
     if (card.model_input !== ModelInput.Tokens) {
       throw new DynamoError(

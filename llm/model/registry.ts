@@ -3,24 +3,36 @@
 // least one instance registers it. Loading cards (./loader.ts), routing
 // (../pipeline/route.ts) and the KV routers (./kv_routers.ts) live in their own modules.
 
-import type { Client } from "../../runtime/client.ts";
 import type { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { watchPrefix } from "../../runtime/discovery/watch_prefix.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import { keyInstanceId } from "../../runtime/keys.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
-import { MODEL_ENTRY_PREFIX, type ModelEntry, ModelInput } from "../protocols.ts";
+import { ReferenceClient } from "../../runtime/reference/client.ts";
+import { ReferenceEndpointClient } from "../../runtime/reference/endpoint_client.ts";
+import {
+  MODEL_CARD_PREFIX,
+  MODEL_ENTRY_PREFIX,
+  type ModelEntry,
+  ModelInput,
+} from "../protocols.ts";
 import type { RoutePolicy, RouterMode } from "../pipeline/route.ts";
-import { endpointPath } from "./endpoints.ts";
+import { type EndpointClient, type EndpointGroup, endpointPath } from "./endpoints.ts";
 import { KvRouters, type KvRouterSettings } from "./kv_routers.ts";
 import { ModelLoader } from "./loader.ts";
 import { type ModelEntryRecord, modelEntrySchema } from "./model_entry.ts";
+import {
+  REFERENCE_LLM_CODEC,
+  referenceModelEntrySchema,
+  type ReferenceWorkersOptions,
+} from "./reference_models.ts";
 import { ServedModel } from "./served_model.ts";
 
 export type { RouterMode } from "../pipeline/route.ts";
 export type { KvRouterSettings } from "./kv_routers.ts";
 export type { ModelPipeline } from "./loader.ts";
 export { ServedModel } from "./served_model.ts";
+export type { ReferenceWorkersOptions } from "./reference_models.ts";
 
 /** Options of {@linkcode ModelManager}. */
 export interface ModelManagerOptions {
@@ -43,6 +55,11 @@ export interface ModelManagerOptions {
    * `--namespace`, `DYN_NAMESPACE`); default: every namespace.
    */
   namespace?: string;
+  /**
+   * Also serve the models of reference (ai-dynamo 1.6.1) workers registered in the same etcd:
+   * their records under `v1/mdc/`, their TCP request plane (default: off).
+   */
+  referenceWorkers?: ReferenceWorkersOptions;
 }
 
 /**
@@ -75,7 +92,10 @@ export class ModelManager {
   readonly #goneGraceMs: number;
   readonly #namespace: string | undefined;
   readonly #entries = new Map<string, ModelEntry>(); // key -> entry
-  readonly #clients = new Map<string, Promise<Client>>();
+  readonly #clients = new Map<string, Promise<EndpointClient>>();
+  readonly #referenceOptions: ReferenceWorkersOptions | undefined;
+  #referenceClient: ReferenceClient | undefined;
+  #referenceWatching: Promise<void> | undefined;
   readonly #stop = new AbortController();
   #synced = false;
   #watching: Promise<void> | undefined;
@@ -100,7 +120,8 @@ export class ModelManager {
     this.#namespace = options.namespace;
     this.#runtime = runtime;
     this.#log = options.logger ?? silentLogger;
-    this.loader = new ModelLoader(runtime);
+    this.#referenceOptions = options.referenceWorkers;
+    this.loader = new ModelLoader(runtime, options.referenceWorkers);
     const kvRouters = new KvRouters(runtime, options.kvRouter ?? {}, this.#log);
     this.#kvRouters = kvRouters;
     this.#routePolicy = {
@@ -120,16 +141,33 @@ export class ModelManager {
   start(): Promise<void> {
     const ready = Promise.withResolvers<void>();
     this.#watching = this.#watch(ready.resolve).catch((err) => ready.reject(err));
-    return ready.promise;
+    if (this.#referenceOptions === undefined) return ready.promise;
+    const reference = Promise.withResolvers<void>();
+    this.#referenceWatching = this.#watch(reference.resolve, true)
+      .catch((err) => reference.reject(err));
+    return Promise.all([ready.promise, reference.promise]).then(() => {});
   }
 
-  async #watch(onSynced: () => void): Promise<void> {
-    const events = watchPrefix(this.#runtime.discovery, MODEL_ENTRY_PREFIX, {
-      schema: modelEntrySchema,
-      signal: this.#stop.signal,
-      logger: this.#log,
-      what: "model entry",
-    });
+  /**
+   * Follows our model entries, or (`reference`) the reference workers' model records: both
+   * feed the same models, apart by key prefix (`v1/models/` and `v1/mdc/`).
+   */
+  async #watch(onSynced: () => void, reference = false): Promise<void> {
+    // Our own cards share the reference's prefix and are not model records: that watch skips
+    // them without a log line (a reference record that does not parse is skipped alike).
+    const events = reference
+      ? watchPrefix(this.#runtime.discovery, MODEL_CARD_PREFIX, {
+        schema: referenceModelEntrySchema,
+        signal: this.#stop.signal,
+        what: "reference model record",
+      })
+      : watchPrefix(this.#runtime.discovery, MODEL_ENTRY_PREFIX, {
+        schema: modelEntrySchema,
+        signal: this.#stop.signal,
+        logger: this.#log,
+        what: "model entry",
+      });
+    const prefix = reference ? MODEL_CARD_PREFIX : MODEL_ENTRY_PREFIX;
     for await (const ev of events) {
       if (ev.type === "synced") {
         // The listing, swapped in: new and changed entries first (unchanged ones stay as
@@ -141,7 +179,9 @@ export class ModelManager {
             this.#put(key, record);
           }
         }
-        for (const key of [...this.#entries.keys()]) if (!ev.records.has(key)) this.#remove(key);
+        for (const key of [...this.#entries.keys()]) {
+          if (key.startsWith(prefix) && !ev.records.has(key)) this.#remove(key);
+        }
         this.#synced = true;
         onSynced();
       } else if (ev.type === "put") {
@@ -181,16 +221,24 @@ export class ModelManager {
     }
     const { namespace, component, name } = entry.endpoint;
     const path = endpointPath(entry.endpoint);
-    let group = model.endpoints.get(path);
+    const groupKey = groupKeyOf(key, path);
+    let group = model.endpoints.get(groupKey);
     if (!group) {
-      let client = this.#clients.get(path);
+      let client = this.#clients.get(groupKey);
       if (!client) {
-        client = this.#runtime.namespace(namespace).component(component).endpoint(name).client();
-        client.catch(() => this.#clients.delete(path));
-        this.#clients.set(path, client);
+        client = groupKey === path
+          ? this.#runtime.namespace(namespace).component(component).endpoint(name).client()
+          : ReferenceEndpointClient.start(
+            this.#runtime.discovery,
+            { namespace, component, endpoint: name },
+            { client: this.#reference(), codec: REFERENCE_LLM_CODEC, logger: this.#log },
+          );
+        client.catch(() => this.#clients.delete(groupKey));
+        this.#clients.set(groupKey, client);
       }
       group = { id: { namespace, component, name }, path, client, instances: new Set() };
-      model.endpoints.set(path, group);
+      model.endpoints.set(groupKey, group);
+      if (groupKey !== path && this.routerMode === "kv") this.#startKvRouter(model, group);
     }
     group.instances.add(instance);
   }
@@ -201,10 +249,10 @@ export class ModelManager {
     this.#entries.delete(key);
     const model = this.#models.get(entry.name);
     if (!model) return;
-    const path = endpointPath(entry.endpoint);
-    const group = model.endpoints.get(path);
+    const groupKey = groupKeyOf(key, endpointPath(entry.endpoint));
+    const group = model.endpoints.get(groupKey);
     group?.instances.delete(keyInstanceId(key));
-    if (group && group.instances.size === 0) model.endpoints.delete(path);
+    if (group && group.instances.size === 0) model.endpoints.delete(groupKey);
     if (model.endpoints.size === 0) {
       this.#models.delete(entry.name);
       this.#gone.set(entry.name, performance.now());
@@ -246,7 +294,36 @@ export class ModelManager {
   async close(): Promise<void> {
     this.#stop.abort();
     await this.#watching;
+    await this.#referenceWatching;
     await this.#kvRouters.close();
     await Promise.allSettled([...this.#clients.values()].map(async (c) => (await c).close()));
+    await this.#referenceClient?.close();
   }
+
+  /**
+   * Starts the KV router of reference workers' endpoint now rather than on the first request:
+   * a ZeroMQ publisher drops the events it sends before the router subscribes.
+   */
+  #startKvRouter(model: ServedModel, group: EndpointGroup): void {
+    Promise.all([model.pipeline(), group.client]).then(([pipeline, client]) => {
+      if (this.#stop.signal.aborted) return;
+      this.#routePolicy.kvRouter(group.id, client, pipeline.card.kv_cache_block_size);
+    }).catch(() => {}); // the first request tries again, and says why
+  }
+
+  /** The one caller of reference workers (its call-home server), made on first use. */
+  #reference(): ReferenceClient {
+    return this.#referenceClient ??= ReferenceClient.create({
+      callHomeHostname: this.#referenceOptions?.callHomeHostname,
+      logger: this.#log,
+    });
+  }
+}
+
+/**
+ * Where a model's instances of one endpoint are grouped: by the endpoint's path, apart for
+ * reference workers (their records are under `v1/mdc/`; they are reached by another client).
+ */
+function groupKeyOf(recordKey: string, path: string): string {
+  return recordKey.startsWith(MODEL_CARD_PREFIX) ? `reference:${path}` : path;
 }

@@ -1,12 +1,11 @@
 // The route stage: sends a request to one instance of a model, by the router mode
 // (round robin, random, or the KV router for models that take tokens).
 
-import type { Client } from "../../runtime/client.ts";
 import type { Context } from "../../runtime/context.ts";
 import { NoInstancesError } from "../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
-import type { EndpointGroup, EndpointId } from "../model/endpoints.ts";
+import type { EndpointClient, EndpointGroup, EndpointId } from "../model/endpoints.ts";
 import { ModelInput } from "../protocols.ts";
 
 /**
@@ -29,7 +28,7 @@ export interface RoutePolicy {
   /** How long a request waits for a registered model's endpoint to be served (ms). */
   instanceWaitMs: number;
   /** The KV router of one endpoint (mode "kv"). */
-  kvRouter(endpoint: EndpointId, client: Client, blockSize: number): TokenRouter;
+  kvRouter(endpoint: EndpointId, client: EndpointClient, blockSize: number): TokenRouter;
   logger?: Logger;
 }
 

@@ -38,6 +38,12 @@ export {
   type ReferenceGenerateOptions,
 } from "./client.ts";
 export {
+  type ReferenceCodec,
+  ReferenceEndpointClient,
+  type ReferenceEndpointClientOptions,
+  type ReferenceSendOptions,
+} from "./endpoint_client.ts";
+export {
   type CallHomeConnection,
   CallHomeServer,
   type CallHomeServerOptions,

@@ -1,0 +1,401 @@
+// KV-aware routing over reference (ai-dynamo 1.6.1) workers: their own KV events fed to our
+// radix tree; requests go to the worker our routing policy picks from the overlaps. The events
+// (a msgpack envelope around a msgpack list of router events) come on the worker's event channel
+// as its etcd record names it: a ZeroMQ publisher (1.6.1's default; we dial it as a SUB socket)
+// or NATS (`--event-plane nats`: `namespace.<ns>.component.<c>.endpoint.<e>.kv-events`).
+
+import { decode } from "@msgpack/msgpack";
+import { z } from "zod";
+import type { Context } from "../../runtime/context.ts";
+import type { Discovery } from "../../runtime/discovery/types.ts";
+import { watchPrefix } from "../../runtime/discovery/watch_prefix.ts";
+import { ProtocolError } from "../../runtime/errors.ts";
+import type { EventPlane, EventSubscription } from "../../runtime/events/types.ts";
+import { type Logger, silentLogger } from "../../runtime/logger.ts";
+import type { ReferenceEndpointClient } from "../../runtime/reference/endpoint_client.ts";
+import { ZmqSubscriber } from "../../runtime/reference/zmq_sub.ts";
+import type { ResponseStream } from "../../runtime/stream.ts";
+import { computeLocalHashes } from "../kv_router/hashing.ts";
+import { RoutingPolicy, type RoutingPolicyOptions } from "../kv_router/policy.ts";
+import type { KvCacheEventData } from "../kv_router/protocols.ts";
+import { RadixTree } from "../kv_router/radix_tree.ts";
+import type { TokenRouter } from "../pipeline/route.ts";
+import type { EndpointId } from "./endpoints.ts";
+
+/** The subject a reference endpoint's workers publish KV events on (NATS event plane). */
+export function referenceKvEventsSubject(endpoint: EndpointId): string {
+  return `namespace.${endpoint.namespace}.component.${endpoint.component}.endpoint.${endpoint.name}.kv-events`;
+}
+
+/** Where a reference endpoint's workers record their KV event channels in etcd. */
+export function referenceKvChannelsPrefix(endpoint: EndpointId): string {
+  return `v1/event_channels/namespace/${endpoint.namespace}/component/${endpoint.component}` +
+    `/endpoint/${endpoint.name}/topic/kv-events/`;
+}
+
+/** A worker's KV event channel, from its etcd record. */
+export type ReferenceKvChannel =
+  | { kind: "zmq"; endpoint: string }
+  | { kind: "nats"; subjectPrefix: string };
+
+/**
+ * Parses the value of an event channel record (`{type: "EventChannel", topic, transport}`).
+ *
+ * @param value the JSON-parsed record
+ * @returns the channel
+ * @throws {ProtocolError} a value that is not a kv-events channel of a known transport
+ */
+export function parseReferenceKvChannel(value: unknown): ReferenceKvChannel {
+  if (!isObject(value) || value.type !== "EventChannel" || value.topic !== "kv-events") {
+    throw new ProtocolError("not a kv-events EventChannel record");
+  }
+  const t = value.transport;
+  const config = isObject(t) && isObject(t.config) ? t.config : undefined;
+  if (isObject(t) && t.kind === "Zmq" && typeof config?.endpoint === "string") {
+    return { kind: "zmq", endpoint: config.endpoint };
+  }
+  if (isObject(t) && t.kind === "Nats" && typeof config?.subject_prefix === "string") {
+    return { kind: "nats", subjectPrefix: config.subject_prefix };
+  }
+  throw new ProtocolError(`unknown event channel transport ${JSON.stringify(t)}`);
+}
+
+const channelSchema = z.object({ key: z.string(), value: z.unknown() }).transform(({ value }) =>
+  parseReferenceKvChannel(value)
+);
+
+/**
+ * The envelope inside a ZeroMQ kv-events message (`[topic, publisher id, sequence, payload]`,
+ * the payload a version byte 1, a u32 big-endian length and the envelope).
+ *
+ * @param parts the message's parts
+ * @returns the msgpack envelope, as {@linkcode decodeReferenceKvEvents} takes it
+ * @throws {ProtocolError} a message of another shape
+ */
+export function referenceZmqEnvelope(parts: readonly Uint8Array[]): Uint8Array {
+  const payload = parts.at(-1);
+  if (parts.length !== 4 || !payload || payload.length < 5 || payload[0] !== 1) {
+    throw new ProtocolError(`a ZeroMQ kv-events message of ${parts.length} parts is not one`);
+  }
+  const length = new DataView(payload.buffer, payload.byteOffset, 5).getUint32(1);
+  if (length !== payload.length - 5) {
+    throw new ProtocolError(
+      `ZeroMQ kv-events payload says ${length} bytes, has ${payload.length - 5}`,
+    );
+  }
+  return payload.subarray(5);
+}
+
+/** One KV event of a reference worker, as ours: its worker (hex id) and what happened. */
+export interface ReferenceKvEvent {
+  /** The worker's instance id, lowercase hex. */
+  workerId: string;
+  /** Stored blocks, removed blocks, or the cache cleared. */
+  data: KvCacheEventData;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Uint8Array);
+
+function hash(v: unknown, what: string): bigint {
+  if (typeof v === "bigint") return BigInt.asUintN(64, v);
+  if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return BigInt(v);
+  throw new ProtocolError(`${what} is not a u64`);
+}
+
+/**
+ * Decodes one message of a reference worker's `kv-events` subject: the event-plane envelope
+ * (`{publisher_id, sequence, published_at, topic, payload}`) and the router events in its
+ * payload.
+ *
+ * @param bytes the NATS message payload
+ * @returns the events, in order
+ * @throws {ProtocolError} bytes that are not such a message
+ */
+export function decodeReferenceKvEvents(bytes: Uint8Array): ReferenceKvEvent[] {
+  let envelope: unknown;
+  let events: unknown;
+  try {
+    envelope = decode(bytes, { useBigInt64: true });
+    if (!isObject(envelope) || !(envelope.payload instanceof Uint8Array)) {
+      throw new ProtocolError("the envelope has no binary payload");
+    }
+    events = decode(envelope.payload, { useBigInt64: true });
+  } catch (err) {
+    if (err instanceof ProtocolError) throw err;
+    throw new ProtocolError(`not msgpack: ${(err as Error).message}`, { cause: err });
+  }
+  if (!Array.isArray(events)) throw new ProtocolError("the payload is not a list of events");
+  return events.map((e, i): ReferenceKvEvent => {
+    const at = `event ${i}`;
+    if (!isObject(e) || !isObject(e.event)) throw new ProtocolError(`${at} is not a router event`);
+    const workerId = hash(e.worker_id, `${at}.worker_id`).toString(16);
+    const data = e.event.data;
+    if (data === "cleared" || (isObject(data) && "cleared" in data)) {
+      return { workerId, data: "cleared" };
+    }
+    if (isObject(data) && isObject(data.stored)) {
+      const { parent_hash: parent, blocks } = data.stored;
+      if (!Array.isArray(blocks)) throw new ProtocolError(`${at}: stored blocks is not a list`);
+      return {
+        workerId,
+        data: {
+          stored: {
+            parent_hash: parent === null || parent === undefined
+              ? null
+              : hash(parent, `${at}.parent_hash`),
+            blocks: blocks.map((b, j) => {
+              if (!isObject(b)) throw new ProtocolError(`${at}: block ${j} is not an object`);
+              return {
+                block_hash: hash(b.block_hash, `${at}: block ${j} block_hash`),
+                tokens_hash: hash(b.tokens_hash, `${at}: block ${j} tokens_hash`),
+              };
+            }),
+          },
+        },
+      };
+    }
+    if (isObject(data) && isObject(data.removed) && Array.isArray(data.removed.block_hashes)) {
+      return {
+        workerId,
+        data: {
+          removed: {
+            block_hashes: data.removed.block_hashes.map((h, j) => hash(h, `${at}: hash ${j}`)),
+          },
+        },
+      };
+    }
+    throw new ProtocolError(`${at}: unknown event data`);
+  });
+}
+
+/** Longest wait of the first requests for the event channels to be followed (ms). */
+const READY_MS = 3_000;
+
+/** Options of {@linkcode ReferenceKvRouter}. */
+export interface ReferenceKvRouterOptions extends RoutingPolicyOptions {
+  /** Where the workers record their event channels (ZeroMQ ones are dialled); none: NATS only. */
+  discovery?: Discovery;
+  /** Hears of messages that do not decode. */
+  logger?: Logger;
+}
+
+/**
+ * Routes tokens requests to the reference worker that caches most of their prefix, by our
+ * routing policy (cold prompts in turn); its load is the requests this router has in flight on
+ * each worker. Events apply as they come (the reference's event ids are not checked for gaps).
+ */
+export class ReferenceKvRouter implements TokenRouter {
+  /** The radix tree of the workers' cached blocks. */
+  readonly tree: RadixTree = new RadixTree();
+  readonly #client: ReferenceEndpointClient<unknown>;
+  readonly #blockSize: number;
+  readonly #policy: RoutingPolicy;
+  readonly #sub: EventSubscription;
+  readonly #consuming: Promise<void>;
+  readonly #inflight = new Map<string, number>();
+  readonly #stop = new AbortController();
+  readonly #log: Logger;
+  #watching: Promise<void> = Promise.resolve();
+  /** Resolves once the channels known at the start were dialled (connected or not). */
+  readonly #channelsDialled = Promise.withResolvers<void>();
+  #ready: Promise<void> | undefined;
+  #invalid = 0;
+
+  /**
+   * Subscribes to the endpoint's reference KV events.
+   *
+   * @param events the event plane the workers publish on (NATS)
+   * @param endpoint the workers' endpoint
+   * @param client the endpoint's reference client
+   * @param blockSize the workers' KV block size (their card's)
+   * @param options routing policy settings, logger
+   */
+  constructor(
+    events: EventPlane,
+    endpoint: EndpointId,
+    client: ReferenceEndpointClient<unknown>,
+    blockSize: number,
+    options: ReferenceKvRouterOptions = {},
+  ) {
+    this.#client = client;
+    this.#blockSize = blockSize;
+    this.#policy = new RoutingPolicy(blockSize, options);
+    const sub = events.subscribe(referenceKvEventsSubject(endpoint));
+    this.#sub = sub;
+    const log = this.#log = options.logger ?? silentLogger;
+    this.#consuming = (async () => {
+      for await (const { payload } of sub) this.#apply(() => payload);
+    })().catch((err) => log.warn("reference KV events ended", { error: String(err) }));
+    if (options.discovery) {
+      this.#watching = this.#followChannels(options.discovery, endpoint);
+    } else this.#channelsDialled.resolve();
+  }
+
+  #apply(envelope: () => Uint8Array): void {
+    try {
+      for (const e of decodeReferenceKvEvents(envelope())) this.tree.apply(e.workerId, e.data);
+    } catch (err) {
+      if (this.#invalid++ === 0) {
+        this.#log.warn("ignoring reference KV events that do not decode", {
+          endpoint: this.#client.path,
+          error: (err as Error).message,
+        });
+      }
+    }
+  }
+
+  /** Dials each ZeroMQ channel while its record lasts (NATS ones are the subscription's). */
+  async #followChannels(discovery: Discovery, endpoint: EndpointId): Promise<void> {
+    const dialled = new Map<string, AbortController>();
+    const stop = (key: string) => {
+      dialled.get(key)?.abort();
+      dialled.delete(key);
+    };
+    const start = (key: string, channel: ReferenceKvChannel): Promise<void> => {
+      stop(key);
+      if (channel.kind !== "zmq") return Promise.resolve();
+      const ac = new AbortController();
+      dialled.set(key, ac);
+      const first = Promise.withResolvers<void>();
+      this.#readZmq(channel.endpoint, ac.signal, first.resolve).catch((err) =>
+        this.#log.warn("reference KV event channel failed", { error: String(err) })
+      ).finally(first.resolve);
+      return first.promise;
+    };
+    try {
+      for await (
+        const ev of watchPrefix(discovery, referenceKvChannelsPrefix(endpoint), {
+          schema: channelSchema,
+          signal: this.#stop.signal,
+          logger: this.#log,
+          what: "reference kv-events channel",
+        })
+      ) {
+        if (ev.type === "synced") {
+          for (const key of [...dialled.keys()]) if (!ev.records.has(key)) stop(key);
+          const dials = [];
+          for (const [key, channel] of ev.records) {
+            if (!dialled.has(key)) dials.push(start(key, channel));
+          }
+          void Promise.all(dials).then(() => this.#channelsDialled.resolve());
+        } else if (ev.type === "put") start(ev.key, ev.value);
+        else stop(ev.key);
+      }
+    } finally {
+      for (const key of [...dialled.keys()]) stop(key);
+      this.#channelsDialled.resolve();
+    }
+  }
+
+  /** Reads one worker's ZeroMQ channel, dialling again (with backoff) until `signal` aborts. */
+  async #readZmq(endpoint: string, signal: AbortSignal, tried: () => void): Promise<void> {
+    let backoff = 250;
+    while (!signal.aborted) {
+      try {
+        const sub = await ZmqSubscriber.connect(endpoint).finally(tried);
+        this.#log.debug("reference kv event channel dialled", { channel: endpoint });
+        const close = () => sub.close();
+        signal.addEventListener("abort", close, { once: true });
+        try {
+          backoff = 250;
+          for await (const parts of sub) this.#apply(() => referenceZmqEnvelope(parts));
+        } finally {
+          signal.removeEventListener("abort", close);
+        }
+      } catch (err) {
+        if (signal.aborted) return;
+        this.#log.debug("reference KV event channel dropped; dialling again", {
+          channel: endpoint,
+          error: (err as Error).message,
+        });
+      }
+      if (signal.aborted) return;
+      await new Promise((r) => setTimeout(r, backoff));
+      backoff = Math.min(backoff * 2, 5_000);
+    }
+  }
+
+  /**
+   * Resolves once the NATS subscription is in place and the ZeroMQ channels known at the start
+   * were dialled, or after `READY_MS` (events published before that are not heard: ZeroMQ
+   * publishers drop what no subscriber is connected for).
+   */
+  get ready(): Promise<void> {
+    return this.#ready ??= (async () => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, READY_MS)));
+      const ready = Promise.all([this.#sub.ready, this.#channelsDialled.promise]).then(() => {});
+      await Promise.race([ready.catch(() => {}), late]);
+      clearTimeout(timer);
+    })();
+  }
+
+  /**
+   * Sends the request to the worker the policy picks from the cached overlaps.
+   * @throws {NoInstancesError} no worker is live
+   */
+  async generate<T extends { token_ids?: number[] }>(
+    request: { token_ids: number[] },
+    options: { context?: Context; instances?: readonly string[] },
+  ): Promise<ResponseStream<T>> {
+    await this.ready;
+    const allowed = options.instances === undefined ? undefined : new Set(options.instances);
+    const ids = this.#client.availableInstanceIds().filter((id) =>
+      allowed === undefined || allowed.has(id)
+    );
+    if (ids.length === 0) return await this.#client.roundRobin<T>(request, options);
+    const { scores } = this.tree.findMatches(
+      computeLocalHashes(request.token_ids, this.#blockSize),
+    );
+    const requestBlocks = Math.ceil(request.token_ids.length / this.#blockSize);
+    let total = 0;
+    const candidates = ids.map((workerId) => {
+      const activeRequests = this.#inflight.get(workerId) ?? 0;
+      total += activeRequests;
+      return {
+        workerId,
+        overlapBlocks: scores.get(workerId) ?? 0,
+        requestBlocks,
+        activeBlocks: 0,
+        prefillBlocks: 0,
+        activeRequests,
+      };
+    });
+    const chosen = this.#policy.choose(candidates, { totalRequests: total });
+    const stream = await this.#client.direct<T>(request, chosen.workerId, options);
+    return this.#counted(stream);
+  }
+
+  #counted<T>(stream: ResponseStream<T>): ResponseStream<T> {
+    const id = stream.instanceId;
+    this.#inflight.set(id, (this.#inflight.get(id) ?? 0) + 1);
+    const inflight = this.#inflight;
+    let done = false;
+    const release = () => {
+      if (done) return;
+      done = true;
+      const n = (inflight.get(id) ?? 1) - 1;
+      if (n > 0) inflight.set(id, n);
+      else inflight.delete(id);
+    };
+    return {
+      context: stream.context,
+      instanceId: id,
+      async *[Symbol.asyncIterator]() {
+        try {
+          yield* stream;
+        } finally {
+          release();
+        }
+      },
+    };
+  }
+
+  /** Ends the event subscription and the channels dialled. */
+  async close(): Promise<void> {
+    this.#stop.abort();
+    await this.#sub.unsubscribe();
+    await Promise.all([this.#consuming, this.#watching]);
+  }
+}

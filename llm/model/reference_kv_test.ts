@@ -1,0 +1,110 @@
+import assert from "node:assert/strict";
+import { encode } from "@msgpack/msgpack";
+import { ProtocolError } from "../../runtime/errors.ts";
+import { computeBlockHashesSync } from "../kv_router/hashing.ts";
+import {
+  decodeReferenceKvEvents,
+  parseReferenceKvChannel,
+  referenceKvEventsSubject,
+  referenceZmqEnvelope,
+} from "./reference_kv.ts";
+
+// One message a 1.6.1 mocker published on NATS after a 130-token prompt (tests/golden).
+const golden = JSON.parse(
+  await Deno.readTextFile(
+    new URL("../../tests/golden/reference_1.6.1/kv_events.json", import.meta.url),
+  ),
+) as {
+  instance_id: string;
+  subject: string;
+  message_hex: string;
+  zmq: { instance_id: string; parts_hex: string[] };
+};
+const hex = (h: string) => new Uint8Array(h.match(/../g)!.map((b) => parseInt(b, 16)));
+const bytes = hex(golden.message_hex);
+const prompt = Array.from({ length: 130 }, (_, i) => i + 1);
+
+Deno.test("the reference's kv-events subject is the one its workers publish on", () => {
+  assert.equal(
+    referenceKvEventsSubject({ namespace: "dynamo", component: "backend", name: "generate" }),
+    golden.subject,
+  );
+});
+
+Deno.test("a reference stored event decodes to our blocks, with our block hashes", () => {
+  const events = decodeReferenceKvEvents(bytes);
+  assert.equal(events.length, 1);
+  const [e] = events;
+  assert.equal(e!.workerId, golden.instance_id);
+  assert.ok(typeof e!.data === "object" && "stored" in e!.data);
+  const { parent_hash, blocks } = e!.data.stored;
+  assert.equal(parent_hash, null);
+  // The prompt's two full blocks of 64 tokens: the reference hashes as we do.
+  const ours = computeBlockHashesSync(prompt, 64);
+  assert.deepEqual(blocks.map((b) => b.tokens_hash), ours.local);
+  assert.deepEqual(blocks.map((b) => b.block_hash), ours.sequence);
+});
+
+Deno.test("reference removed and cleared events decode; anything else is refused", () => {
+  const wrap = (events: unknown) =>
+    encode({
+      publisher_id: 1,
+      sequence: 0,
+      topic: "kv-events",
+      payload: encode(events, { useBigInt64: true }),
+    }, {
+      useBigInt64: true,
+    });
+  const removed = decodeReferenceKvEvents(wrap([{
+    worker_id: 0xabcn,
+    event: { event_id: 2, data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
+  }, { worker_id: 0xabcn, event: { event_id: 3, data: "cleared" } }]));
+  assert.deepEqual(removed, [
+    { workerId: "abc", data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
+    { workerId: "abc", data: "cleared" },
+  ]);
+  assert.throws(() => decodeReferenceKvEvents(new Uint8Array([0xc1])), ProtocolError);
+  assert.throws(() => decodeReferenceKvEvents(encode({ payload: "x" })), /binary payload/);
+  assert.throws(
+    () => decodeReferenceKvEvents(wrap([{ worker_id: 1, event: { event_id: 1, data: {} } }])),
+    /unknown event data/,
+  );
+  assert.throws(
+    () => decodeReferenceKvEvents(wrap([{ worker_id: -1, event: { data: "cleared" } }])),
+    /worker_id is not a u64/,
+  );
+});
+
+Deno.test("a reference ZeroMQ kv-events message holds the same envelope", () => {
+  const parts = golden.zmq.parts_hex.map(hex);
+  assert.equal(new TextDecoder().decode(parts[0]), "kv-events");
+  const [e] = decodeReferenceKvEvents(referenceZmqEnvelope(parts));
+  assert.equal(e!.workerId, golden.zmq.instance_id);
+  assert.ok(typeof e!.data === "object" && "stored" in e!.data);
+  assert.deepEqual(
+    e!.data.stored.blocks.map((b) => b.block_hash),
+    computeBlockHashesSync(prompt, 64).sequence,
+  );
+  assert.throws(() => referenceZmqEnvelope(parts.slice(1)), /3 parts/);
+  const short = [...parts.slice(0, 3), parts[3]!.slice(0, -1)];
+  assert.throws(() => referenceZmqEnvelope(short), /payload says/);
+});
+
+Deno.test("reference event channel records name a ZeroMQ endpoint or a NATS subject prefix", () => {
+  const record = (transport: unknown) => ({ type: "EventChannel", topic: "kv-events", transport });
+  assert.deepEqual(
+    parseReferenceKvChannel(
+      record({ kind: "Zmq", config: { endpoint: "tcp://127.0.0.1:45131" } }),
+    ),
+    { kind: "zmq", endpoint: "tcp://127.0.0.1:45131" },
+  );
+  assert.deepEqual(
+    parseReferenceKvChannel(record({ kind: "Nats", config: { subject_prefix: "namespace.d" } })),
+    { kind: "nats", subjectPrefix: "namespace.d" },
+  );
+  assert.throws(() => parseReferenceKvChannel(record({ kind: "Carrier pigeon" })), /unknown/);
+  assert.throws(
+    () => parseReferenceKvChannel({ ...record({}), topic: "kv_metrics" }),
+    /not a kv-events/,
+  );
+});

@@ -1,0 +1,128 @@
+// deno-lint-ignore-file no-console -- a test helper that says why a test is skipped
+// Reference (ai-dynamo 1.6.1) processes for interop tests: the venv scripts/setup_reference.sh
+// installs, and a mocker worker started on loopback against a test's etcd and NATS.
+
+import { builtinTestModel } from "../../mod.ts";
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+
+/**
+ * The reference venv's python, installing it first; undefined (with a warning naming `test`)
+ * when it cannot be installed (PyPI unreachable).
+ */
+export async function referencePython(test: string): Promise<string | undefined> {
+  const setup = await new Deno.Command("bash", {
+    args: [`${ROOT}scripts/setup_reference.sh`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!setup.success) {
+    console.warn(
+      `${test} skipped: scripts/setup_reference.sh could not install ai-dynamo 1.6.1 ` +
+        `(PyPI unreachable?): ${new TextDecoder().decode(setup.stderr).slice(-400)}`,
+    );
+    return undefined;
+  }
+  return new TextDecoder().decode(setup.stdout).trim();
+}
+
+/** A running reference mocker worker. */
+export interface ReferenceMocker {
+  readonly child: Deno.ChildProcess;
+  /** Its system server (metrics, model files), `http://127.0.0.1:PORT`. */
+  readonly systemUrl: string;
+  /** The last lines it wrote to stderr, for failure messages. */
+  stderrTail(): string;
+  /** SIGKILL (ignores an exited process) and waits for the exit. */
+  kill(): Promise<void>;
+}
+
+/**
+ * A free loopback TCP port below 32768: the reference reads DYN_SYSTEM_PORT as an i16, and the
+ * kernel's own free ports are above that.
+ */
+export function freeShortPort(): number {
+  for (let i = 0; i < 200; i++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    try {
+      Deno.listen({ hostname: "127.0.0.1", port }).close();
+      return port;
+    } catch { /* taken: try another */ }
+  }
+  throw new Error("no free port in 20000..32000 after 200 tries");
+}
+
+/** Starts `python -m dynamo.mocker` for the built-in test model, on loopback. */
+export async function startReferenceMocker(
+  python: string,
+  servers: { etcd: string; nats: string },
+  options: { modelName: string; args?: string[] },
+): Promise<ReferenceMocker> {
+  const systemPort = freeShortPort();
+  const child = new Deno.Command(python, {
+    args: [
+      "-m",
+      "dynamo.mocker",
+      "--model-path",
+      await builtinTestModel(),
+      "--model-name",
+      options.modelName,
+      ...(options.args ?? []),
+    ],
+    env: {
+      ETCD_ENDPOINTS: servers.etcd,
+      NATS_SERVER: servers.nats,
+      DYN_TCP_RPC_HOST: "127.0.0.1",
+      DYN_EVENT_PLANE_HOST: "127.0.0.1",
+      DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
+      DYN_SYSTEM_HOST: "127.0.0.1",
+      DYN_SYSTEM_PORT: String(systemPort),
+      DYN_LOG: "warn",
+    },
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  let tail = "";
+  const reading = child.stderr.pipeThrough(new TextDecoderStream()).pipeTo(
+    new WritableStream({
+      write(chunk) {
+        tail = (tail + chunk).slice(-4000);
+      },
+    }),
+  ).catch(() => {});
+  return {
+    child,
+    systemUrl: `http://127.0.0.1:${systemPort}`,
+    stderrTail: () => tail,
+    async kill() {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* exited */ }
+      await child.status;
+      await reading;
+    },
+  };
+}
+
+/** A reference worker's gauge or counter of its `generate` endpoint, from its /metrics. */
+export async function referenceMetric(
+  mocker: ReferenceMocker,
+  name: "dynamo_component_inflight_requests" | "dynamo_component_requests_total",
+): Promise<number> {
+  const res = await fetch(`${mocker.systemUrl}/metrics`, { signal: AbortSignal.timeout(5_000) });
+  const text = await res.text();
+  const line = text.split("\n").find((l) =>
+    l.startsWith(`${name}{`) && l.includes('dynamo_endpoint="generate"')
+  );
+  if (line === undefined) throw new Error(`${mocker.systemUrl}/metrics has no ${name}`);
+  return Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
+/** A reference worker's instance id (lowercase hex), from the labels of its /metrics. */
+export async function referenceWorkerId(mocker: ReferenceMocker): Promise<string> {
+  const res = await fetch(`${mocker.systemUrl}/metrics`, { signal: AbortSignal.timeout(5_000) });
+  const m = /dynamo_endpoint="generate"[^}]*worker_id="([0-9a-f]+)"/.exec(await res.text());
+  if (!m) throw new Error(`${mocker.systemUrl}/metrics names no worker_id of generate`);
+  return m[1]!;
+}

@@ -1,0 +1,405 @@
+// deno-lint-ignore-file no-console -- a test that says why it is skipped
+// Our frontend serves reference workers: `dynamo frontend --reference-workers` on real etcd and
+// NATS, in front of two ai-dynamo 1.6.1 mocker workers. Their model appears in /v1/models (read
+// from their etcd model records, the tokenizer fetched from the worker's system server), chat
+// completions stream and complete through our preprocessing, a client that disconnects stops the
+// worker's request, `--router-mode kv` follows the workers' own KV events (one on ZeroMQ, one on
+// NATS), and a stream whose worker is killed migrates to the other one. Skipped, with a message,
+// only where scripts/setup_reference.sh cannot install the reference. And our own workers that
+// speak the reference's wire (`dynamo run ... --reference-wire`) are served the same way.
+
+import assert from "node:assert/strict";
+import { connect } from "nats";
+import {
+  decodeReferenceKvEvents,
+  parseReferenceKvChannel,
+  referenceKvChannelsPrefix,
+  referenceKvEventsSubject,
+  referenceZmqEnvelope,
+} from "../llm/model/reference_kv.ts";
+import { ZmqSubscriber } from "../runtime/reference/zmq_sub.ts";
+import { EtcdDiscovery } from "../runtime/discovery/etcd.ts";
+import { waitForReferenceInstances } from "../runtime/reference/mod.ts";
+import { frontendUrl, stopChild } from "./_helpers/frontend.ts";
+import { spawnDeno } from "./_helpers/process.ts";
+import {
+  referenceMetric,
+  type ReferenceMocker,
+  referencePython,
+  referenceWorkerId,
+  startReferenceMocker,
+} from "./_helpers/reference.ts";
+import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
+import { builtinTestModel } from "../mod.ts";
+
+const MODEL = "Qwen3-0.6B";
+const ENDPOINT = { namespace: "dynamo", component: "backend", endpoint: "generate" };
+const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
+
+if (!haveServers()) {
+  console.warn("reference_frontend_test skipped: etcd or nats-server not installed");
+}
+const python = haveServers() ? await referencePython("reference_frontend_test") : undefined;
+
+/** Polls `read` every 200 ms until `ok` holds, or fails after `ms` saying what was expected. */
+async function until<T>(
+  read: () => Promise<T>,
+  ok: (v: T) => boolean,
+  ms: number,
+  what: string,
+): Promise<T> {
+  const deadline = Date.now() + ms;
+  let last: T | undefined;
+  let error: unknown;
+  for (;;) {
+    try {
+      last = await read();
+      if (ok(last)) return last;
+    } catch (err) {
+      error = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(
+        `timed out after ${ms} ms waiting until ${what}; last: ${JSON.stringify(last)}` +
+          (error ? `, error: ${error}` : ""),
+      );
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+function chat(base: string, body: Record<string, unknown>, signal?: AbortSignal) {
+  return fetch(`${base}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      model: MODEL,
+      messages: [{ role: "user", content: "Tell me about interop." }],
+      ignore_eos: true,
+      ...body,
+    }),
+    signal,
+  });
+}
+
+/** Reads SSE `data:` payloads of a response as they come. */
+async function* sse(res: Response): AsyncGenerator<string> {
+  let buf = "";
+  for await (const chunk of res.body!.pipeThrough(new TextDecoderStream())) {
+    buf += chunk;
+    let end;
+    while ((end = buf.indexOf("\n\n")) >= 0) {
+      const event = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      for (const line of event.split("\n")) {
+        if (line.startsWith("data: ")) yield line.slice(6);
+      }
+    }
+  }
+}
+
+/** The worker with a request in flight now (each worker's own gauge). */
+async function busyWorker(mockers: ReferenceMocker[]): Promise<ReferenceMocker | undefined> {
+  const busy = [];
+  for (const m of mockers) {
+    if (await referenceMetric(m, "dynamo_component_inflight_requests") > 0) busy.push(m);
+  }
+  return busy.length === 1 ? busy[0] : undefined;
+}
+
+Deno.test({
+  name: "our frontend serves two reference mocker workers",
+  ignore: python === undefined,
+  fn: async (t) => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { etcd: etcd.url, nats: nats.url };
+    // One worker publishes its KV events on NATS, the other on ZeroMQ (1.6.1's default).
+    const mockers = await Promise.all([
+      startReferenceMocker(python!, servers, { modelName: MODEL, args: ["--event-plane", "nats"] }),
+      startReferenceMocker(python!, servers, { modelName: MODEL }),
+    ]);
+    const frontendLog: string[] = [];
+    const startFrontend = (...flags: string[]) =>
+      spawnDeno(
+        CLI,
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+        ["frontend", "--http-port", "0", "--http-host", "127.0.0.1", ...flags],
+        { onStderrLine: (l) => frontendLog.push(l) },
+      );
+    const frontend = startFrontend(
+      "--reference-workers",
+      "--reference-migration-limit",
+      "3",
+    );
+    const kvFrontend = startFrontend("--reference-workers", "--router-mode", "kv");
+    const events = await connect({ servers: nats.url.replace(/^nats:\/\//, "") });
+    const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
+    const diagnose = () =>
+      `\nfrontend log: ${frontendLog.slice(-20).join("\n")}` +
+      mockers.map((m, i) => `\nmocker ${i} stderr: ${m.stderrTail().slice(-1500)}`).join("");
+    try {
+      await waitForReferenceInstances(discovery, ENDPOINT, { count: 2, timeoutMs: 90_000 })
+        .catch((err) => {
+          throw new Error(`${err.message}${diagnose()}`);
+        });
+      const base = await frontendUrl(frontend, 60_000);
+
+      await t.step("/v1/models lists the reference workers' model", async () => {
+        const models = await until(
+          async () => (await (await fetch(`${base}/v1/models`)).json()).data as { id: string }[],
+          (data) => data.some((m) => m.id === MODEL),
+          30_000,
+          `${MODEL} in /v1/models`,
+        );
+        assert.deepEqual(models.map((m) => m.id), [MODEL]);
+      });
+
+      await t.step("a chat completion comes back whole, max_tokens long", async () => {
+        const res = await chat(base, { max_tokens: 12 });
+        const text = await res.text();
+        assert.equal(res.status, 200, `${text}${diagnose()}`);
+        const body = JSON.parse(text);
+        assert.equal(body.model, MODEL);
+        assert.equal(body.choices[0].finish_reason, "length");
+        assert.equal(typeof body.choices[0].message.content, "string");
+        assert.ok(body.choices[0].message.content.length > 0, "some text");
+        assert.equal(body.usage.completion_tokens, 12);
+        assert.ok(body.usage.prompt_tokens > 5, `prompt tokens ${body.usage.prompt_tokens}`);
+      });
+
+      await t.step("a streamed chat completion ends with usage and [DONE]", async () => {
+        const res = await chat(base, {
+          max_tokens: 10,
+          stream: true,
+          stream_options: { include_usage: true },
+        });
+        assert.equal(res.status, 200);
+        const payloads = [];
+        for await (const p of sse(res)) payloads.push(p);
+        assert.equal(payloads.at(-1), "[DONE]");
+        const chunks = payloads.slice(0, -1).map((p) => JSON.parse(p));
+        const content = chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("");
+        assert.ok(content.length > 0, "streamed text");
+        assert.ok(chunks.some((c) => c.choices[0]?.finish_reason === "length"));
+        assert.equal(chunks.at(-1).usage.completion_tokens, 10);
+      });
+
+      await t.step("requests go to both reference workers", async () => {
+        for (let i = 0; i < 4; i++) await (await chat(base, { max_tokens: 2 })).text();
+        for (const m of mockers) {
+          const n = await referenceMetric(m, "dynamo_component_requests_total");
+          assert.ok(n >= 1, `worker ${m.systemUrl} served ${n} requests`);
+        }
+      });
+
+      await t.step("a client that disconnects stops the worker's request", async () => {
+        // 20000 tokens take the mocker about two minutes (6 ms a token here): an end within
+        // the deadline below is the stop, not the length.
+        const client = new AbortController();
+        const res = await chat(base, { max_tokens: 20_000, stream: true }, client.signal);
+        assert.equal(res.status, 200);
+        const reading = sse(res);
+        await reading.next();
+        await reading.next();
+        const worker = await until(
+          () => busyWorker(mockers),
+          (m) => m !== undefined,
+          10_000,
+          "one worker with the request in flight",
+        );
+        client.abort();
+        await reading.return(undefined).catch(() => {});
+        await until(
+          () => referenceMetric(worker!, "dynamo_component_inflight_requests"),
+          (n) => n === 0,
+          15_000,
+          `the worker at ${worker!.systemUrl} to stop the request`,
+        );
+      });
+
+      await t.step(
+        "--router-mode kv sends a cached prompt to the worker that cached it (ZeroMQ and NATS events)",
+        async () => {
+          const kvBase = await frontendUrl(kvFrontend, 60_000);
+          await until(
+            async () => (await (await fetch(`${kvBase}/v1/models`)).json()).data.length,
+            (n) => n === 1,
+            30_000,
+            "the model in the kv frontend's /v1/models",
+          );
+          const ask = async (prompt: string) => {
+            const res = await fetch(`${kvBase}/v1/chat/completions`, {
+              method: "POST",
+              headers: { "content-type": "application/json" },
+              body: JSON.stringify({
+                model: MODEL,
+                messages: [{ role: "user", content: prompt }],
+                max_tokens: 2,
+              }),
+            });
+            assert.equal(res.status, 200, await res.clone().text());
+            await res.text();
+          };
+          const served = () =>
+            Promise.all(mockers.map((m) => referenceMetric(m, "dynamo_component_requests_total")));
+          // What the frontend's router hears: who stored blocks, on either event plane.
+          const stored = new Set<string>();
+          const note = (envelope: Uint8Array) => {
+            for (const e of decodeReferenceKvEvents(envelope)) {
+              if (typeof e.data === "object" && "stored" in e.data) stored.add(e.workerId);
+            }
+          };
+          const endpoint = { namespace: "dynamo", component: "backend", name: "generate" };
+          const natsSub = events.subscribe(referenceKvEventsSubject(endpoint));
+          const zmqSubs = [];
+          for (const { value } of await discovery.list(referenceKvChannelsPrefix(endpoint))) {
+            const channel = parseReferenceKvChannel(JSON.parse(value));
+            if (channel.kind === "zmq") zmqSubs.push(await ZmqSubscriber.connect(channel.endpoint));
+          }
+          assert.equal(zmqSubs.length, 1, "one worker publishes on ZeroMQ");
+          const listening = Promise.all([
+            (async () => {
+              for await (const m of natsSub) note(m.data);
+            })(),
+            ...zmqSubs.map(async (sub) => {
+              for await (const parts of sub) note(referenceZmqEnvelope(parts));
+            }),
+          ]);
+          try {
+            await events.flush();
+            const holders = [];
+            // Several KV blocks (64 tokens each) of prompt, no block shared between the two.
+            for (const words of ["fact about routing", "note on caching"]) {
+              const prompt = Array.from({ length: 60 }, (_, i) => `${words} ${i}`).join("; ");
+              const before = await served();
+              await ask(prompt);
+              const first = await served();
+              const holder = first.findIndex((n, i) => n > before[i]!);
+              assert.ok(holder >= 0, "one worker served the first request");
+              const holderId = await referenceWorkerId(mockers[holder]!);
+              await until(
+                () => Promise.resolve(stored.has(holderId)),
+                (seen) => seen,
+                10_000,
+                `a stored-blocks event of worker ${holderId}`,
+              );
+              for (let i = 0; i < 4; i++) await ask(prompt);
+              const after = await served();
+              assert.equal(
+                after[holder]! - first[holder]!,
+                4,
+                `all four went to the holder (worker ${holder}, ${holderId})` + diagnose(),
+              );
+              assert.equal(after[1 - holder]! - first[1 - holder]!, 0, "none to the other");
+              holders.push(holder);
+            }
+            assert.notEqual(holders[0], holders[1], "cold prompts go in turn: both planes heard");
+          } finally {
+            natsSub.unsubscribe();
+            for (const sub of zmqSubs) sub.close();
+            await listening;
+          }
+        },
+      );
+
+      await t.step("a stream whose worker is killed finishes on the other one", async () => {
+        // About 9 s of tokens: still in flight when its worker is found and killed.
+        const res = await chat(base, {
+          max_tokens: 1500,
+          stream: true,
+          stream_options: { include_usage: true },
+        });
+        assert.equal(res.status, 200);
+        const reading = sse(res);
+        const payloads: string[] = [];
+        for (let i = 0; i < 3; i++) payloads.push((await reading.next()).value!);
+        const worker = await until(
+          () => busyWorker(mockers),
+          (m) => m !== undefined,
+          10_000,
+          "one worker with the request in flight",
+        );
+        const other = mockers.find((m) => m !== worker)!;
+        const before = await referenceMetric(other, "dynamo_component_requests_total");
+        await worker!.kill();
+        for await (const p of reading) payloads.push(p);
+        assert.equal(payloads.at(-1), "[DONE]", `${payloads.slice(-3).join("\n")}${diagnose()}`);
+        const chunks = payloads.slice(0, -1).map((p) => JSON.parse(p));
+        assert.ok(!chunks.some((c) => c.error), "no error chunk");
+        assert.ok(chunks.some((c) => c.choices[0]?.finish_reason === "length"));
+        assert.equal(chunks.at(-1).usage.completion_tokens, 1500, "all tokens, across workers");
+        const after = await referenceMetric(other, "dynamo_component_requests_total");
+        assert.ok(after > before, "the other worker took the rest of the request");
+      });
+    } finally {
+      await Promise.all([stopChild(frontend), stopChild(kvFrontend)]);
+      await events.close();
+      await Promise.all(mockers.map((m) => m.kill()));
+      await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "our frontend serves our own workers that speak the reference wire (--reference-wire)",
+  ignore: !haveServers(),
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const worker = spawnDeno(
+      CLI,
+      { ...servers, DYN_LOG: "warn", DYN_TCP_RPC_HOST: "127.0.0.1" },
+      [
+        "run",
+        "in=dyn://dynamo.backend.generate",
+        "out=mocker",
+        await builtinTestModel(),
+        "--speedup-ratio",
+        "20",
+        "--model-name",
+        "wire-mocker",
+        "--reference-wire",
+      ],
+    );
+    const frontend = spawnDeno(CLI, servers, [
+      "frontend",
+      "--http-port",
+      "0",
+      "--http-host",
+      "127.0.0.1",
+      "--reference-workers",
+    ]);
+    try {
+      await worker.waitFor(
+        (l) => typeof l.text === "string" && l.text.includes("dynamo worker serving"),
+        60_000,
+        "the reference-wire worker to serve",
+      );
+      const base = await frontendUrl(frontend, 60_000);
+      await until(
+        async () => (await (await fetch(`${base}/v1/models`)).json()).data as { id: string }[],
+        (data) => data.some((m) => m.id === "wire-mocker"),
+        30_000,
+        "wire-mocker in /v1/models",
+      );
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "wire-mocker",
+          messages: [{ role: "user", content: "hi" }],
+          max_tokens: 8,
+          ignore_eos: true,
+        }),
+      });
+      const body = await res.json();
+      assert.equal(res.status, 200, JSON.stringify(body));
+      assert.equal(body.usage.completion_tokens, 8);
+      assert.equal(body.choices[0].finish_reason, "length");
+    } finally {
+      await Promise.all([stopChild(frontend), stopChild(worker)]);
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});

@@ -22,9 +22,12 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY native/Cargo.toml native/Cargo.lock native/build.rs native/
+# The crates (deno_bindgen's macro, linkme) in their own layer, fetched by the lock file.
+RUN mkdir -p native/src && touch native/src/lib.rs \
+    && cargo fetch --locked --manifest-path native/Cargo.toml
 COPY native/cuda native/cuda
 COPY native/src native/src
-RUN cargo build --release --offline --manifest-path native/Cargo.toml
+RUN cargo build --release --offline --locked --manifest-path native/Cargo.toml
 
 FROM ${BASE_IMAGE} AS deno
 # linux/amd64: the npm package (@deno/linux-arm64-glibc for arm64) and its checksum are

@@ -2,9 +2,10 @@
 // scheduler and block manager, its vLLM-fitted step times) advance step by step on a simulated
 // clock; requests arrive at their trace times; the router's own policy (RoutingPolicy: busy
 // thresholds, bounded load, predicted-TTFT or weighted cost, the same TTFT model learning from
-// the same first tokens) picks each worker from a radix tree fed the workers' KV events and the
-// router's load book. No process, socket or wall clock: the figures do not depend on what else
-// the machine runs, and the same inputs give the same figures.
+// the same first tokens) picks each worker from a radix tree fed the workers' KV events, the
+// prompts it sent that are still being prefilled (PendingPrefills) and the router's load book.
+// No process, socket or wall clock: the figures do not depend on what else the machine runs, and
+// the same inputs give the same figures.
 
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import { computeBlockHashesSync } from "../../llm/kv_router/hashing.ts";

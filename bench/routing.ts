@@ -40,8 +40,18 @@ function run(
   mode: "kv" | "round-robin",
   load: number,
   numGpuBlocks?: number,
+  routers = 1,
 ): ModeSummary {
-  const r = simulate(trace, { workers: WORKERS, mode, load, blockSize: 16, policy, numGpuBlocks });
+  const r = simulate(trace, {
+    workers: WORKERS,
+    mode,
+    load,
+    blockSize: 16,
+    policy,
+    numGpuBlocks,
+    routers,
+    replicaSync: routers > 1,
+  });
   return summarizeMode(r.results, r.seconds);
 }
 
@@ -78,6 +88,9 @@ traces.push([`mooncake (first ${mooncake.length})`, mooncake]);
 traces.push([`mooncake (first ${mooncake.length}), 400k blocks`, mooncake, 400_000]);
 
 const rows: Row[] = [];
+// Two routers (frontends) with replica sync, taking turns with the requests, on each synthetic
+// sharing trace's first seed: their hit rate and p90 TTFT against one router's.
+const replicas: Array<{ trace: string; level: string; hitRatio: number; p90Ratio: number }> = [];
 for (const [name, trace, blocks] of traces) {
   const sat = saturation(trace, blocks);
   const ceiling = prefixCeiling(trace).tokens;
@@ -91,6 +104,15 @@ for (const [name, trace, blocks] of traces) {
       kv: run(trace, "kv", load, blocks),
     };
     rows.push(row);
+    if (name.endsWith(" seed 1") && row.ceiling > 0) {
+      const two = run(trace, "kv", load, blocks, 2);
+      replicas.push({
+        trace: name,
+        level,
+        hitRatio: two.prefix_hit_rate / row.kv.prefix_hit_rate,
+        p90Ratio: two.ttft_ms.p90 / row.kv.ttft_ms.p90,
+      });
+    }
     const hit = ceiling > 0 ? row.kv.prefix_hit_rate / ceiling : NaN;
     console.error(
       `[routing] ${name}, ${level} (load ${load.toFixed(2)}): p90 TTFT rr/kv ${
@@ -129,6 +151,17 @@ console.log(
   `\ngoals met in ${met} of ${rows.length} rows (moderate: hit >= 90% of ceiling and p90 <= 0.6x ` +
     `RR; saturation: hit >= 85% and p90 >= 3x better; no-sharing: p90 within 5% of RR)`,
 );
+console.log("\nTwo routers with replica sync against one (hit rate, p90 TTFT):");
+for (const r of replicas) {
+  console.log(
+    `  ${r.trace}, ${r.level}: hit ${(r.hitRatio * 100).toFixed(0)}% of one router's, p90 ${
+      r.p90Ratio.toFixed(2)
+    }x`,
+  );
+}
 if (jsonPath) {
-  await Deno.writeTextFile(jsonPath, JSON.stringify({ workers: WORKERS, rows }, null, 2));
+  await Deno.writeTextFile(
+    jsonPath,
+    JSON.stringify({ workers: WORKERS, rows, replicaSync: replicas }, null, 2),
+  );
 }

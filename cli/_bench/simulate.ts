@@ -2,12 +2,14 @@
 // scheduler and block manager, its vLLM-fitted step times) advance step by step on a simulated
 // clock; requests arrive at their trace times; the router's own policy (RoutingPolicy: busy
 // thresholds, bounded load, predicted-TTFT or weighted cost, the same TTFT model learning from
-// the same first tokens) picks each worker from a radix tree fed the workers' KV events and the
-// router's load book. No process, socket or wall clock: the figures do not depend on what else
-// the machine runs, and the same inputs give the same figures.
+// the same first tokens) picks each worker from a radix tree fed the workers' KV events, the
+// prompts it sent that are still being prefilled (PendingPrefills) and the router's load book.
+// No process, socket or wall clock: the figures do not depend on what else the machine runs, and
+// the same inputs give the same figures.
 
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import { computeLocalHashes } from "../../llm/kv_router/hashing.ts";
+import { computeBlockHashesSync } from "../../llm/kv_router/hashing.ts";
+import { PendingPrefills } from "../../llm/kv_router/pending_prefills.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "../../llm/kv_router/policy.ts";
 import { RadixTree } from "../../llm/kv_router/radix_tree.ts";
 import { ActiveSequences, type WorkerCandidate } from "../../llm/kv_router/scheduler.ts";
@@ -107,11 +109,12 @@ export function simulate(
   });
   const routers = Array.from({ length: options.routers ?? 1 }, () => {
     const policy = new RoutingPolicy(bs, { random: rnd, ...options.policy, ttftModel: undefined });
+    const pending = new PendingPrefills();
     const book = new ActiveSequences(bs, {
       now: () => now,
       onFirstOutput: (routedWith, ttftMs) => policy.ttftModel.observe(routedWith, ttftMs),
     });
-    return { policy, book };
+    return { policy, book, pending };
   });
   // The books a router's booking lands in: its own, and with replica sync every other's (as
   // remote bookings: they teach no TTFT model).
@@ -124,21 +127,30 @@ export function simulate(
   let nextSample = 0;
   let rr = 0;
 
-  const pick = (tokens: number[], r: number): { worker: Worker; overlap: number } => {
-    const { policy, book } = routers[r]!;
+  const pick = (
+    tokens: number[],
+    r: number,
+    hashes: { local: bigint[]; sequence: bigint[] },
+  ): { worker: Worker; overlap: number } => {
+    const { policy, book, pending } = routers[r]!;
     if (options.mode === "round-robin") {
       return { worker: workers[rr++ % workers.length]!, overlap: 0 };
     }
     if (options.mode === "random") {
       return { worker: workers[Math.floor(rnd() * workers.length)]!, overlap: 0 };
     }
-    const { scores } = tree.findMatches(computeLocalHashes(tokens, bs));
+    const { scores } = tree.findMatches(hashes.local);
+    // What this router sent that is still being prefilled counts as cached where it went.
+    const soon = pending.findMatches(hashes.local).scores;
     const requestBlocks = Math.ceil(tokens.length / bs);
     const candidates: WorkerCandidate[] = workers.map((w) => {
       const l = book.load(w.id);
       return {
         workerId: w.id,
-        overlapBlocks: Math.min(scores.get(w.id) ?? 0, requestBlocks),
+        overlapBlocks: Math.min(
+          Math.max(scores.get(w.id) ?? 0, soon.get(w.id) ?? 0),
+          requestBlocks,
+        ),
         requestBlocks,
         activeBlocks: l.activeBlocks,
         prefillBlocks: l.prefillBlocks,
@@ -166,7 +178,8 @@ export function simulate(
     const req = requests[i]!;
     const tokens = promptTokens(req);
     const r = i % routers.length;
-    const { worker, overlap } = pick(tokens, r);
+    const hashes = options.mode === "kv" ? computeBlockHashesSync(tokens, bs) : undefined;
+    const { worker, overlap } = pick(tokens, r, hashes!);
     const books = options.mode === "kv" ? booksOf(r) : [];
     const key = String(i);
     const sent = now;
@@ -181,6 +194,7 @@ export function simulate(
     results[i] = result;
     // Counted like the live replay: only the router's own book, as the frontend keeps it.
     for (const b of books) b.book.add(b.key(key), worker.id, tokens.length, overlap);
+    if (hashes) routers[r]!.pending.add(key, worker.id, hashes.local, hashes.sequence);
     let last = 0;
     let seq: Sequence | undefined = undefined;
     seq = worker.scheduler.add({
@@ -194,6 +208,7 @@ export function simulate(
         if (result.ttftMs === undefined) {
           result.ttftMs = now - sent;
           result.cachedTokens = seq?.cachedTokens ?? 0;
+          if (hashes) routers[r]!.pending.done(key);
         } else result.itlMs.push(now - last);
         last = now;
         for (const b of books) b.book.progress(b.key(key), 1);

@@ -50,3 +50,28 @@ Deno.test("simulate: two routers with replica sync route as one", () => {
   const hit = (r: typeof one) => summarizeMode(r.results, r.seconds).prefix_hit_rate;
   assert.ok(hit(two) >= 0.95 * hit(one), `${hit(two)} vs ${hit(one)}`);
 });
+
+Deno.test("simulate: prompts sharing a prefix still being prefilled reuse it instead of computing it again", () => {
+  // Three tenants' 2,048-token system prompts, then 10 questions each in a burst of 3 ms, long
+  // before the first prefills end: only the router's record of where it sent the first
+  // prompts says where the prefixes will be.
+  const tenants = 3;
+  const trace = Array.from({ length: 33 }, (_, i) => {
+    const tenant = i % tenants;
+    const question = i < tenants ? [] : [1000 + i];
+    return {
+      timestamp: i < tenants ? 0 : 1 + (i % 3),
+      inputLength: 2048 + question.length * 16,
+      outputLength: 4,
+      hashIds: [...Array.from({ length: 128 }, (_, b) => tenant * 1000 + b + 1), ...question],
+      blockTokens: 16,
+    };
+  });
+  const r = simulate(trace, { workers: 4, mode: "kv", load: 1, blockSize: 16 });
+  assert.ok(r.results.every((x) => x.ok));
+  // Each prefix computed on one or two workers: under 2 x 3 x 2,048 tokens with the questions'
+  // own blocks. Routed as if nothing were cached, the burst computes them some 20 times over
+  // (41,440 tokens before the router kept this record).
+  const uncached = r.results.reduce((a, x) => a + x.promptTokens - (x.cachedTokens ?? 0), 0);
+  assert.ok(uncached < 2 * tenants * 2048, `${uncached} tokens computed`);
+});

@@ -17,7 +17,9 @@ import { CancelledError, InvalidArgumentError, NoInstancesError } from "../../ru
 import type { Logger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { KvIndexer } from "./indexer.ts";
+import { type BlockHash, computeBlockHashesSync, computeLocalHashes } from "./hashing.ts";
 import { KvMetricsAggregator } from "./metrics.ts";
+import { PendingPrefills } from "./pending_prefills.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "./policy.ts";
 import { ReplicaSync } from "./replica_sync.ts";
 import {
@@ -187,6 +189,7 @@ export class KvRouter {
   readonly #costFunction: CostFunction | undefined;
   readonly #random: () => number;
   readonly #active: ActiveSequences;
+  readonly #pending = new PendingPrefills();
   readonly #unreadMs: number;
   readonly #onRoute: KvRouterOptions["onRoute"];
   /** Deadlines of streams handed out and not read yet. */
@@ -300,8 +303,12 @@ export class KvRouter {
       }
     }
     const client = await this.#client;
-    const decision = await this.#decide(client, tokenIds, options, new Set());
+    const hashes = requestId === undefined
+      ? undefined
+      : computeBlockHashesSync(tokenIds, this.blockSize, options.loraId);
+    const decision = await this.#decide(client, tokenIds, options, new Set(), hashes?.local);
     if (requestId !== undefined) {
+      this.#pending.add(bookedKey(requestId), decision.instanceId, hashes!.local, hashes!.sequence);
       this.#active.add(
         bookedKey(requestId),
         decision.instanceId,
@@ -320,6 +327,7 @@ export class KvRouter {
    * @param requestId the id given to findBestMatch
    */
   markPrefillCompleted(requestId: string): void {
+    this.#pending.done(bookedKey(requestId));
     this.#active.progress(bookedKey(requestId), 0);
   }
 
@@ -335,6 +343,7 @@ export class KvRouter {
     if (!Number.isSafeInteger(count) || count < 0) {
       throw new InvalidArgumentError(`count must be a non-negative integer, got ${count}`);
     }
+    this.#pending.done(bookedKey(requestId));
     this.#active.progress(bookedKey(requestId), count);
   }
 
@@ -345,6 +354,7 @@ export class KvRouter {
    * @param requestId the id given to findBestMatch
    */
   free(requestId: string): void {
+    this.#pending.done(bookedKey(requestId));
     this.#active.free(bookedKey(requestId));
   }
 
@@ -353,6 +363,7 @@ export class KvRouter {
     tokenIds: readonly number[],
     options: FindBestMatchOptions,
     exclude: ReadonlySet<string>,
+    localHashes?: readonly BlockHash[],
   ): Promise<RouteDecision> {
     const allowed = options.instances === undefined ? undefined : new Set(options.instances);
     const ids = client.availableInstanceIds().filter((id) =>
@@ -361,11 +372,16 @@ export class KvRouter {
     if (ids.length === 0) throw new NoInstancesError(client.path);
     const { scores } = await this.#indexer.findMatchesForRequest(tokenIds, options.loraId);
     const requestBlocks = Math.ceil(tokenIds.length / this.blockSize);
+    // Prefixes still being prefilled where this router sent them count as cached there.
+    const soon = this.#pending.size === 0 ? undefined : this.#pending.findMatches(
+      localHashes ?? computeLocalHashes(tokenIds, this.blockSize, options.loraId),
+    ).scores;
     const all: WorkerCandidate[] = ids.map((workerId) => {
       const load = this.#active.load(workerId);
+      const cached = Math.max(scores.get(workerId) ?? 0, soon?.get(workerId) ?? 0);
       return {
         workerId,
-        overlapBlocks: Math.min(scores.get(workerId) ?? 0, requestBlocks),
+        overlapBlocks: Math.min(cached, requestBlocks),
         requestBlocks,
         activeBlocks: load.activeBlocks,
         prefillBlocks: load.prefillBlocks,
@@ -432,8 +448,9 @@ export class KvRouter {
     const client = await this.#client;
     const tried = new Set<string>();
     const context = options.context ?? new Context();
+    const hashes = computeBlockHashesSync(request.token_ids, this.blockSize, options.loraId);
     for (;;) {
-      const decision = await this.#decide(client, request.token_ids, options, tried);
+      const decision = await this.#decide(client, request.token_ids, options, tried, hashes.local);
       tried.add(decision.instanceId);
       this.#onRoute?.({
         ...decision,
@@ -442,11 +459,13 @@ export class KvRouter {
       // One entry per attempt: the request id alone is not unique across migrations.
       const key = `generate:${context.id}/${crypto.randomUUID()}`;
       this.#active.add(key, decision.instanceId, request.token_ids.length, decision.overlapBlocks);
+      this.#pending.add(key, decision.instanceId, hashes.local, hashes.sequence);
       this.#indexer.recordRouted?.(request.token_ids, decision.instanceId, options.loraId);
       let stream: ResponseStream<T>;
       try {
         stream = await client.direct<T>(request, decision.instanceId, { context });
       } catch (err) {
+        this.#pending.done(key);
         this.#active.free(key);
         if (err instanceof NoInstancesError) continue; // gone since discovery listed it
         throw err;
@@ -463,7 +482,18 @@ export class KvRouter {
     stream: ResponseStream<T>,
     key: string,
   ): ResponseStream<T> {
-    const active = this.#active;
+    const book = this.#active;
+    const pending = this.#pending;
+    const active = {
+      free: (k: string) => {
+        pending.done(k);
+        book.free(k);
+      },
+      progress: (k: string, n: number) => {
+        pending.done(k);
+        book.progress(k, n);
+      },
+    };
     const unread = this.#unread;
     const context = stream.context;
     const timeoutMs = this.#unreadMs;

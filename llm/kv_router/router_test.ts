@@ -355,3 +355,47 @@ Deno.test("KvRouter rejects a custom cost that is not a finite number, naming th
     await f.close();
   }
 });
+
+Deno.test("KvRouter sends a prompt whose prefix is still being prefilled to the worker prefilling it, until its first token", async () => {
+  const f = await fleet(2);
+  const router = new KvRouter(f.endpoint, {
+    blockSize: 16,
+    indexer: fixedOverlaps(),
+    client: f.client,
+  });
+  try {
+    // Nothing is cached anywhere (the indexer has no events yet): a 64-token prompt goes to
+    // some worker and is booked there; the other worker has a long prompt of its own queued.
+    const first = await router.findBestMatch(tokens(64), { requestId: "a" });
+    assert.equal(first.overlapBlocks, 0);
+    const other = f.ids.find((id) => id !== first.instanceId)!;
+    const long = tokens(512).map((t) => t + 10_000);
+    await router.findBestMatch(long, { requestId: "x", instances: [other] });
+    // A longer prompt with the same 64 tokens first: its 4 blocks count as cached where the
+    // first prompt is being prefilled.
+    const second = await router.findBestMatch(tokens(80), { requestId: "b" });
+    assert.deepEqual(second, { instanceId: first.instanceId, overlapBlocks: 4 });
+    // An unbooked pick sees both (the second's 5 blocks), and books nothing.
+    assert.deepEqual(await router.findBestMatch(tokens(96)), {
+      instanceId: first.instanceId,
+      overlapBlocks: 5,
+    });
+    // Once both have their first token, only the indexer's events count (none here).
+    router.markPrefillCompleted("a");
+    assert.equal((await router.findBestMatch(tokens(80))).overlapBlocks, 5); // b still pending
+    router.addOutputTokens("b", 1);
+    assert.equal((await router.findBestMatch(tokens(80))).overlapBlocks, 0);
+    router.free("a");
+    router.free("b");
+    router.free("x");
+    // generate() counts its own prompt as pending while its stream has no output yet.
+    const stream = await router.generate({ token_ids: tokens(48) });
+    const there = { instances: [stream.instanceId] };
+    assert.equal((await router.findBestMatch(tokens(48), there)).overlapBlocks, 3);
+    for await (const _ of stream) { /* drain */ }
+    assert.equal((await router.findBestMatch(tokens(48), there)).overlapBlocks, 0);
+  } finally {
+    await router.close();
+    await f.close();
+  }
+});

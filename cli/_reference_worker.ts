@@ -6,6 +6,10 @@ import { basename, join } from "node:path";
 import type { DistributedRuntime } from "../runtime/distributed_runtime.ts";
 import type { Logger } from "../runtime/logger.ts";
 import {
+  type ReferenceKvEventData,
+  ReferenceKvEventPublisher,
+} from "../runtime/reference/kv_events.ts";
+import {
   type ReferenceEndpointServer,
   referenceModelCard,
   serveReferenceEndpoint,
@@ -76,6 +80,7 @@ export async function serveReferenceWorkers(
       contextLength: o.contextLength,
       migrationLimit: o.migrationLimit,
       kvCacheBlockSize: o.kvBlockSize ?? o.mocker?.blockSize,
+      kvEvents: o.engine !== "echo",
     });
     const llamaModule = o.engine === "llamacpp"
       ? await import(new URL("../llm/engines/llamacpp/mod.ts", import.meta.url).href) as {
@@ -91,14 +96,20 @@ export async function serveReferenceWorkers(
       const runtime = i === 0 ? o.runtime : await o.another();
       if (runtime !== o.runtime) runtimes.push(runtime);
       let handler: unknown;
+      // KV events in the reference's format, for its KV router (the publisher starts below,
+      // once the worker serves; events before that have no subscriber anyway).
+      let events: ReferenceKvEventPublisher | undefined;
+      const onKvEvent = (data: ReferenceKvEventData) => events?.publish(data);
       if (o.engine === "echo") handler = echoEngine({ delayMs: o.echoDelayMs });
       else if (o.engine === "mocker") {
-        const engine = new MockerEngine(o.mocker);
+        const engine = new MockerEngine({ ...o.mocker, onKvEvent });
         closers.push(() => engine.close());
         handler = engine.handler;
       } else {
         const engine = await llamaModule!.LlamaCppEngine.load(o.modelPath, {
           ...o.llama,
+          kvBlockSize: o.kvBlockSize,
+          onKvEvent,
           logger: o.logger,
         });
         closers.push(() => engine.close());
@@ -113,6 +124,11 @@ export async function serveReferenceWorkers(
           logger: o.logger,
         }),
       );
+      if (o.engine !== "echo") {
+        events = await ReferenceKvEventPublisher.start({ runtime, ...o.target, logger: o.logger });
+        const started = events;
+        closers.push(() => started.close());
+      }
     }
     o.logger.info("reference-wire workers registered", {
       model: displayName,

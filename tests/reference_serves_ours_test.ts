@@ -14,6 +14,8 @@ import {
   echoEngine,
   MockerEngine,
 } from "../mod.ts";
+import { Context as RuntimeContext } from "../runtime/context.ts";
+import { ReferenceKvEventPublisher } from "../runtime/reference/kv_events.ts";
 import {
   type ReferenceEndpointServer,
   referenceModelCard,
@@ -52,7 +54,7 @@ const LOOPBACK = {
   DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
   DYN_SYSTEM_HOST: "127.0.0.1",
   DYN_HTTP_HOST: "127.0.0.1",
-  DYN_LOG: "warn",
+  DYN_LOG: Deno.env.get("REFERENCE_LOG") ?? "warn",
 };
 
 /** A reference process (`python -m MODULE ...args`) on loopback, its stderr's tail kept. */
@@ -71,7 +73,7 @@ function startReference(
   let tail = "";
   (async () => {
     for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
-      tail = (tail + chunk).slice(-4000);
+      tail = (tail + chunk).slice(-(Number(Deno.env.get("REFERENCE_LOG_TAIL")) || 4000));
     }
   })().catch(() => {});
   return {
@@ -449,6 +451,14 @@ Deno.test({
         endpoint: "generate",
       });
       assert.equal(instances.length, 2, JSON.stringify(instances));
+      // And each publishes its KV events on a ZeroMQ channel the reference's router finds.
+      const channels = await discovery.list(
+        "v1/event_channels/namespace/dynamo/component/backend/endpoint/generate/topic/kv-events/",
+      );
+      assert.equal(channels.length, 2, JSON.stringify(channels));
+      for (const c of channels) {
+        assert.match(JSON.parse(c.value).transport.config.endpoint, /^tcp:\/\/127\.0\.0\.1:\d+$/);
+      }
       const port = freePort();
       front = startReference(
         "dynamo.frontend",
@@ -483,6 +493,115 @@ Deno.test({
       await front?.stop();
       await stopChild(worker);
       await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "the reference's KV router routes by our workers' KV events (ZeroMQ, its format)",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const modelPath = await builtinTestModel();
+    const runtimes: DistributedRuntime[] = [];
+    const closers: (() => Promise<void>)[] = [];
+    const engines: MockerEngine[] = [];
+    const publishers: ReferenceKvEventPublisher[] = [];
+    const served = [0, 0];
+    let front: ReturnType<typeof startReference> | undefined;
+    try {
+      for (let i = 0; i < 2; i++) {
+        const runtime = await DistributedRuntime.connect({
+          discovery: "etcd",
+          requestPlane: "tcp",
+          etcdEndpoints: etcd.url,
+          natsServer: nats.url,
+        });
+        runtimes.push(runtime);
+        const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
+        let pub: ReferenceKvEventPublisher | undefined;
+        const engine = new MockerEngine({
+          speedupRatio: 20,
+          blockSize: 16,
+          onKvEvent: (data) => pub?.publish(data),
+        });
+        engines.push(engine);
+        const server = await serveReferenceEndpoint({
+          runtime,
+          ...target,
+          handler: async function* (req: Record<string, unknown>, ctx: Context) {
+            served[i]!++;
+            for await (const out of engine.handler(req as never, ctx)) yield out as never;
+          },
+          card: await referenceModelCard({
+            modelPath,
+            displayName: "kv-mocker",
+            kvCacheBlockSize: 16,
+            kvEvents: true,
+          }),
+        });
+        pub = await ReferenceKvEventPublisher.start({ runtime, ...target });
+        publishers.push(pub);
+        closers.push(() => pub!.close());
+        closers.push(() => server.close());
+      }
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "kv"],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await until("kv-mocker in the reference frontend's /v1/models", 90_000, async () => {
+        const list = await (await fetch(`${base}/v1/models`)).json();
+        return (list.data as { id: string }[]).some((m) => m.id === "kv-mocker") ? true : undefined;
+      });
+      await until(
+        "the reference router to follow both workers' event channels",
+        30_000,
+        () => Promise.resolve(publishers.every((p) => p.subscribers > 0) ? true : undefined),
+      );
+      // Each prompt is computed on one worker directly, not through the frontend: only the
+      // KV events can tell the router where it is cached.
+      const prompt = (seed: number) => Array.from({ length: 160 }, (_, i) => 1000 + seed * 200 + i);
+      for (const [worker, seed] of [[1, 1], [0, 2]] as const) {
+        const ctx = new RuntimeContext();
+        for await (
+          const _ of engines[worker]!.handler({
+            model: "kv-mocker",
+            token_ids: prompt(seed),
+            stop_conditions: { max_tokens: 1 },
+            sampling_options: {},
+            eos_token_ids: [],
+          } as never, ctx)
+        ) { /* run it through */ }
+      }
+      await new Promise((r) => setTimeout(r, 1000)); // the events on their way
+      for (const [worker, seed] of [[1, 1], [0, 2], [1, 1], [0, 2]] as const) {
+        const before = [...served];
+        const res = await fetch(`${base}/v1/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: "kv-mocker", prompt: prompt(seed), max_tokens: 2 }),
+        });
+        const body = await res.json();
+        assert.equal(res.status, 200, JSON.stringify(body));
+        assert.equal(
+          served[worker]! - before[worker]!,
+          1,
+          `the prompt cached on worker ${worker} went elsewhere (served ${served})`,
+        );
+      }
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      for (const c of closers) await c();
+      for (const e of engines) await e.close();
+      for (const rt of runtimes) await rt.shutdown();
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },

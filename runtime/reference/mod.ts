@@ -57,6 +57,14 @@ export {
   serveReferenceEndpoint,
   type ServeReferenceEndpointOptions,
 } from "./worker.ts";
+export {
+  encodeReferenceKvMessage,
+  type ReferenceKvEventData,
+  ReferenceKvEventPublisher,
+  type ReferenceKvEventPublisherOptions,
+  type ReferenceKvMessageInit,
+} from "./kv_events.ts";
+export { ZmqPublisher, type ZmqPublisherOptions } from "./zmq_pub.ts";
 // The reference's framing, for callers that speak it themselves.
 export {
   encodeTcpRequest,

@@ -314,11 +314,12 @@ export async function serveReferenceEndpoint(
   };
 }
 
-const ID_SLOT = "\u0000instance_id\u0000";
+/** Where {@linkcode withExactId} writes the id. */
+export const ID_SLOT = "\u0000instance_id\u0000";
 
 /** JSON with the u64 instance id written exactly (beyond 2^53, so not as a JS number). */
-function withExactId(record: Record<string, unknown>, decimal: string): string {
-  return JSON.stringify(record).replace(JSON.stringify(ID_SLOT), decimal);
+export function withExactId(record: Record<string, unknown>, decimal: string): string {
+  return JSON.stringify(record).replaceAll(JSON.stringify(ID_SLOT), decimal);
 }
 
 /** One of our engine outputs as the reference's LLMEngineOutput (every field present). */
@@ -354,6 +355,8 @@ export interface ReferenceModelCardInit {
   migrationLimit?: number;
   /** KV blocks of the engine, as the reference's runtime_config reports them (default null). */
   totalKvBlocks?: number;
+  /** The worker publishes KV events (`ReferenceKvEventPublisher`), for the reference's KV router. */
+  kvEvents?: boolean;
 }
 
 /**
@@ -416,7 +419,7 @@ export async function referenceModelCard(
       data_parallel_start_rank: 0,
       data_parallel_size: 1,
       enable_local_indexer: false,
-      kv_event_publishing_enabled: false,
+      kv_event_publishing_enabled: init.kvEvents ?? false,
       runtime_data: {},
       enable_eagle: false,
     },

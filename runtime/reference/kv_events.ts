@@ -151,13 +151,17 @@ export class ReferenceKvEventPublisher {
 
 /** What {@linkcode encodeReferenceKvMessage} encodes. */
 export interface ReferenceKvMessageInit {
+  /** The publisher's id (part 2 and the envelope). */
   publisherId: bigint;
+  /** The message's number on this publisher, from 0. */
   sequence: bigint;
   /** ms since the epoch. */
   publishedAt: bigint;
   /** The worker's instance id. */
   workerId: bigint;
+  /** The event's id on this worker, from 1. */
   eventId: number;
+  /** What happened. */
   data: ReferenceKvEventData;
 }
 

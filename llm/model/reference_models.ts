@@ -284,8 +284,8 @@ export function toReferenceRequest(request: PreprocessedRequest): ReferencePrepr
 }
 
 /**
- * A reference output as ours: tokens, finish reason (unknown reasons read as "error"), and log
- * probabilities when sent.
+ * A reference output as ours: tokens, finish reason (unknown reasons read as "error"), log
+ * probabilities when sent, and the prompt tokens its prefix cache served (from its usage).
  *
  * @param out one LLMEngineOutput of a reference worker
  * @returns our output
@@ -295,6 +295,13 @@ export function fromReferenceOutput(out: ReferenceEngineOutput): LLMEngineOutput
   if (out.finish_reason !== null) mapped.finish_reason = FINISH[out.finish_reason] ?? "error";
   if (typeof out.text === "string" && out.text !== "") mapped.text = out.text;
   if (Array.isArray(out.log_probs)) mapped.log_probs = out.log_probs as number[];
+  // The worker's prefix-cache hits, for the answer's usage.prompt_tokens_details.cached_tokens.
+  const details = (out.completion_usage as { prompt_tokens_details?: { cached_tokens?: unknown } })
+    ?.prompt_tokens_details;
+  const cached = details?.cached_tokens;
+  if (typeof cached === "number" && Number.isInteger(cached) && cached >= 0) {
+    mapped.cached_tokens = cached;
+  }
   return mapped;
 }
 

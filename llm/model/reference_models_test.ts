@@ -104,6 +104,20 @@ Deno.test("reference outputs become ours: finish reasons known or error", () => 
   assert.equal(
     fromReferenceOutput({ token_ids: [], finish_reason: "weird", text: null }).finish_reason,
     "error",
+  ); // The worker's prefix-cache hits (its usage, on the last output) become our cached_tokens.
+  assert.equal(
+    fromReferenceOutput({
+      token_ids: [],
+      finish_reason: "length",
+      text: null,
+      completion_usage: {
+        prompt_tokens: 9,
+        completion_tokens: 5,
+        total_tokens: 14,
+        prompt_tokens_details: { audio_tokens: null, cached_tokens: 64 },
+      },
+    }).cached_tokens,
+    64,
   );
 });
 

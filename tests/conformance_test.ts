@@ -135,6 +135,9 @@ Deno.test({
       ...SHAPES,
       "seed",
       "seed_differs",
+      "json_schema_refused",
+      "responses",
+      "responses_stream",
     ]),
 });
 
@@ -159,9 +162,17 @@ Deno.test({
   sanitizeResources: false,
   fn: () =>
     conform(
-      ["out=llamacpp", smol.path!, "--dyn-tool-call-parser", "hermes"],
+      ["out=llamacpp", smol.path!, "--dyn-tool-call-parser", "hermes", "--embedding"],
       "SmolLM2-135M-Instruct.Q4_1",
-      [...SHAPES, "seed", "tool_shape"],
+      [
+        ...SHAPES,
+        "seed",
+        "tool_shape",
+        "json_schema",
+        "embeddings",
+        "responses",
+        "responses_stream",
+      ],
       { oneClientAtATime: true },
     ),
 });

@@ -376,7 +376,113 @@ const CASES: Record<string, Case> = {
     assert.equal(content, msg.content, "streamed content = unary content");
     return "reasoning_content split, streamed and not";
   },
+
+  /** response_format json_schema (strict): the answer parses and fits the schema. */
+  async json_schema({ client, model }) {
+    const r = await client.chat.completions.create({
+      model,
+      messages: [{ role: "user", content: "Describe a person as JSON." }],
+      max_tokens: 80,
+      response_format: {
+        type: "json_schema",
+        json_schema: { name: "person", schema: PERSON_SCHEMA, strict: true },
+      },
+    });
+    const value = JSON.parse(only(r.choices).message.content ?? "") as Record<string, unknown>;
+    assert.ok(typeof value === "object" && value !== null && !Array.isArray(value), "an object");
+    assert.deepEqual(Object.keys(value).sort(), ["age", "name"], JSON.stringify(value));
+    assert.equal(typeof value.name, "string");
+    assert.ok(Number.isInteger(value.age), `age ${value.age} is an integer`);
+    return `valid: ${JSON.stringify(value).slice(0, 60)}`;
+  },
+
+  /** An engine without guided decoding: a 400 naming the engine, in OpenAI's shape. */
+  async json_schema_refused({ client, model }) {
+    try {
+      await client.chat.completions.create({
+        model,
+        messages: [{ role: "user", content: "JSON please" }],
+        response_format: { type: "json_object" },
+      });
+    } catch (err) {
+      assert.ok(err instanceof OpenAI.BadRequestError, String(err));
+      assert.equal(err.code, "unsupported_response_format");
+      return "400 unsupported_response_format";
+    }
+    throw new Error("json_object accepted by an engine that cannot enforce it");
+  },
+
+  /** /v1/embeddings: one vector per input, identical inputs at cosine 1, different ones not. */
+  async embeddings({ client, model }) {
+    const inputs = ["the cat sat on the mat", "the cat sat on the mat", "quarterly revenue grew"];
+    const r = await client.embeddings.create({ model, input: inputs });
+    assert.equal(r.data.length, 3);
+    assert.deepEqual(r.data.map((d) => d.index), [0, 1, 2]);
+    const vecs = r.data.map((d) => d.embedding);
+    assert.ok(vecs[0]!.length > 0 && vecs.every((v) => v.length === vecs[0]!.length), "one width");
+    const same = cosine(vecs[0]!, vecs[1]!);
+    const other = cosine(vecs[0]!, vecs[2]!);
+    assert.ok(Math.abs(same - 1) < 1e-5, `identical inputs at cosine ${same}`);
+    assert.ok(other < 0.999, `different inputs at cosine ${other}`);
+    assert.ok(r.usage.prompt_tokens > 0, "usage.prompt_tokens");
+    return `${vecs[0]!.length} dims, cosine same ${same.toFixed(6)}, other ${other.toFixed(3)}`;
+  },
+
+  /** /v1/responses: a completed (or incomplete) response with output text and usage. */
+  async responses({ client, model }) {
+    const r = await client.responses.create({
+      model,
+      input: "Say hello.",
+      max_output_tokens: 16,
+    });
+    assert.equal(r.object, "response");
+    assert.ok(["completed", "incomplete"].includes(r.status ?? ""), `status ${r.status}`);
+    assert.ok(r.output_text !== "", "output_text");
+    assert.ok((r.usage?.output_tokens ?? 0) > 0, "usage.output_tokens");
+    return `${r.status}, ${r.usage!.output_tokens} tokens`;
+  },
+
+  /** /v1/responses streamed: created first, completed last, deltas adding up to the text. */
+  async responses_stream({ client, model }) {
+    const stream = client.responses.stream({ model, input: "Say hello.", max_output_tokens: 16 });
+    const kinds: string[] = [];
+    let text = "";
+    let done: string | undefined;
+    for await (const event of stream) {
+      kinds.push(event.type);
+      if (event.type === "response.output_text.delta") text += event.delta;
+      if (event.type === "response.output_text.done") done = event.text;
+    }
+    const final = await stream.finalResponse();
+    assert.equal(kinds[0], "response.created");
+    assert.ok(
+      ["response.completed", "response.incomplete"].includes(kinds.at(-1)!),
+      `last ${kinds.at(-1)}`,
+    );
+    assert.ok(text !== "" && done === text, "deltas add up to the done text");
+    assert.equal(final.output_text, text, "the final response holds the text");
+    return `${kinds.length} events, ${text.length} characters`;
+  },
 };
+
+const PERSON_SCHEMA = {
+  type: "object",
+  properties: { name: { type: "string" }, age: { type: "integer" } },
+  required: ["name", "age"],
+  additionalProperties: false,
+};
+
+function cosine(a: number[], b: number[]): number {
+  let dot = 0;
+  let na = 0;
+  let nb = 0;
+  for (let i = 0; i < a.length; i++) {
+    dot += a[i]! * b[i]!;
+    na += a[i]! * a[i]!;
+    nb += b[i]! * b[i]!;
+  }
+  return dot / Math.sqrt(na * nb);
+}
 
 /**
  * The second leg of a tool round trip: the tool's result in, a final answer out. The echo

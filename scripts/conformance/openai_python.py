@@ -409,6 +409,105 @@ def case_reasoning(ctx):
     return "reasoning_content split, streamed and not"
 
 
+PERSON_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def case_json_schema(ctx):
+    """response_format json_schema (strict): the answer parses and fits the schema."""
+    r = ctx.client.chat.completions.create(
+        model=ctx.model,
+        messages=[{"role": "user", "content": "Describe a person as JSON."}],
+        max_tokens=80,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "person", "schema": PERSON_SCHEMA, "strict": True},
+        },
+    )
+    value = json.loads(only(r.choices).message.content)
+    check(isinstance(value, dict), f"an object: {value!r}")
+    check(sorted(value) == ["age", "name"], f"exactly name and age: {value!r}")
+    check(isinstance(value["name"], str), "name is a string")
+    check(isinstance(value["age"], int) and not isinstance(value["age"], bool), "age is an int")
+    return f"valid: {json.dumps(value)[:60]}"
+
+
+def case_json_schema_refused(ctx):
+    """An engine without guided decoding: a 400 naming the engine, in OpenAI's shape."""
+    try:
+        ctx.client.chat.completions.create(
+            model=ctx.model,
+            messages=[{"role": "user", "content": "JSON please"}],
+            response_format={"type": "json_object"},
+        )
+    except openai.BadRequestError as err:
+        body = err.body or {}
+        code = body.get("code") if isinstance(body, dict) else None
+        check(code == "unsupported_response_format", f"code {code!r}")
+        return "400 unsupported_response_format"
+    raise AssertionError("json_object accepted by an engine that cannot enforce it")
+
+
+def cosine(a, b):
+    dot = sum(x * y for x, y in zip(a, b))
+    na = sum(x * x for x in a) ** 0.5
+    nb = sum(y * y for y in b) ** 0.5
+    return dot / (na * nb)
+
+
+def case_embeddings(ctx):
+    """/v1/embeddings: one vector per input, identical inputs at cosine 1, different ones not."""
+    inputs = ["the cat sat on the mat", "the cat sat on the mat", "quarterly revenue grew"]
+    r = ctx.client.embeddings.create(model=ctx.model, input=inputs)
+    check(len(r.data) == 3, f"3 vectors, got {len(r.data)}")
+    check([d.index for d in r.data] == [0, 1, 2], "indexes in order")
+    vecs = [d.embedding for d in r.data]
+    check(len(set(len(v) for v in vecs)) == 1 and len(vecs[0]) > 0, "one width")
+    same, other = cosine(vecs[0], vecs[1]), cosine(vecs[0], vecs[2])
+    check(abs(same - 1) < 1e-5, f"identical inputs at cosine {same}")
+    check(other < 0.999, f"different inputs at cosine {other}")
+    check(r.usage.prompt_tokens > 0, "usage.prompt_tokens")
+    return f"{len(vecs[0])} dims, cosine same {same:.6f}, other {other:.3f}"
+
+
+def case_responses(ctx):
+    """/v1/responses: a completed (or incomplete) response with output text and usage."""
+    r = ctx.client.responses.create(model=ctx.model, input="Say hello.", max_output_tokens=16)
+    check(r.object == "response", f"object {r.object!r}")
+    check(r.status in ("completed", "incomplete"), f"status {r.status!r}")
+    check(isinstance(r.output_text, str) and r.output_text != "", "output_text")
+    check(r.usage.output_tokens > 0, "usage.output_tokens")
+    return f"{r.status}, {r.usage.output_tokens} tokens"
+
+
+def case_responses_stream(ctx):
+    """/v1/responses streamed: created first, completed last, deltas adding up to the text."""
+    kinds, text, done, final = [], "", None, None
+    # The SDK's get_final_response() wants response.completed; an answer cut by
+    # max_output_tokens ends with response.incomplete (as OpenAI's does), which carries it too.
+    with ctx.client.responses.stream(
+        model=ctx.model, input="Say hello.", max_output_tokens=16
+    ) as stream:
+        for event in stream:
+            kinds.append(event.type)
+            if event.type == "response.output_text.delta":
+                text += event.delta
+            elif event.type == "response.output_text.done":
+                done = event.text
+            elif event.type in ("response.completed", "response.incomplete"):
+                final = event.response
+    check(final is not None, "no response.completed or response.incomplete event")
+    check(kinds[0] == "response.created", f"first {kinds[0]}")
+    check(kinds[-1] in ("response.completed", "response.incomplete"), f"last {kinds[-1]}")
+    check(done == text and text != "", "deltas add up to the done text")
+    check(final.output_text == text, "the final response holds the text")
+    return f"{len(kinds)} events, {len(text)} characters"
+
+
 CASES = {
     name[len("case_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")
 }

@@ -521,11 +521,12 @@ Deno.test({
         });
         runtimes.push(runtime);
         const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
-        let pub: ReferenceKvEventPublisher | undefined;
+        // The publisher starts once the worker serves; the engine reaches it through this.
+        const events: { pub?: ReferenceKvEventPublisher } = {};
         const engine = new MockerEngine({
           speedupRatio: 20,
           blockSize: 16,
-          onKvEvent: (data) => pub?.publish(data),
+          onKvEvent: (data) => events.pub?.publish(data),
         });
         engines.push(engine);
         const server = await serveReferenceEndpoint({
@@ -542,9 +543,10 @@ Deno.test({
             kvEvents: true,
           }),
         });
-        pub = await ReferenceKvEventPublisher.start({ runtime, ...target });
+        const pub = await ReferenceKvEventPublisher.start({ runtime, ...target });
+        events.pub = pub;
         publishers.push(pub);
-        closers.push(() => pub!.close());
+        closers.push(() => pub.close());
         closers.push(() => server.close());
       }
       const port = freePort();

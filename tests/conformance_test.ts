@@ -168,6 +168,7 @@ Deno.test({
         ...SHAPES,
         "seed",
         "tool_shape",
+        "tools_forced",
         "json_schema",
         "embeddings",
         "responses",

@@ -98,6 +98,9 @@ function modelParsers(
   }
 }
 
+/** How a call forced by the engine's grammar reads (see `PreprocessResult.forcedToolCall`). */
+const FORCED_CALL_FORMAT = toolCallFormat("llama3_json");
+
 /** Whether a request's answer is decoded with special tokens kept: its calls are made of them. */
 function keepsSpecialTokens(req: OpenAIRequest, tools: ToolCallFormat | undefined): boolean {
   const chat = req as ChatCompletionRequest;
@@ -185,8 +188,12 @@ export function tokensPipeline(
         span?.end();
       }
       const { choices, promptTokens, promptText } = pre;
+      // A grammar-forced call is `{"name", "parameters"}` JSON, whatever the model's format.
+      const answerFormats = pre.forcedToolCall
+        ? { ...formats, tools: FORCED_CALL_FORMAT }
+        : formats;
       const parsers = kind === "chat"
-        ? outputParsers(req as ChatCompletionRequest, choices.length, promptText, formats)
+        ? outputParsers(req as ChatCompletionRequest, choices.length, promptText, answerFormats)
         : undefined;
       series.inputTokens.observe(promptTokens);
       const streams = choices.length === 1

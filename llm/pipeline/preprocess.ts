@@ -14,6 +14,8 @@ export interface Preprocessed {
   promptTokens: number;
   /** The rendered chat prompt or the completion's text prompt. */
   promptText?: string;
+  /** The engine's grammar forces a tool call (see `PreprocessResult.forcedToolCall`). */
+  forcedToolCall?: boolean;
 }
 
 /** Options of {@linkcode preprocess}. */
@@ -37,12 +39,12 @@ export function preprocess(
   req: OpenAIRequest,
   options: PreprocessOptions = {},
 ): Preprocessed {
-  const { request, promptTokens, n, promptText } = kind === "chat"
+  const { request, promptTokens, n, promptText, forcedToolCall } = kind === "chat"
     ? preprocessor.chat(req as ChatCompletionRequest, { renderTools: options.renderTools })
     : preprocessor.completion(req as CompletionRequest);
   // Each choice its own seed when one is given.
   const choices = n === 1
     ? [request]
     : Array.from({ length: n }, (_, i) => choiceRequest(request, i));
-  return { choices, promptTokens, promptText };
+  return { choices, promptTokens, promptText, ...(forcedToolCall && { forcedToolCall }) };
 }

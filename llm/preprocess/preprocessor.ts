@@ -73,6 +73,12 @@ export interface PreprocessResult {
   n: number;
   /** The rendered chat prompt, or the completion prompt text (undefined for token prompts). */
   promptText?: string;
+  /**
+   * A call the engine's grammar forces (`tool_choice` "required" or a named function, on an
+   * engine with JSON-schema guided decoding): the answer is `{"name", "parameters"}` JSON, read
+   * with the llama3_json tool-call format whatever the model's own.
+   */
+  forcedToolCall?: boolean;
 }
 
 /**
@@ -142,8 +148,49 @@ export class Preprocessor {
       result.request.output_options = { logprobs: req.top_logprobs ?? 0 };
     }
     if (guided !== undefined) result.request.sampling_options.guided_decoding = guided;
+    else {
+      const forced = this.#forcedCall(req, tools);
+      if (forced !== undefined) {
+        result.request.sampling_options.guided_decoding = forced;
+        result.forcedToolCall = true;
+      }
+    }
     result.promptText = prompt;
     return result;
+  }
+
+  /**
+   * The grammar of a call `tool_choice` requires ("required", or a named function), when the
+   * model's engine enforces JSON schemas and every offered tool's parameters fit the subset it
+   * can enforce: `{"name": <one of the tools>, "parameters": <its parameters>}`. Otherwise
+   * undefined, and the model is only asked (through its template) to call.
+   */
+  #forcedCall(
+    req: ChatCompletionRequest,
+    tools: ChatCompletionRequest["tools"],
+  ): GuidedDecodingOptions | undefined {
+    const choice = req.tool_choice;
+    if (!tools?.length || (choice !== "required" && typeof choice !== "object")) return undefined;
+    const data = this.#card.runtime_config?.runtime_data ?? {};
+    const types = Array.isArray(data.guided_decoding) ? data.guided_decoding : [];
+    if (!types.includes("json_schema")) return undefined;
+    const calls = tools.map((t) => ({
+      type: "object",
+      properties: {
+        name: { const: t.function.name },
+        parameters: t.function.parameters ?? { type: "object" },
+      },
+      required: ["name", "parameters"],
+      additionalProperties: false,
+    }));
+    const schema = calls.length === 1 ? calls[0]! : { anyOf: calls };
+    try {
+      grammarSchema(schema);
+    } catch (err) {
+      if (err instanceof UnsupportedSchemaError) return undefined;
+      throw err;
+    }
+    return { json: schema };
   }
 
   /**

@@ -322,3 +322,52 @@ Deno.test("choiceRequest gives each choice its own seed only when one was set", 
   const unseeded = preprocessor().chat(chat({ n: 2 })).request;
   assert.equal(choiceRequest(unseeded, 1), unseeded);
 });
+
+Deno.test("a required or named tool choice is forced by the engine's grammar when it can enforce one", () => {
+  const tool = (name: string, parameters: Record<string, unknown>) => ({
+    type: "function",
+    function: { name, parameters },
+  });
+  const city = { type: "object", properties: { city: { type: "string" } }, required: ["city"] };
+  const guided = { runtime_config: { runtime_data: { guided_decoding: ["json_schema"] } } };
+  const big = { context_length: 4096 };
+  const forced = preprocessor({ ...big, ...guided }, true).chat(
+    chat({ tools: [tool("a", city), tool("b", city)], tool_choice: "required", max_tokens: 8 }),
+  );
+  assert.equal(forced.forcedToolCall, true);
+  const schema = forced.request.sampling_options.guided_decoding?.json as {
+    anyOf: { properties: { name: { const: string } } }[];
+  };
+  assert.deepEqual(schema.anyOf.map((s) => s.properties.name.const), ["a", "b"]);
+  // A named choice: that tool only.
+  const named = preprocessor({ ...big, ...guided }, true).chat(
+    chat({
+      tools: [tool("a", city), tool("b", city)],
+      tool_choice: { type: "function", function: { name: "b" } },
+      max_tokens: 8,
+    }),
+  );
+  const one = named.request.sampling_options.guided_decoding?.json as {
+    properties: { name: { const: string }; parameters: unknown };
+  };
+  assert.equal(one.properties.name.const, "b");
+  assert.deepEqual(one.properties.parameters, city);
+  // "auto", an engine without guided decoding, or parameters the grammar cannot enforce: asked
+  // through the template only.
+  for (
+    const [over, extra] of [
+      [guided, { tools: [tool("a", city)], tool_choice: "auto" }],
+      [{}, { tools: [tool("a", city)], tool_choice: "required" }],
+      [guided, {
+        tools: [
+          tool("a", { type: "object", properties: { x: { type: "string", pattern: "^a" } } }),
+        ],
+        tool_choice: "required",
+      }],
+    ] as const
+  ) {
+    const r = preprocessor({ ...big, ...over }, true).chat(chat({ ...extra, max_tokens: 8 }));
+    assert.equal(r.forcedToolCall, undefined);
+    assert.equal(r.request.sampling_options.guided_decoding, undefined);
+  }
+});

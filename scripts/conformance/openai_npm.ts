@@ -354,6 +354,47 @@ const CASES: Record<string, Case> = {
       }`;
   },
 
+  /**
+   * A tool round trip on an engine whose grammar forces the call (`tool_choice: "required"`):
+   * a call that parses, the tool's result sent back, a final answer.
+   */
+  async tools_forced({ client, model }) {
+    const messages: Message[] = [{ role: "user", content: "What is the weather in Paris?" }];
+    const r = await client.chat.completions.create({
+      model,
+      messages,
+      tools: [WEATHER_TOOL],
+      tool_choice: "required",
+      max_tokens: 64,
+      temperature: 0,
+    });
+    const choice = only(r.choices);
+    assert.equal(choice.finish_reason, "tool_calls", JSON.stringify(choice.message));
+    const call = only(choice.message.tool_calls ?? []);
+    if (call.type !== "function") throw new Error(`call of type ${call.type}`);
+    assert.equal(call.function.name, "get_weather");
+    const args = JSON.parse(call.function.arguments) as { city?: unknown };
+    assert.equal(typeof args.city, "string", call.function.arguments);
+    const final = await client.chat.completions.create({
+      model,
+      messages: [
+        ...messages,
+        choice.message as Message,
+        { role: "tool", tool_call_id: call.id, content: "sunny, 21C" },
+      ],
+      tools: [WEATHER_TOOL],
+      tool_choice: "none",
+      max_tokens: 24,
+      temperature: 0,
+    });
+    const answer = only(final.choices);
+    assert.ok(["stop", "length"].includes(answer.finish_reason), answer.finish_reason);
+    assert.ok(!answer.message.tool_calls?.length, "no call in the final answer");
+    assert.equal(typeof answer.message.content, "string");
+    assert.ok(final.usage!.prompt_tokens > r.usage!.prompt_tokens, "the call and result in");
+    return `call get_weather(${call.function.arguments.slice(0, 30)}), result, final answer`;
+  },
+
   /** Reasoning split (qwen3 parser): the think block goes to reasoning_content. */
   async reasoning({ client, model }) {
     const messages: Message[] = [{ role: "user", content: "<think>pondering</think>The answer" }];

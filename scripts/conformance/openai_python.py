@@ -389,6 +389,43 @@ def case_tool_shape(ctx):
     return f"model answered in prose (no constrained decoding): {content!r}"
 
 
+def case_tools_forced(ctx):
+    """A tool round trip on an engine whose grammar forces the call (tool_choice required)."""
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = ctx.client.chat.completions.create(
+        model=ctx.model,
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        tool_choice="required",
+        max_tokens=64,
+        temperature=0,
+    )
+    choice = only(r.choices)
+    check(choice.finish_reason == "tool_calls", f"finish {choice.finish_reason}")
+    call = only(choice.message.tool_calls or [])
+    check(call.function.name == "get_weather", call.function.name)
+    args = json.loads(call.function.arguments)
+    check(isinstance(args.get("city"), str), call.function.arguments)
+    final = ctx.client.chat.completions.create(
+        model=ctx.model,
+        messages=messages
+        + [
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21C"},
+        ],
+        tools=[WEATHER_TOOL],
+        tool_choice="none",
+        max_tokens=24,
+        temperature=0,
+    )
+    answer = only(final.choices)
+    check(answer.finish_reason in ("stop", "length"), answer.finish_reason)
+    check(not answer.message.tool_calls, "no call in the final answer")
+    check(isinstance(answer.message.content, str), "content")
+    check(final.usage.prompt_tokens > r.usage.prompt_tokens, "the call and result in")
+    return f"call get_weather({call.function.arguments[:30]}), result, final answer"
+
+
 def case_reasoning(ctx):
     """Reasoning split (qwen3 parser): the think block goes to reasoning_content."""
     messages = [{"role": "user", "content": "<think>pondering</think>The answer"}]

@@ -22,31 +22,12 @@ import {
   serveReferenceEndpoint,
 } from "../runtime/reference/worker.ts";
 import { freePort, haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
-
-const ROOT = new URL("..", import.meta.url).pathname;
-
-async function referencePython(): Promise<string | undefined> {
-  const setup = await new Deno.Command("bash", {
-    args: [`${ROOT}scripts/setup_reference.sh`],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!setup.success) {
-    console.warn(
-      "reference_serves_ours_test skipped: scripts/setup_reference.sh could not install " +
-        `ai-dynamo 1.6.1 (PyPI unreachable?): ${
-          new TextDecoder().decode(setup.stderr).slice(-400)
-        }`,
-    );
-    return undefined;
-  }
-  return new TextDecoder().decode(setup.stdout).trim();
-}
+import { referencePython } from "./_helpers/reference.ts";
 
 if (!haveServers()) {
   console.warn("reference_serves_ours_test skipped: etcd or nats-server not installed");
 }
-const python = haveServers() ? await referencePython() : undefined;
+const python = haveServers() ? await referencePython("reference_serves_ours_test") : undefined;
 
 const LOOPBACK = {
   DYN_TCP_RPC_HOST: "127.0.0.1",

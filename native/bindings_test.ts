@@ -5,12 +5,11 @@
 import assert from "node:assert/strict";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { canonical } from "../scripts/build_native.ts";
+import { canonical, CLI } from "../scripts/build_native.ts";
 import { bytesOf, native } from "./ffi.ts";
 import { loadNativeLibrary, TransferAgent, TransferArgumentError } from "./mod.ts";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
-const CLI = join(ROOT, "native", "target", "bindgen-cli", "bin", "deno_bindgen");
 const cliInstalled = await Deno.stat(CLI).then(() => true, () => false);
 if (!cliInstalled) {
   // deno-lint-ignore no-console -- says why a test is skipped

@@ -22,7 +22,8 @@ const CACHE = Deno.env.get("DYNAMO_CACHE_DIR") ||
     "dynamo-deno",
   );
 const CLI_ROOT = join(CACHE, `deno_bindgen_cli-${CLI_VERSION}`);
-const CLI = join(CLI_ROOT, "bin", "deno_bindgen");
+/** The pinned deno_bindgen CLI, where `deno task build:native` installs it. */
+export const CLI = join(CLI_ROOT, "bin", "deno_bindgen");
 /** What the generated file's default library path becomes (the CLI writes this machine's). */
 const LIBRARY_DEFAULT = "native/target/release/libdynamo_native.so";
 

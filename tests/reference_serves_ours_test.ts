@@ -35,6 +35,7 @@ const LOOPBACK = {
   DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
   DYN_SYSTEM_HOST: "127.0.0.1",
   DYN_HTTP_HOST: "127.0.0.1",
+  // REFERENCE_LOG=debug (and REFERENCE_LOG_TAIL=400000) shows what the reference processes did.
   DYN_LOG: Deno.env.get("REFERENCE_LOG") ?? "warn",
 };
 

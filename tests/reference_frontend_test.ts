@@ -403,3 +403,78 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "a mixed fleet behind our frontend: a reference mocker and our --reference-wire worker both serve",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const env = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const theirs = await startReferenceMocker(python!, { etcd: etcd.url, nats: nats.url }, {
+      modelName: MODEL,
+    });
+    const ours = spawnDeno(CLI, { ...env, DYN_LOG: "warn", DYN_TCP_RPC_HOST: "127.0.0.1" }, [
+      "run",
+      "in=dyn://dynamo.backend.generate",
+      "out=mocker",
+      await builtinTestModel(),
+      "--speedup-ratio",
+      "20",
+      "--block-size",
+      "64",
+      "--model-name",
+      MODEL,
+      "--reference-wire",
+    ]);
+    const frontend = spawnDeno(CLI, { ...env, DYN_LOG: "warn" }, [
+      "frontend",
+      "--http-port",
+      "0",
+      "--http-host",
+      "127.0.0.1",
+      "--reference-workers",
+    ]);
+    const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
+    try {
+      await waitForReferenceInstances(discovery, ENDPOINT, { count: 2, timeoutMs: 90_000 });
+      const base = await frontendUrl(frontend, 60_000);
+      await until(
+        async () =>
+          (await (await fetch(`${base}/health`)).json()) as {
+            models?: { name: string; instances: number }[];
+          },
+        (h) => h.models?.find((m) => m.name === MODEL)?.instances === 2,
+        30_000,
+        `${MODEL} with both instances in /health`,
+      );
+      const before = await referenceMetric(theirs, "dynamo_component_requests_total");
+      const N = 8;
+      for (let i = 0; i < N; i++) {
+        const res = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            model: MODEL,
+            messages: [{ role: "user", content: `question ${i}` }],
+            max_tokens: 4,
+          }),
+        });
+        const body = await res.json();
+        assert.equal(res.status, 200, JSON.stringify(body));
+      }
+      const theirsServed = await referenceMetric(theirs, "dynamo_component_requests_total") -
+        before;
+      // Round-robin over the two: each served some, so ours served the rest.
+      assert.ok(
+        theirsServed > 0 && theirsServed < N,
+        `the reference mocker served ${theirsServed} of ${N}`,
+      );
+    } finally {
+      await Promise.all([stopChild(frontend), stopChild(ours)]);
+      await theirs.kill();
+      await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});

@@ -21,31 +21,15 @@ import { encodeTwoPart } from "../runtime/transport/reference_wire.ts";
 import { encode } from "@msgpack/msgpack";
 import { builtinTestModel } from "../mod.ts";
 import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
+import { referencePython } from "./_helpers/reference.ts";
 
-const ROOT = new URL("..", import.meta.url).pathname;
 const MODEL = "Qwen3-0.6B";
 const ENDPOINT = { namespace: "dynamo", component: "backend", endpoint: "generate" };
-
-async function referencePython(): Promise<string | undefined> {
-  const setup = await new Deno.Command("bash", {
-    args: [`${ROOT}scripts/setup_reference.sh`],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!setup.success) {
-    console.warn(
-      "reference_interop_test skipped: scripts/setup_reference.sh could not install ai-dynamo " +
-        `1.6.1 (PyPI unreachable?): ${new TextDecoder().decode(setup.stderr).slice(-400)}`,
-    );
-    return undefined;
-  }
-  return new TextDecoder().decode(setup.stdout).trim();
-}
 
 if (!haveServers()) {
   console.warn("reference_interop_test skipped: etcd or nats-server not installed");
 }
-const python = haveServers() ? await referencePython() : undefined;
+const python = haveServers() ? await referencePython("reference_interop_test") : undefined;
 
 Deno.test({
   name: "a reference mocker found through etcd streams max_tokens tokens to our client",

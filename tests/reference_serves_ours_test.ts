@@ -93,6 +93,31 @@ async function until<T>(what: string, ms: number, probe: () => Promise<T | undef
   }
 }
 
+/** A runtime of ours on the test's etcd + NATS (its lease holds our workers' records). */
+function etcdRuntime(etcd: { url: string }, nats: { url: string }): Promise<DistributedRuntime> {
+  return DistributedRuntime.connect({
+    discovery: "etcd",
+    requestPlane: "tcp",
+    etcdEndpoints: etcd.url,
+    natsServer: nats.url,
+  });
+}
+
+/** The model names a frontend at `base` lists. */
+async function listedModels(base: string): Promise<string[]> {
+  const list = await (await fetch(`${base}/v1/models`)).json();
+  return (list.data as { id: string }[]).map((m) => m.id);
+}
+
+/** Waits until the frontend at `base` lists `model`. */
+function untilListed(base: string, model: string): Promise<true> {
+  return until(
+    `${model} in the reference frontend's /v1/models`,
+    90_000,
+    async () => (await listedModels(base)).includes(model) ? true : undefined,
+  );
+}
+
 Deno.test({
   name: "the reference frontend serves our echo and mocker workers; a hang-up stops our engine",
   ignore: python === undefined,
@@ -124,12 +149,7 @@ Deno.test({
           ["mocker-model", mocker.handler as never],
         ] as const
       ) {
-        const runtime = await DistributedRuntime.connect({
-          discovery: "etcd",
-          requestPlane: "tcp",
-          etcdEndpoints: etcd.url,
-          natsServer: nats.url,
-        });
+        const runtime = await etcdRuntime(etcd, nats);
         runtimes.push(runtime);
         servers.push(
           await serveReferenceEndpoint({
@@ -153,8 +173,7 @@ Deno.test({
         "both models in the reference frontend's /v1/models",
         90_000,
         async () => {
-          const list = await (await fetch(`${base}/v1/models`)).json();
-          const names = (list.data as { id: string }[]).map((m) => m.id).sort();
+          const names = (await listedModels(base)).sort();
           return names.length === 2 ? names : undefined;
         },
       );
@@ -250,12 +269,7 @@ Deno.test({
           servers,
         ),
       );
-      runtime = await DistributedRuntime.connect({
-        discovery: "etcd",
-        requestPlane: "tcp",
-        etcdEndpoints: etcd.url,
-        natsServer: nats.url,
-      });
+      runtime = await etcdRuntime(etcd, nats);
       ours = await serveReferenceEndpoint({
         runtime,
         namespace: "dynamo",
@@ -276,10 +290,7 @@ Deno.test({
       processes.push(front);
       const base = `http://127.0.0.1:${port}`;
       // Both instances known: the reference mocker's and ours, on the same endpoint.
-      await until("the model in the reference frontend's /v1/models", 90_000, async () => {
-        const list = await (await fetch(`${base}/v1/models`)).json();
-        return (list.data as { id: string }[]).some((m) => m.id === MODEL) ? true : undefined;
-      });
+      await untilListed(base, MODEL);
       const N = 12;
       let ok = 0;
       // Requests go round-robin once both instances are in the frontend's list; retry until
@@ -329,12 +340,7 @@ Deno.test({
     let ours: ReferenceEndpointServer | undefined;
     let front: ReturnType<typeof startReference> | undefined;
     try {
-      runtime = await DistributedRuntime.connect({
-        discovery: "etcd",
-        requestPlane: "tcp",
-        etcdEndpoints: etcd.url,
-        natsServer: nats.url,
-      });
+      runtime = await etcdRuntime(etcd, nats);
       ours = await serveReferenceEndpoint({
         runtime,
         namespace: "dynamo",
@@ -350,12 +356,7 @@ Deno.test({
         servers,
       );
       const base = `http://127.0.0.1:${port}`;
-      await until("tiny-llama in the reference frontend's /v1/models", 90_000, async () => {
-        const list = await (await fetch(`${base}/v1/models`)).json();
-        return (list.data as { id: string }[]).some((m) => m.id === "tiny-llama")
-          ? true
-          : undefined;
-      });
+      await untilListed(base, "tiny-llama");
       const res = await fetch(`${base}/v1/chat/completions`, {
         method: "POST",
         headers: { "content-type": "application/json" },
@@ -448,12 +449,7 @@ Deno.test({
         servers,
       );
       const base = `http://127.0.0.1:${port}`;
-      await until("cli-mocker in the reference frontend's /v1/models", 90_000, async () => {
-        const list = await (await fetch(`${base}/v1/models`)).json();
-        return (list.data as { id: string }[]).some((m) => m.id === "cli-mocker")
-          ? true
-          : undefined;
-      });
+      await untilListed(base, "cli-mocker");
       for (let i = 0; i < 4; i++) {
         const res = await fetch(`${base}/v1/chat/completions`, {
           method: "POST",
@@ -495,12 +491,7 @@ Deno.test({
     let front: ReturnType<typeof startReference> | undefined;
     try {
       for (let i = 0; i < 2; i++) {
-        const runtime = await DistributedRuntime.connect({
-          discovery: "etcd",
-          requestPlane: "tcp",
-          etcdEndpoints: etcd.url,
-          natsServer: nats.url,
-        });
+        const runtime = await etcdRuntime(etcd, nats);
         runtimes.push(runtime);
         const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
         // The publisher starts once the worker serves; the engine reaches it through this.
@@ -538,10 +529,7 @@ Deno.test({
         servers,
       );
       const base = `http://127.0.0.1:${port}`;
-      await until("kv-mocker in the reference frontend's /v1/models", 90_000, async () => {
-        const list = await (await fetch(`${base}/v1/models`)).json();
-        return (list.data as { id: string }[]).some((m) => m.id === "kv-mocker") ? true : undefined;
-      });
+      await untilListed(base, "kv-mocker");
       await until(
         "the reference router to follow both workers' event channels",
         30_000,

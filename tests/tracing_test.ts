@@ -1,4 +1,3 @@
-// deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // Tracing across processes: the frontend's spans (HTTP request, preprocess, route, request-plane
 // hop) and the worker's engine span form one trace with correct parent links, the W3C
 // traceparent carried from the HTTP request through the request plane (etcd + NATS, TCP plane)
@@ -28,6 +27,7 @@ import {
   startNats,
   startServers,
 } from "./_helpers/servers.ts";
+import { referencePython } from "./_helpers/reference.ts";
 import { EtcdDiscovery } from "../runtime/discovery/etcd.ts";
 import {
   ReferenceClient,
@@ -401,26 +401,9 @@ Deno.test("tracing off loads nothing of the OpenTelemetry SDK: the library and t
   }
 });
 
-/** The reference's Python (scripts/setup_reference.sh), or undefined where it cannot be installed. */
-async function referencePython(): Promise<string | undefined> {
-  const setup = await new Deno.Command("bash", {
-    args: [`${ROOT}scripts/setup_reference.sh`],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!setup.success) {
-    console.warn(
-      "tracing_test: the reference interop test is skipped: scripts/setup_reference.sh could not " +
-        `install ai-dynamo 1.6.1 (PyPI unreachable?): ${
-          new TextDecoder().decode(setup.stderr).slice(-400)
-        }`,
-    );
-    return undefined;
-  }
-  return new TextDecoder().decode(setup.stdout).trim();
-}
-
-const referencePy = haveServers() ? await referencePython() : undefined;
+const referencePy = haveServers()
+  ? await referencePython("tracing_test (the reference interop test)")
+  : undefined;
 
 Deno.test({
   name:

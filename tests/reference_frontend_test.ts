@@ -257,6 +257,9 @@ Deno.test({
             if (channel.kind === "zmq") zmqSubs.push(await ZmqSubscriber.connect(channel.endpoint));
           }
           assert.equal(zmqSubs.length, 1, "one worker publishes on ZeroMQ");
+          // ZeroMQ's slow joiner: a publisher drops what it sends before it has taken in a new
+          // subscription, and nothing says when it has; give it a moment before the first event.
+          await new Promise((r) => setTimeout(r, 1_000));
           const listening = Promise.all([
             (async () => {
               for await (const m of natsSub) note(m.data);

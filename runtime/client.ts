@@ -4,8 +4,7 @@
 import type { Context } from "./context.ts";
 import type { Discovery } from "./discovery/mod.ts";
 import { watchPrefix } from "./discovery/watch_prefix.ts";
-import { waitForInstanceCount } from "./_instance_wait.ts";
-import { DynamoError, NoInstancesError, TimeoutError } from "./errors.ts";
+import { DynamoError, NoInstancesError, RuntimeShutdownError, TimeoutError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
 import { instancePrefix } from "./keys.ts";
@@ -172,13 +171,48 @@ export class Client {
    * @throws {TimeoutError} `timeoutMs` passed first
    */
   waitForInstances(options: WaitForInstancesOptions = {}): Promise<string[]> {
-    return waitForInstanceCount({
-      path: this.path,
-      noun: "instance(s)",
-      ids: () => this.#ids,
-      waiters: this.#waiters,
-      closed: this.#stop.signal,
-    }, options);
+    const { signal, timeoutMs, count = 1 } = options;
+    const among = options.among === undefined ? undefined : new Set(options.among);
+    const known = () =>
+      among === undefined ? this.#ids.length : this.#ids.filter((id) => among.has(id)).length;
+    signal?.throwIfAborted();
+    if (this.#stop.signal.aborted) {
+      return Promise.reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
+    }
+    if (known() >= count) return Promise.resolve(this.instanceIds());
+    return new Promise((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const done = () => {
+        this.#waiters.delete(check);
+        signal?.removeEventListener("abort", onAbort);
+        clearTimeout(timer);
+      };
+      const check = () => {
+        if (this.#stop.signal.aborted) {
+          done();
+          reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
+        } else if (known() >= count) {
+          done();
+          resolve(this.instanceIds());
+        }
+      };
+      const onAbort = () => {
+        done();
+        reject(signal!.reason);
+      };
+      this.#waiters.add(check);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          done();
+          reject(
+            new TimeoutError(
+              `no ${count} instance(s) of ${this.path} within ${timeoutMs} ms (have ${known()})`,
+            ),
+          );
+        }, timeoutMs);
+      }
+    });
   }
 
   /** Sends to the next instance in round-robin order (the default routing). */

@@ -7,8 +7,13 @@ import { z } from "zod";
 import { Context } from "../context.ts";
 import type { Discovery } from "../discovery/types.ts";
 import { watchPrefix } from "../discovery/watch_prefix.ts";
-import { waitForInstanceCount } from "../_instance_wait.ts";
-import { CancelledError, DynamoError, NoInstancesError, TimeoutError } from "../errors.ts";
+import {
+  CancelledError,
+  DynamoError,
+  NoInstancesError,
+  RuntimeShutdownError,
+  TimeoutError,
+} from "../errors.ts";
 import { type Logger, silentLogger } from "../logger.ts";
 import type { ResponseStream } from "../stream.ts";
 import type { ReferenceClient } from "./client.ts";
@@ -162,13 +167,49 @@ export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
       among?: readonly string[];
     } = {},
   ): Promise<string[]> {
-    return waitForInstanceCount({
-      path: this.path,
-      noun: "reference instance(s)",
-      ids: () => this.#ids,
-      waiters: this.#waiters,
-      closed: this.#stop.signal,
-    }, options);
+    const { signal, timeoutMs, count = 1 } = options;
+    const among = options.among === undefined ? undefined : new Set(options.among);
+    const known = () =>
+      among === undefined ? this.#ids.length : this.#ids.filter((id) => among.has(id)).length;
+    signal?.throwIfAborted();
+    if (this.#stop.signal.aborted) {
+      return Promise.reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
+    }
+    if (known() >= count) return Promise.resolve(this.instanceIds());
+    return new Promise((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const done = () => {
+        this.#waiters.delete(check);
+        signal?.removeEventListener("abort", onAbort);
+        clearTimeout(timer);
+      };
+      const check = () => {
+        if (this.#stop.signal.aborted) {
+          done();
+          reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
+        } else if (known() >= count) {
+          done();
+          resolve(this.instanceIds());
+        }
+      };
+      const onAbort = () => {
+        done();
+        reject(signal!.reason);
+      };
+      this.#waiters.add(check);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          done();
+          reject(
+            new TimeoutError(
+              `no ${count} reference instance(s) of ${this.path} within ${timeoutMs} ms ` +
+                `(have ${known()})`,
+            ),
+          );
+        }, timeoutMs);
+      }
+    });
   }
 
   /** Sends to the next instance in round-robin order. */

@@ -1,8 +1,15 @@
 // The frontend's one error boundary: typed failures become OpenAI error objects with the
 // HTTP status their class says (the request's own 4xx, 503 without workers, an upstream's
-// status or 502 for a worker's invalid output, 500 for engine failures).
+// status or 502 for a worker's invalid output, 503 for a frontend wait that ran out, 500 for
+// engine failures).
 
-import { DynamoError, NoInstancesError, RemoteError, UpstreamError } from "../../runtime/errors.ts";
+import {
+  DynamoError,
+  NoInstancesError,
+  RemoteError,
+  TimeoutError,
+  UpstreamError,
+} from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import { RequestError } from "../openai/errors.ts";
 import { jsonResponse } from "./encode.ts";
@@ -34,6 +41,13 @@ export function errorResponse(err: unknown, log: Logger): Response {
   if (err instanceof RequestError) return jsonResponse(err.toJSON(), err.status);
   if (err instanceof NoInstancesError) {
     return openaiError(503, err.message, "service_unavailable", "no_instances", {
+      "retry-after": "1",
+    });
+  }
+  if (err instanceof TimeoutError) {
+    // A wait with a deadline in the frontend (discovery's first listing of an endpoint): the
+    // service is not ready; nothing reached a worker.
+    return openaiError(503, err.message, "service_unavailable", "timeout", {
       "retry-after": "1",
     });
   }

@@ -2,7 +2,7 @@
 // (round robin, random, or the KV router for models that take tokens).
 
 import type { Context } from "../../runtime/context.ts";
-import { NoInstancesError } from "../../runtime/errors.ts";
+import { NoInstancesError, TimeoutError } from "../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import type { EndpointClient, EndpointGroup, EndpointId } from "../model/endpoints.ts";
@@ -111,7 +111,7 @@ export class ModelRouter {
     const groups = [...target.endpoints.values()].filter((g) => g.instances.size > 0);
     if (groups.length === 0) throw new NoInstancesError(target.name);
     const group = groups[this.#next++ % groups.length]!;
-    const client = await group.client;
+    const client = clientOf(group) ?? await firstListing(group, this.#policy, context);
     // Only the instances that registered this model: an endpoint may serve several.
     const instances = [...group.instances];
     // Workers register the model before they serve (seed 001's order): give the endpoint's
@@ -162,5 +162,53 @@ export class ModelRouter {
         void g.client.then((c) => c.reportInstanceDown(instanceId), () => {});
       }
     }
+  }
+}
+
+// The endpoint clients whose first listing has come, by group promise: a request to a known
+// endpoint takes its client without a timer or an await.
+const listed = new WeakMap<Promise<EndpointClient>, EndpointClient>();
+
+function clientOf(group: EndpointGroup): EndpointClient | undefined {
+  return listed.get(group.client);
+}
+
+/**
+ * The group's client once discovery has listed the endpoint's instances. That first listing
+ * retries for as long as discovery is unreachable; a request waits for it no longer than for
+ * an instance to appear (at least a second), and not after its client has gone.
+ */
+async function firstListing(
+  group: EndpointGroup,
+  policy: RoutePolicy,
+  context: Context,
+): Promise<EndpointClient> {
+  const ms = Math.max(policy.instanceWaitMs, 1000);
+  const signal = context.signal;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let onAbort: (() => void) | undefined;
+  try {
+    const client = await Promise.race([
+      group.client,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () =>
+            reject(
+              new TimeoutError(
+                `discovery did not list the instances of ${group.path} within ${ms} ms`,
+              ),
+            ),
+          ms,
+        );
+        onAbort = () => reject(signal.reason);
+        if (signal.aborted) onAbort();
+        else signal.addEventListener("abort", onAbort, { once: true });
+      }),
+    ]);
+    listed.set(group.client, client);
+    return client;
+  } finally {
+    clearTimeout(timer);
+    if (onAbort) signal.removeEventListener("abort", onAbort);
   }
 }

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import type { Client } from "../../runtime/client.ts";
 import { Context } from "../../runtime/context.ts";
-import { NoInstancesError } from "../../runtime/errors.ts";
+import { NoInstancesError, TimeoutError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { type EndpointGroup, type EndpointId, endpointPath } from "../model/endpoints.ts";
@@ -113,4 +113,33 @@ Deno.test("ModelRouter in kv mode sends an embedding request (token lists) round
   await router.generate({ token_ids: [[1, 2], [3]] }, new Context());
   assert.deepEqual(kv, []);
   assert.deepEqual(calls, ["rr:1"]);
+});
+
+Deno.test("ModelRouter gives up on an endpoint whose first discovery listing never comes, and on a gone client at once", async () => {
+  const id: EndpointId = { namespace: "ns", component: "c", name: "stuck" };
+  const stuck: EndpointGroup = {
+    id,
+    path: endpointPath(id),
+    client: new Promise(() => {}), // discovery unreachable: the listing is retried forever
+    instances: new Set(["1"]),
+  };
+  const target = {
+    name: "m",
+    modelInput: ModelInput.Text,
+    endpoints: new Map([[stuck.path, stuck]]),
+  };
+  const router = new ModelRouter(target, policy("round-robin", [], []), () => Promise.resolve(16));
+  const started = performance.now();
+  await assert.rejects(router.generate({}, new Context()), (err: Error) => {
+    assert.ok(err instanceof TimeoutError, String(err));
+    assert.match(err.message, /ns\/c\/stuck/);
+    return true;
+  });
+  const waited = performance.now() - started;
+  assert.ok(waited >= 900 && waited < 5000, `waited ${waited} ms`);
+
+  const gone = new Context();
+  const pending = router.generate({}, gone);
+  gone.kill();
+  await assert.rejects(pending);
 });

@@ -13,10 +13,20 @@ export interface BareArgs {
   contents: string[];
   /** finish_reason of the last chunk (sent with an empty delta, as the frontend does). */
   finishReason: string;
+  /**
+   * Write the whole answer (every chunk and [DONE]) in one body pull, as the dynamo frontend
+   * does with the outputs that have already arrived; default: one chunk per pull.
+   */
+  oneWrite?: boolean;
 }
 
 const encoder = new TextEncoder();
 const DONE = encoder.encode("data: [DONE]\n\n");
+const SSE_HEADERS = {
+  "content-type": "text/event-stream",
+  "cache-control": "no-cache",
+  connection: "keep-alive",
+};
 
 /** The bare answer to one request (also timed in-process by the stage breakdown). */
 export function bareAnswer(args: BareArgs, body: { model?: unknown }): Response {
@@ -28,6 +38,30 @@ export function bareAnswer(args: BareArgs, body: { model?: unknown }): Response 
   };
   let i = 0;
   const last = args.contents.length;
+  const chunk = (i: number) => {
+    const choice = i === last
+      ? { index: 0, delta: {}, logprobs: null, finish_reason: args.finishReason }
+      : {
+        index: 0,
+        delta: i === 0
+          ? { role: "assistant", content: args.contents[i] }
+          : { content: args.contents[i] },
+        logprobs: null,
+        finish_reason: null,
+      };
+    return `data: ${JSON.stringify({ ...base, choices: [choice] })}\n\n`;
+  };
+  if (args.oneWrite) {
+    const stream = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        let text = "";
+        for (let k = 0; k <= last; k++) text += chunk(k);
+        controller.enqueue(encoder.encode(text + "data: [DONE]\n\n"));
+        controller.close();
+      },
+    }, { highWaterMark: 0 });
+    return new Response(stream, { headers: SSE_HEADERS });
+  }
   // One chunk per pull with no buffering ahead, as the frontend streams its answer.
   const stream = new ReadableStream<Uint8Array>({
     pull(controller) {
@@ -36,29 +70,10 @@ export function bareAnswer(args: BareArgs, body: { model?: unknown }): Response 
         controller.close();
         return;
       }
-      const choice = i === last
-        ? { index: 0, delta: {}, logprobs: null, finish_reason: args.finishReason }
-        : {
-          index: 0,
-          delta: i === 0
-            ? { role: "assistant", content: args.contents[i] }
-            : { content: args.contents[i] },
-          logprobs: null,
-          finish_reason: null,
-        };
-      i++;
-      controller.enqueue(
-        encoder.encode(`data: ${JSON.stringify({ ...base, choices: [choice] })}\n\n`),
-      );
+      controller.enqueue(encoder.encode(chunk(i++)));
     },
   }, { highWaterMark: 0 });
-  return new Response(stream, {
-    headers: {
-      "content-type": "text/event-stream",
-      "cache-control": "no-cache",
-      connection: "keep-alive",
-    },
-  });
+  return new Response(stream, { headers: SSE_HEADERS });
 }
 
 if (import.meta.main) {

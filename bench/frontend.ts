@@ -1,8 +1,9 @@
 // deno-lint-ignore-file no-console -- a program or test that prints; library code takes a Logger
 // `deno task bench:frontend`: what the OpenAI frontend costs for streaming chat completions.
 // The dynamo server (`dynamo run in=http out=echo`, frontend + echo engine on the embedded
-// runtime) and a bare `Deno.serve` SSE endpoint answering with the same chunks each run in
-// their own process; this process (plus extra client processes for the throughput load) is
+// runtime) and a bare `Deno.serve` SSE endpoint answering with the same chunks (one per body
+// pull; and a second one writing the whole answer at once, as the frontend writes the outputs
+// that have already arrived together) each run in their own process; this process (plus extra client processes for the throughput load) is
 // the client (`fetch`, keep-alive) for both. Measured in one run: requests/s at a fixed
 // concurrency, and time to first content chunk at concurrency 1.
 //
@@ -60,7 +61,7 @@ interface ThroughputRun {
   serverUsPerRequest: number;
 }
 interface ServerResult {
-  key: "bare" | "dynamo";
+  key: "bare" | "bare1" | "dynamo";
   label: string;
   runs: ThroughputRun[];
   /** Run with the median rate. */
@@ -123,12 +124,38 @@ async function run(servers: Array<{ stop(): Promise<void> }>): Promise<number> {
   const a = JSON.stringify(dynamoShape.chunks.map(shapeOf));
   const b = JSON.stringify(bareShape.chunks.map(shapeOf));
   if (a !== b) throw new Error(`the two servers' chunks differ in shape:\n${a}\n${b}`);
+  // The frontend writes the outputs that have already arrived together (with the echo engine,
+  // the whole answer in one write): the same bare answer in one write is the baseline of that.
+  const bare1 = await startServer(
+    "bare1",
+    [
+      "run",
+      "-A",
+      "bench/_frontend_bare.ts",
+      JSON.stringify({ ...bareArgsFrom(dynamoShape, model), oneWrite: true }),
+    ],
+    log,
+  );
+  servers.push(bare1);
+  const bare1Url = `${bare1.url}/v1/chat/completions`;
+  if (
+    JSON.stringify((await streamShape(bare1Url, body)).chunks.map(shapeOf)) !==
+      JSON.stringify(bareShape.chunks.map(shapeOf))
+  ) {
+    throw new Error("the one-write bare server's chunks differ in shape");
+  }
   const chunkCount = dynamoShape.chunks.length;
   const chunkBytes = dynamoShape.chunks.map((c) => JSON.stringify(c).length);
   log(`${chunkCount} chunks per answer (${chunkBytes.join(", ")} bytes of JSON), same on both`);
 
   const cases = [
     { key: "bare" as const, label: "bare Deno.serve SSE", url: bareUrl, pid: bare.pid },
+    {
+      key: "bare1" as const,
+      label: "bare, answer in one write",
+      url: bare1Url,
+      pid: bare1.pid,
+    },
     { key: "dynamo" as const, label: "dynamo frontend + echo", url: dynamoUrl, pid: dynamo.pid },
   ];
   const once = async (url: string) => {
@@ -222,13 +249,14 @@ async function run(servers: Array<{ stop(): Promise<void> }>): Promise<number> {
     ttft: summarize(ttft.get(c.key)!),
     total: summarize(total.get(c.key)!),
   }));
-  const [bareRes, dynRes] = results as [ServerResult, ServerResult];
+  const [bareRes, bare1Res, dynRes] = results as [ServerResult, ServerResult, ServerResult];
   const ratio = dynRes.median.perSecond / bareRes.median.perSecond;
+  const ratioOneWrite = dynRes.median.perSecond / bare1Res.median.perSecond;
   const addedTtft = dynRes.ttft.p50 - bareRes.ttft.p50;
   const throughputMet = ratio >= TARGET_RATIO;
   const ttftMet = addedTtft < TARGET_ADDED_TTFT_MS;
 
-  printTables(results, { ratio, addedTtft, throughputMet, ttftMet, chunkCount });
+  printTables(results, { ratio, ratioOneWrite, addedTtft, throughputMet, ttftMet, chunkCount });
   if (jsonPath) {
     await Deno.writeTextFile(
       jsonPath,
@@ -242,6 +270,7 @@ async function run(servers: Array<{ stop(): Promise<void> }>): Promise<number> {
           chunksPerAnswer: chunkCount,
           results,
           ratio,
+          ratioOneWrite,
           addedTtftP50Ms: addedTtft,
           targets: {
             throughputRatio: { target: TARGET_RATIO, met: throughputMet },
@@ -275,6 +304,7 @@ function printTables(
   results: ServerResult[],
   t: {
     ratio: number;
+    ratioOneWrite: number;
     addedTtft: number;
     throughputMet: boolean;
     ttftMet: boolean;
@@ -335,6 +365,7 @@ function printTables(
     `throughput dynamo / bare: ${t.ratio.toFixed(2)} (target >= ${TARGET_RATIO}: ` +
       `${t.throughputMet ? "met" : "MISSED"})`,
   );
+  out.push(`throughput dynamo / bare with the answer in one write: ${t.ratioOneWrite.toFixed(2)}`);
   out.push(
     `added TTFT p50: ${ms(t.addedTtft)} ms (target < ${TARGET_ADDED_TTFT_MS} ms: ` +
       `${t.ttftMet ? "met" : "MISSED"})`,

@@ -308,6 +308,22 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
     }
   }
 
+  /**
+   * The next item if its frame has already arrived, without a promise: undefined when none
+   * is queued (or the plane cannot tell). Throws what {@linkcode next} would reject with.
+   */
+  poll(): IteratorResult<T> | undefined {
+    const poll = this.#poll;
+    if (this.#over || poll === undefined) return undefined;
+    for (;;) {
+      const ready = poll();
+      if (ready === undefined) return undefined;
+      if (ready !== null && ready.type === FrameType.Heartbeat) continue;
+      // Every frame but a heartbeat settles at once.
+      return this.#frame(ready) as IteratorResult<T>;
+    }
+  }
+
   /** The consumer broke out: tell the worker to stop, then hang up. */
   return(): Promise<IteratorResult<T>> {
     if (!this.#over) this.#end(false);

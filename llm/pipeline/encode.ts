@@ -9,7 +9,7 @@ import type { Context } from "../../runtime/context.ts";
 import { choiceJson, parsedChoiceJsons } from "../http/sse_choice.ts";
 import type { FinishReason, LLMEngineOutput } from "../protocols.ts";
 import type { Admission } from "./admit.ts";
-import { MigrationExhaustedError } from "./migration.ts";
+import { MigrationExhaustedError, type Pollable } from "./migration.ts";
 import {
   type ChoiceEvent,
   type ChoiceFinish,
@@ -225,14 +225,24 @@ abstract class ChoiceSse implements SseSource {
   }
 }
 
-/** One choice, read straight from its engine stream (no generator layers in between). */
+/**
+ * One choice, read straight from its engine stream (no generator layers in between). The
+ * outputs that have already arrived when one is read go out with it, in one step: under load
+ * (or from a fast engine) that is one body pull and one socket write for several chunks; the
+ * first chunk is never held back to wait for more.
+ */
 class SingleChoiceSse extends ChoiceSse {
   readonly #it: AsyncIterator<LLMEngineOutput>;
+  readonly #poll: (() => IteratorResult<LLMEngineOutput> | undefined) | undefined;
+  /** A failure met while taking outputs that were already there: thrown by the next step. */
+  #held: { err: unknown } | undefined;
   #first = true;
 
   constructor(choices: TokenChoices, base: ChunkBase, includeUsage: boolean) {
     super(choices, base, includeUsage);
-    this.#it = choices.streams[0]![Symbol.asyncIterator]();
+    const it = this.#it = choices.streams[0]![Symbol.asyncIterator]();
+    const poll = (it as Partial<Pollable<LLMEngineOutput>>).poll;
+    this.#poll = typeof poll === "function" ? poll.bind(it) : undefined;
   }
 
   #text(text: string, reason: FinishReason | null, logprobs?: ChoiceLogprobs): string {
@@ -242,29 +252,55 @@ class SingleChoiceSse extends ChoiceSse {
   }
 
   async next(): Promise<SseStep> {
-    const it = this.#it;
+    const held = this.#held;
+    if (held !== undefined) {
+      this.#held = undefined;
+      throw held.err;
+    }
+    let text = "";
+    for (;;) {
+      const r = text === "" ? await this.#it.next() : this.#ready();
+      if (r === undefined) return { text, last: false };
+      const step = this.#apply(r);
+      if (typeof step !== "string") {
+        return text === "" ? step : { text: text + step.text, last: true };
+      }
+      text += step;
+    }
+  }
+
+  /** An output that has already arrived, or undefined (a failure is held for the next step). */
+  #ready(): IteratorResult<LLMEngineOutput> | undefined {
+    if (this.#poll === undefined) return undefined;
+    try {
+      return this.#poll();
+    } catch (err) {
+      this.#held = { err };
+      return undefined;
+    }
+  }
+
+  /** One engine output as SSE text ("" when it adds nothing), or the stream's last step. */
+  #apply(r: IteratorResult<LLMEngineOutput>): string | SseStep {
     const choices = this.choices;
     const proc = choices.processors[0]!;
-    for (;;) {
-      const r = await it.next();
-      if (r.done) {
-        const tail = proc.finish();
-        const reason = tail.finishReason ? openaiReason(tail.finishReason) : "stop";
-        return this.end(this.#text(tail.text, reason));
-      }
-      const out = r.value;
-      choices.observe(0, out);
-      const delta = proc.push(out);
-      const logprobs = choices.logprobsOf(0, delta);
-      if (delta.finishReason) {
-        const reason = openaiReason(delta.finishReason);
-        closeQuietly(it); // the choice is over: the engine's stream is not read further
-        return this.end(this.#text(delta.text, reason, logprobs));
-      }
-      if (delta.text !== "" || logprobs !== undefined) {
-        return { text: this.#text(delta.text, null, logprobs), last: false };
-      }
+    if (r.done) {
+      const tail = proc.finish();
+      const reason = tail.finishReason ? openaiReason(tail.finishReason) : "stop";
+      return this.end(this.#text(tail.text, reason));
     }
+    const out = r.value;
+    choices.observe(0, out);
+    const delta = proc.push(out);
+    const logprobs = choices.logprobsOf(0, delta);
+    if (delta.finishReason) {
+      const reason = openaiReason(delta.finishReason);
+      closeQuietly(this.#it); // the choice is over: the engine's stream is not read further
+      return this.end(this.#text(delta.text, reason, logprobs));
+    }
+    return delta.text !== "" || logprobs !== undefined
+      ? this.#text(delta.text, null, logprobs)
+      : "";
   }
 
   protected stop(): void {

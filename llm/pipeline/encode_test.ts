@@ -340,3 +340,58 @@ Deno.test("a tool-call syntax made of special tokens keeps them in the text its 
   assert.equal(await answer(true), "<|im_start|>Hello");
   assert.equal(await answer(false), "Hello");
 });
+
+/** An engine stream whose outputs are all already there (`poll` hands them over at once). */
+function pollable(items: LLMEngineOutput[], failAt?: number) {
+  let i = 0;
+  const take = (): IteratorResult<LLMEngineOutput> => {
+    if (i === failAt) {
+      i++;
+      throw new Error("worker died");
+    }
+    return i < items.length
+      ? { value: items[i++]!, done: false }
+      : { value: undefined, done: true };
+  };
+  const it = {
+    polls: 0,
+    next: () => {
+      try {
+        return Promise.resolve(take());
+      } catch (err) {
+        return Promise.reject(err);
+      }
+    },
+    poll: () => (it.polls++, take()),
+    [Symbol.asyncIterator]: () => it,
+  };
+  return it;
+}
+
+Deno.test("a single choice sends the outputs already there with the one it waited for, in one step", async () => {
+  const stream = pollable([{ token_ids: [HELLO!] }, { token_ids: [WORLD!] }, {
+    token_ids: [QWEN3_IM_END],
+    finish_reason: "eos",
+  }]);
+  const choices = new TokenChoices(tok, [request], [stream], 2, series, performance.now());
+  const all = await steps(tokenSse(choices, chunkBase("chat", "r1", "m"), false));
+  assert.equal(all.length, 1, "one step: the first output was awaited, the rest polled");
+  assert.ok(stream.polls >= 2);
+  const events = data(all[0]!.text);
+  assert.deepEqual(events.slice(0, 2).map((e) => JSON.parse(e).choices[0].delta), [
+    { role: "assistant", content: "Hello" },
+    { content: " world" },
+  ]);
+  assert.equal(JSON.parse(events[2]!).choices[0].finish_reason, "stop");
+  assert.equal(events.at(-1), "[DONE]");
+});
+
+Deno.test("a failure met while polling comes after the chunks polled before it", async () => {
+  const stream = pollable([{ token_ids: [HELLO!] }, { token_ids: [WORLD!] }], 2);
+  const choices = new TokenChoices(tok, [request], [stream], 2, series, performance.now());
+  const source = tokenSse(choices, chunkBase("chat", "r1", "m"), false);
+  const first = await source.next();
+  assert.equal(data(first.text).length, 2);
+  assert.equal(first.last, false);
+  await assert.rejects(source.next(), /worker died/);
+});

@@ -195,6 +195,12 @@ export async function openFailover<T>(
 
 const DONE: IteratorReturnResult<undefined> = Object.freeze({ value: undefined, done: true });
 
+/** An iterator that can hand over an item that is already there without a promise. */
+export interface Pollable<T> {
+  /** The next item if it is already there, else undefined; throws what `next` would reject with. */
+  poll(): IteratorResult<T> | undefined;
+}
+
 /**
  * The items of the current attempt, re-opened on another instance when it fails. A plain
  * iterator rather than an async generator: it adds one promise per item to the stream's own,
@@ -204,6 +210,8 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
   #stream: ResponseStream<LLMEngineOutput>;
   #inner: AsyncIterator<LLMEngineOutput> | undefined;
   #done = false;
+  /** A failure poll() took from the attempt, for next() to handle. */
+  #held: { err: unknown } | undefined;
   readonly #open: () => Promise<ResponseStream<LLMEngineOutput>>;
   readonly #migrateOrThrow: (err: unknown) => void;
   readonly #failed: (stream: ResponseStream<LLMEngineOutput>, err: unknown) => void;
@@ -294,8 +302,34 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
 
   next(): Promise<IteratorResult<LLMEngineOutput>> {
     if (this.#done) return Promise.resolve(DONE);
+    const held = this.#held;
+    if (held !== undefined) {
+      // poll() met the attempt's failure: it takes the usual way (migration or the error).
+      this.#held = undefined;
+      return Promise.resolve(held.err).then(this.#onError);
+    }
     const inner = this.#inner ??= this.#stream[Symbol.asyncIterator]();
     return inner.next().then(this.#onItem, this.#onError);
+  }
+
+  /**
+   * The next item if the current attempt already has it (see `ItemReceiver.poll`), checked
+   * as {@linkcode next} checks it; undefined when none is there yet. A failure is kept for
+   * the next call of {@linkcode next}, which migrates or throws as usual.
+   */
+  poll(): IteratorResult<LLMEngineOutput> | undefined {
+    if (this.#done || this.#held !== undefined) return undefined;
+    const inner = this.#inner ??= this.#stream[Symbol.asyncIterator]();
+    const poll = (inner as Partial<Pollable<LLMEngineOutput>>).poll;
+    if (poll === undefined) return undefined;
+    let r: IteratorResult<LLMEngineOutput> | undefined;
+    try {
+      r = poll.call(inner);
+    } catch (err) {
+      this.#held = { err };
+      return undefined;
+    }
+    return r === undefined ? undefined : this.#onItem(r);
   }
 
   /** The consumer is done: stop the current attempt's stream. */

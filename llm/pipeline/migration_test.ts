@@ -6,6 +6,7 @@ import {
   MigrationExhaustedError,
   openFailover,
   openMigrating,
+  type Pollable,
   type SendTokens,
 } from "./migration.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
@@ -140,4 +141,57 @@ Deno.test("openFailover() retries opening on another instance, never past the li
   const handler = opener([new RemoteError("bad request", "TypeError")]);
   await assert.rejects(openFailover(handler.send, new Context(), { limit: 3 }), RemoteError);
   assert.equal(handler.calls(), 1);
+});
+
+/** As {@linkcode flaky}, but every item is already there: the iterator can hand it over by `poll`. */
+function flakyPollable(failAfter: number[], polled: { n: number }): SendTokens {
+  let attempt = 0;
+  return (req, context) => {
+    const plan = failAfter[attempt++] ?? Infinity;
+    const max = req.stop_conditions.max_tokens!;
+    let last = req.token_ids.at(-1)!;
+    let i = 0;
+    const take = (): IteratorResult<LLMEngineOutput> => {
+      if (i === plan) throw new StreamIncompleteError("worker died", i);
+      if (i === max) return { value: undefined, done: true };
+      i++;
+      last++;
+      return {
+        value: i === max ? { token_ids: [last], finish_reason: "length" } : { token_ids: [last] },
+        done: false,
+      };
+    };
+    const it = {
+      next: () => new Promise<IteratorResult<LLMEngineOutput>>((resolve) => resolve(take())),
+      poll: () => (polled.n++, take()),
+      return: () => Promise.resolve({ value: undefined, done: true as const }),
+    };
+    return Promise.resolve(
+      { context, instanceId: `w${attempt}`, [Symbol.asyncIterator]: () => it } as ResponseStream<
+        LLMEngineOutput
+      >,
+    );
+  };
+}
+
+Deno.test("items taken by poll() are checked and counted as next() does; a failure met by poll() migrates on the next next()", async () => {
+  const polled = { n: 0 };
+  const migrated: number[] = [];
+  const s = await openMigrating(flakyPollable([3], polled), request, new Context(), {
+    limit: 1,
+    onMigrate: (n) => migrated.push(n),
+  });
+  const it = s[Symbol.asyncIterator]() as
+    & AsyncIterator<LLMEngineOutput>
+    & Pollable<LLMEngineOutput>;
+  const got: number[] = [];
+  for (;;) {
+    let r = it.poll();
+    if (r === undefined) r = await it.next();
+    if (r.done) break;
+    got.push(...r.value.token_ids);
+  }
+  assert.deepEqual(got, [4, 5, 6, 7, 8, 9]);
+  assert.deepEqual(migrated, [1], "the failure poll() met was migrated, once");
+  assert.ok(polled.n >= 6);
 });

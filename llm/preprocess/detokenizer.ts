@@ -56,7 +56,14 @@ export class IncrementalDetokenizer {
    * Byte-level tokenizers: ids map to fixed bytes, so a streaming UTF-8 decoder does the
    * whole job (it holds back partial characters itself) at a fraction of the window cost.
    */
-  readonly #utf8: TextDecoder | undefined;
+  readonly #byteLevel: boolean;
+  /** The streaming decoder, made at the first piece that is not plain ASCII. */
+  #utf8: TextDecoder | undefined;
+  /**
+   * Continuation bytes the last character given to #utf8 still needs: while it is 0 the
+   * decoder holds nothing back, and an ASCII piece is its own text (no decoder call).
+   */
+  #need = 0;
 
   /**
    * Creates a detokenizer for one sequence.
@@ -67,13 +74,13 @@ export class IncrementalDetokenizer {
   constructor(tokenizer: Tokenizer, options: IncrementalDetokenizerOptions = {}) {
     this.#tokenizer = tokenizer;
     this.#skipSpecialTokens = options.skipSpecialTokens ?? true;
-    this.#utf8 = tokenizer.byteLevel ? new TextDecoder("utf-8") : undefined;
+    this.#byteLevel = tokenizer.byteLevel === true;
     const prompt = options.promptIds ?? [];
     this.#ids = prompt.slice(Math.max(0, prompt.length - PROMPT_CONTEXT_IDS));
     this.#prefixOffset = 0;
     this.#readOffset = this.#ids.length;
     // The byte-level path needs no window (and decoding the context costs a full decode).
-    this.#prefixLength = this.#utf8 ? 0 : this.#decode(0, this.#readOffset).length;
+    this.#prefixLength = this.#byteLevel ? 0 : this.#decode(0, this.#readOffset).length;
   }
 
   /**
@@ -83,7 +90,7 @@ export class IncrementalDetokenizer {
    * @returns The text they complete, possibly empty.
    */
   push(ids: readonly number[]): string {
-    if (this.#utf8) return this.#pushBytes(ids, this.#utf8);
+    if (this.#byteLevel) return this.#pushBytes(ids);
     for (const id of ids) this.#ids.push(id);
     if (ids.length === 0) return "";
     const text = this.#decode(this.#prefixOffset, this.#ids.length);
@@ -107,7 +114,7 @@ export class IncrementalDetokenizer {
    * @returns The held-back text, possibly empty.
    */
   flush(): string {
-    if (this.#utf8) return this.#utf8.decode();
+    if (this.#byteLevel) return this.#endBytes();
     if (this.#readOffset === this.#ids.length) return "";
     const text = this.#decode(this.#prefixOffset, this.#ids.length);
     const start = this.#prefixLength + this.#extraEmitted;
@@ -116,16 +123,33 @@ export class IncrementalDetokenizer {
     return out;
   }
 
-  #pushBytes(ids: readonly number[], utf8: TextDecoder): string {
+  #pushBytes(ids: readonly number[]): string {
     let out = "";
     for (const id of ids) {
       const piece = this.#tokenizer.tokenPiece(id, this.#skipSpecialTokens);
       if (piece === null) continue;
       // Added tokens are text of their own: bytes before them end there (as in decode()).
-      if (typeof piece === "string") out += utf8.decode() + piece;
-      else out += utf8.decode(piece, { stream: true });
+      if (typeof piece === "string") {
+        out += this.#endBytes() + piece;
+        continue;
+      }
+      if (this.#need === 0) {
+        const ascii = asciiText(piece);
+        if (ascii !== undefined) {
+          out += ascii;
+          continue;
+        }
+      }
+      this.#need = utf8Need(piece, this.#need);
+      out += (this.#utf8 ??= new TextDecoder("utf-8")).decode(piece, { stream: true });
     }
     return out;
+  }
+
+  /** Ends the bytes given so far: what the decoder held back (U+FFFD for a cut character). */
+  #endBytes(): string {
+    this.#need = 0;
+    return this.#utf8 === undefined ? "" : this.#utf8.decode();
   }
 
   /** Everything decoded cleanly: the ids just emitted become the next window's context. */
@@ -149,4 +173,33 @@ export class IncrementalDetokenizer {
       cleanUpTokenizationSpaces: false,
     });
   }
+}
+
+/** A short piece of plain ASCII as its text, else undefined (the decoder's job). */
+function asciiText(piece: Uint8Array): string | undefined {
+  const n = piece.length;
+  if (n > 24) return undefined;
+  let text = "";
+  for (let i = 0; i < n; i++) {
+    const b = piece[i]!;
+    if (b >= 0x80) return undefined;
+    text += String.fromCharCode(b);
+  }
+  return text;
+}
+
+/**
+ * The continuation bytes still missing after `bytes`, given `need` missing before them: an
+ * upper bound of what a UTF-8 decoder holds back (never 0 while it holds a partial character).
+ */
+function utf8Need(bytes: Uint8Array, need: number): number {
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i]!;
+    if (need > 0 && (b & 0xc0) === 0x80) need--;
+    else if (b >= 0xc2 && b <= 0xdf) need = 1;
+    else if (b >= 0xe0 && b <= 0xef) need = 2;
+    else if (b >= 0xf0 && b <= 0xf4) need = 3;
+    else need = 0; // ASCII, or a byte no character starts with (replaced at once)
+  }
+  return need;
 }

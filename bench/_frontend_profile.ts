@@ -6,6 +6,7 @@
 // Then times each stage alone, in this process (bench/_frontend_stages.ts).
 //
 // deno run -A bench/_frontend_profile.ts [--requests N] [--concurrency N] [--out FILE.cpuprofile]
+//   [--stages N] (how many of the largest stages to break down by function, default 6)
 
 import { bareArgsFrom, chatBody, streamOnce, streamShape } from "./_frontend_client.ts";
 import { measureStages } from "./_frontend_stages.ts";
@@ -16,6 +17,7 @@ const REQUESTS = Number(flag("--requests") ?? 4_000);
 const CONCURRENCY = Number(flag("--concurrency") ?? 32);
 const SAMPLING_US = Number(flag("--sampling-us") ?? 200);
 const outPath = flag("--out");
+const STAGES = Number(flag("--stages") ?? 6);
 const log = (msg: string) => console.error(`[profile] ${msg}`);
 
 interface CallFrame {
@@ -145,8 +147,8 @@ function report(profile: Profile, requests: number): string {
   for (const [fn, us] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 25)) {
     lines.push(`${perReq(us)}  ${pct(us)}  ${fn}`);
   }
-  lines.push("", "inside the six largest stages, self time");
-  for (const [stage] of [...byStage].sort((a, b) => b[1] - a[1]).slice(0, 6)) {
+  lines.push("", `inside the ${STAGES} largest stages, self time`);
+  for (const [stage] of [...byStage].sort((a, b) => b[1] - a[1]).slice(0, STAGES)) {
     lines.push(`  ${stage}`);
     const fns = [...byStageFunction.get(stage)!].sort((a, b) => b[1] - a[1]).slice(0, 6);
     for (const [fn, us] of fns) lines.push(`  ${perReq(us)}  ${pct(us)}  ${fn}`);

@@ -324,10 +324,26 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
     }
   }
 
-  /** The consumer broke out: tell the worker to stop, then hang up. */
+  /**
+   * The consumer broke out: tell the worker to stop, then hang up; unless the worker's
+   * sentinel has already arrived (it finished; a consumer that stops at the last item it
+   * wanted, such as a finish reason, usually meets it), then the stream just ends.
+   */
   return(): Promise<IteratorResult<T>> {
-    if (!this.#over) this.#end(false);
+    if (!this.#over) this.#end(this.#finishedAlready());
     return Promise.resolve(DONE);
+  }
+
+  /** Whether the frames already here (read and dropped) end with the worker's sentinel. */
+  #finishedAlready(): boolean {
+    const poll = this.#poll;
+    if (poll === undefined) return false;
+    for (;;) {
+      const ready = poll();
+      if (ready === undefined || ready === null) return false;
+      if (ready.type === FrameType.Sentinel) return true;
+      if (ready.type !== FrameType.Data && ready.type !== FrameType.Heartbeat) return false;
+    }
   }
 
   /** Shortens the idle deadline (see {@linkcode hurryStream}). */

@@ -68,3 +68,27 @@ Deno.test("poll() says undefined while nothing has arrived, and throws a worker'
   await quiet.close();
   await plane.close();
 });
+
+Deno.test("return() after the worker finished sends no stop; before it finished, it does", async () => {
+  for (const finished of [true, false]) {
+    const plane = new LocalRequestPlane();
+    let heard!: Promise<unknown>;
+    await plane.serve("s", async (payload) => {
+      const { header } = payload as unknown as { header: RequestHeader };
+      const conn = await plane.dial(header.connection_info);
+      await conn.send(jsonFrame(FrameType.Prologue, {}));
+      await conn.send(jsonFrame(FrameType.Data, "a"));
+      await conn.send(jsonFrame(FrameType.Data, "b"));
+      if (finished) await conn.send(jsonFrame(FrameType.Sentinel, null));
+      heard = conn.receive().then((f) => f === null ? "closed" : f.type);
+    });
+    const stream = await openStream<string>(plane, "s", "i", {});
+    const it = stream[Symbol.asyncIterator]();
+    await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(await it.next(), { value: "a", done: false });
+    await it.return!();
+    assert.equal(await heard, finished ? "closed" : FrameType.Control);
+    assert.equal(stream.context.isStopped(), !finished);
+    await plane.close();
+  }
+});

@@ -5,6 +5,7 @@ import { Buffer } from "node:buffer";
 import { Etcd3, type IOptions, type Lease as EtcdLease } from "etcd3";
 import { ExponentialBackoff } from "cockatiel";
 import { AsyncQueue } from "../_queue.ts";
+import { withDeadline } from "../_deadline.ts";
 import { DynamoError, InvalidArgumentError } from "../errors.ts";
 import type { Discovery, KeyValue, Lease, PutOptions, WatchEvent, WatchOptions } from "./types.ts";
 
@@ -34,6 +35,8 @@ const text = (b: Uint8Array | string | null | undefined) =>
 export class EtcdDiscovery implements Discovery {
   readonly kind = "etcd";
   readonly #client: Etcd3;
+  /** Deadline of each call, and of a watch's creation (ms). */
+  readonly #callTimeoutMs: number;
   readonly #leases = new Set<EtcdLease>();
   readonly #watches = new Set<AbortController>();
   #closed = false;
@@ -61,7 +64,7 @@ export class EtcdDiscovery implements Discovery {
           "use the name on the server's certificate, or set the server name (ETCD_TLS_SERVER_NAME)",
       );
     }
-    const timeout = options.callTimeoutMs ?? 5000;
+    const timeout = this.#callTimeoutMs = options.callTimeoutMs ?? 5000;
     const etcdOptions: IOptions = {
       hosts: options.endpoints,
       dialTimeout: timeout,
@@ -164,14 +167,25 @@ export class EtcdDiscovery implements Discovery {
     options.signal?.addEventListener("abort", stop, { once: true });
     controller.signal.addEventListener("abort", stop, { once: true });
     let watcher: Awaited<ReturnType<ReturnType<Etcd3["watch"]>["create"]>> | undefined;
+    /** A watch being created that nobody will read: cancelled once it exists. */
+    let pending: Promise<NonNullable<typeof watcher>> | undefined;
     try {
       const res = await this.#client.getAll().prefix(prefix).exec();
-      for (const kv of res.kvs) {
-        void queue.push({ type: "put", key: text(kv.key), value: text(kv.value) });
-      }
-      void queue.push({ type: "synced" });
+      // The watch starts right after the listing's revision: nothing between is missed. The
+      // listing goes to the consumer while it is being created; its creation (a stream call:
+      // no deadline of its own) gets one.
       const next = (BigInt(res.header.revision) + 1n).toString();
-      watcher = await this.#client.watch().prefix(prefix).startRevision(next).create();
+      const creating = pending = this.#client.watch().prefix(prefix).startRevision(next).create();
+      creating.catch(() => {}); // seen below, or dropped with the listing
+      for (const kv of res.kvs) yield { type: "put", key: text(kv.key), value: text(kv.value) };
+      yield { type: "synced" };
+      const timeoutMs = this.#callTimeoutMs;
+      watcher = await withDeadline(
+        creating,
+        timeoutMs,
+        () => new DynamoError(`etcd watch of ${prefix} was not created within ${timeoutMs} ms`),
+      );
+      pending = undefined;
       watcher.on(
         "put",
         (kv) => void queue.push({ type: "put", key: text(kv.key), value: text(kv.value) }),
@@ -186,6 +200,7 @@ export class EtcdDiscovery implements Discovery {
       options.signal?.removeEventListener("abort", stop);
       this.#watches.delete(controller);
       queue.close();
+      void pending?.then((late) => late.cancel(), () => {});
       await watcher?.cancel().catch(() => {});
     }
   }

@@ -314,8 +314,9 @@ class MigratingIterator implements AsyncIterableIterator<LLMEngineOutput> {
 
   /**
    * The next item if the current attempt already has it (see `ItemReceiver.poll`), checked
-   * as {@linkcode next} checks it; undefined when none is there yet. A failure is kept for
-   * the next call of {@linkcode next}, which migrates or throws as usual.
+   * as {@linkcode next} checks it (an item that fails the check throws, as `next` would
+   * reject); undefined when none is there yet. The attempt's failure is kept for the next
+   * call of {@linkcode next}, which migrates or throws as usual.
    */
   poll(): IteratorResult<LLMEngineOutput> | undefined {
     if (this.#done || this.#held !== undefined) return undefined;

@@ -264,8 +264,14 @@ export async function setUpFixture(
   await embPing.waitForInstances({ timeoutMs: 5_000 });
   await embStream.waitForInstances({ timeoutMs: 5_000 });
 
-  // Raw NATS requester, on its own connection (the responder is in the worker process).
-  const nc = await natsConnect({ servers: natsUrl, name: "bench-raw-requester" });
+  // Raw NATS requester, on its own connection (the responder is in the worker process). With
+  // `noAsyncTraces`, as the runtime's own connection: otherwise nats.js captures a stack trace
+  // per request, and the baseline would be slower than raw NATS can be (a third, measured).
+  const nc = await natsConnect({
+    servers: natsUrl,
+    name: "bench-raw-requester",
+    noAsyncTraces: true,
+  });
   cleanups.push(() => nc.drain().catch(() => nc.close()));
   const pingBody = encoder.encode(JSON.stringify({ p: 1 }));
 

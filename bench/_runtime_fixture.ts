@@ -65,6 +65,8 @@ async function startWorker(args: WorkerArgs): Promise<WorkerProcess> {
     args: [
       "run",
       "-A",
+      // BENCH_WORKER_DENO_FLAGS: extra flags for the worker (e.g. --cpu-prof to profile it).
+      ...(Deno.env.get("BENCH_WORKER_DENO_FLAGS")?.split(" ").filter((f) => f !== "") ?? []),
       new URL("./_runtime_worker.ts", import.meta.url).pathname,
       JSON.stringify(args),
     ],

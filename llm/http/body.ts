@@ -35,10 +35,10 @@ export async function readJsonBody(request: Request, limit: number): Promise<unk
   } catch {
     throw new RequestError(400, "request body is not valid UTF-8", { code: "invalid_json" });
   }
-  if (text.trim() === "") throw empty();
   try {
     return JSON.parse(text);
   } catch (err) {
+    if (text.trim() === "") throw empty(); // checked only here: no copy of every body
     throw new RequestError(400, `request body is not valid JSON: ${(err as Error).message}`, {
       code: "invalid_json",
     });

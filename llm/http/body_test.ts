@@ -36,4 +36,6 @@ Deno.test("readJsonBody: over the limit is 413, declared or streamed; bad JSON, 
   assert.equal(await status(post(new Uint8Array([0x7b, 0xff, 0x7d]))), 400);
   assert.equal(await status(post("   ")), 400);
   assert.equal(await status(new Request("http://x/", { method: "POST" })), 400);
+  await assert.rejects(readJsonBody(post(" \n "), 10), /request body is empty/);
+  await assert.rejects(readJsonBody(post(" {x"), 10), /not valid JSON/);
 });

@@ -33,6 +33,7 @@ export {
   type ReferenceTokensRequestInit,
 } from "./request.ts";
 export {
+  type ReferenceCallItem,
   ReferenceClient,
   type ReferenceClientOptions,
   type ReferenceGenerateOptions,
@@ -63,6 +64,7 @@ export {
   ReferenceKvEventPublisher,
   type ReferenceKvEventPublisherOptions,
   type ReferenceKvMessageInit,
+  ReferenceKvState,
 } from "./kv_events.ts";
 export { ZmqPublisher, type ZmqPublisherOptions } from "./zmq_pub.ts";
 // The reference's framing, for callers that speak it themselves.

@@ -9,6 +9,7 @@ import {
   type ReferenceKvEventData,
   ReferenceKvEventPublisher,
 } from "../runtime/reference/kv_events.ts";
+import { ReferenceLoadPublisher } from "../runtime/reference/load_metrics.ts";
 import {
   type ReferenceEndpointServer,
   referenceModelCard,
@@ -115,11 +116,20 @@ export async function serveReferenceWorkers(
         closers.push(() => engine.close());
         handler = engine.handler;
       }
+      // Its load in the reference's kv_metrics, for the reference frontend's busy checks and
+      // for routers that weigh load (ours over reference workers).
+      const load = await ReferenceLoadPublisher.start({
+        runtime,
+        ...o.target,
+        blockSize: o.kvBlockSize ?? o.mocker?.blockSize ?? 16,
+        logger: o.logger,
+      });
+      closers.push(() => load.close());
       servers.push(
         await serveReferenceEndpoint({
           runtime,
           ...o.target,
-          handler: handler as never,
+          handler: load.track(handler as never) as never,
           card,
           logger: o.logger,
         }),

@@ -16,6 +16,7 @@ import {
 } from "../mod.ts";
 import { Context as RuntimeContext } from "../runtime/context.ts";
 import { ReferenceKvEventPublisher } from "../runtime/reference/kv_events.ts";
+import { ReferenceLoadPublisher } from "../runtime/reference/load_metrics.ts";
 import {
   type ReferenceEndpointServer,
   referenceModelCard,
@@ -695,6 +696,107 @@ Deno.test({
       await front?.stop();
       for (const c of closers) await c();
       for (const e of engines) await e.close();
+      for (const rt of runtimes) await rt.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "the reference frontend reads our workers' load (kv_metrics) and skips a busy one",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const modelPath = await builtinTestModel();
+    const runtimes: DistributedRuntime[] = [];
+    const closers: (() => Promise<void>)[] = [];
+    const loads: ReferenceLoadPublisher[] = [];
+    const served = [0, 0];
+    const reported = [
+      { activeDecodeBlocks: 0, activePrefillTokens: 0, kvUsedBlocks: 0 },
+      { activeDecodeBlocks: 0, activePrefillTokens: 0, kvUsedBlocks: 0 },
+    ];
+    let front: ReturnType<typeof startReference> | undefined;
+    const reporting = setInterval(() => loads.forEach((l, i) => l.publish(reported[i])), 100);
+    try {
+      for (let i = 0; i < 2; i++) {
+        const runtime = await etcdRuntime(etcd, nats);
+        runtimes.push(runtime);
+        const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
+        const echo = echoEngine({ delayMs: 1 });
+        const server = await serveReferenceEndpoint({
+          runtime,
+          ...target,
+          handler: async function* (req: Record<string, unknown>, ctx: Context) {
+            served[i]!++;
+            for await (const out of await echo(req as never, ctx)) yield out as never;
+          },
+          card: await referenceModelCard({
+            modelPath,
+            displayName: "busy-echo",
+            kvCacheBlockSize: 16,
+            totalKvBlocks: 100,
+          }),
+        });
+        const load = await ReferenceLoadPublisher.start({ runtime, ...target });
+        loads.push(load);
+        closers.push(() => load.close());
+        closers.push(() => server.close());
+      }
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        [
+          "--http-port",
+          String(port),
+          "--router-mode",
+          "round-robin",
+          "--active-decode-blocks-threshold",
+          "0.5",
+        ],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await untilListed(base, "busy-echo");
+      await until(
+        "the reference frontend to follow both workers' kv_metrics",
+        30_000,
+        () => Promise.resolve(loads.every((l) => l.subscribers > 0) ? true : undefined),
+      );
+      const send = async (n: number) => {
+        const before = [...served];
+        for (let k = 0; k < n; k++) {
+          const res = await fetch(`${base}/v1/chat/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({
+              model: "busy-echo",
+              messages: [{ role: "user", content: `hello ${k}` }],
+              max_tokens: 2,
+            }),
+          });
+          const body = await res.json();
+          assert.equal(res.status, 200, JSON.stringify(body));
+        }
+        return served.map((s, i) => s - before[i]!);
+      };
+      // Worker 0 says 90 of its 100 blocks are taken by running requests: past 0.5, busy.
+      reported[0] = { activeDecodeBlocks: 90, activePrefillTokens: 0, kvUsedBlocks: 90 };
+      await new Promise((r) => setTimeout(r, 1000));
+      assert.deepEqual(await send(6), [0, 6], "a busy worker took requests");
+      // Its load gone, it takes its turn again.
+      reported[0] = { activeDecodeBlocks: 0, activePrefillTokens: 0, kvUsedBlocks: 0 };
+      await new Promise((r) => setTimeout(r, 1000));
+      const after = await send(6);
+      assert.ok(after[0]! >= 2, `worker 0 did not come back: ${after}`);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      clearInterval(reporting);
+      await front?.stop();
+      for (const c of closers) await c();
       for (const rt of runtimes) await rt.shutdown();
       await Promise.all([etcd.stop(), nats.stop()]);
     }

@@ -8,11 +8,12 @@ import { decode } from "@msgpack/msgpack";
 import { z } from "zod";
 import type { Context } from "../../runtime/context.ts";
 import type { Discovery } from "../../runtime/discovery/types.ts";
-import { watchPrefix } from "../../runtime/discovery/watch_prefix.ts";
+import { type DiscoveryRecord, watchPrefix } from "../../runtime/discovery/watch_prefix.ts";
 import { ProtocolError } from "../../runtime/errors.ts";
 import type { EventPlane, EventSubscription } from "../../runtime/events/types.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import type { ReferenceEndpointClient } from "../../runtime/reference/endpoint_client.ts";
+import { decodeReferenceLoad, type ReferenceLoad } from "../../runtime/reference/load_metrics.ts";
 import { ZmqSubscriber } from "../../runtime/reference/zmq_sub.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { computeLocalHashes } from "../kv_router/hashing.ts";
@@ -62,6 +63,26 @@ export function parseReferenceKvChannel(value: unknown): ReferenceKvChannel {
 
 const channelSchema = z.object({ key: z.string(), value: z.unknown() }).transform(({ value }) =>
   parseReferenceKvChannel(value)
+);
+
+/** Where a reference endpoint's workers record their load channels (`kv_metrics`) in etcd. */
+export function referenceLoadChannelsPrefix(endpoint: EndpointId): string {
+  return `v1/event_channels/namespace/${endpoint.namespace}/component/${endpoint.component}` +
+    `/endpoint/${endpoint.name}/topic/kv_metrics/`;
+}
+
+const loadChannelSchema = z.object({ key: z.string(), value: z.unknown() }).transform(
+  ({ value }) => {
+    if (!isObject(value) || value.type !== "EventChannel" || value.topic !== "kv_metrics") {
+      throw new ProtocolError("not a kv_metrics EventChannel record");
+    }
+    const t = value.transport;
+    const config = isObject(t) && isObject(t.config) ? t.config : undefined;
+    if (isObject(t) && t.kind === "Zmq" && typeof config?.endpoint === "string") {
+      return { kind: "zmq", endpoint: config.endpoint } as ReferenceKvChannel;
+    }
+    throw new ProtocolError(`kv_metrics channel transport ${JSON.stringify(t)} is not ZeroMQ`);
+  },
 );
 
 /**
@@ -174,7 +195,10 @@ const READY_MS = 3_000;
 
 /** Options of {@linkcode ReferenceKvRouter}. */
 export interface ReferenceKvRouterOptions extends RoutingPolicyOptions {
-  /** Where the workers record their event channels (ZeroMQ ones are dialled); none: NATS only. */
+  /**
+   * Where the workers record their event channels (ZeroMQ ones are dialled: KV events, and the
+   * load reports that weigh in the cost); none: NATS KV events only.
+   */
   discovery?: Discovery;
   /** Hears of messages that do not decode. */
   logger?: Logger;
@@ -183,7 +207,9 @@ export interface ReferenceKvRouterOptions extends RoutingPolicyOptions {
 /**
  * Routes tokens requests to the reference worker that caches most of their prefix, by our
  * routing policy (cold prompts in turn); its load is the requests this router has in flight on
- * each worker. Events apply as they come (the reference's event ids are not checked for gaps).
+ * each worker and, where the worker reports it (its `kv_metrics` channel, ZeroMQ), the KV blocks
+ * its running requests hold and the prompt tokens it has yet to prefill. Events apply as they
+ * come (the reference's event ids are not checked for gaps).
  */
 export class ReferenceKvRouter implements TokenRouter {
   /** The radix tree of the workers' cached blocks. */
@@ -194,9 +220,11 @@ export class ReferenceKvRouter implements TokenRouter {
   readonly #sub: EventSubscription;
   readonly #consuming: Promise<void>;
   readonly #inflight = new Map<string, number>();
+  readonly #loads = new Map<string, ReferenceLoad>();
   readonly #stop = new AbortController();
   readonly #log: Logger;
   #watching: Promise<void> = Promise.resolve();
+  #watchingLoad: Promise<void> = Promise.resolve();
   /** Resolves once the channels known at the start were dialled (connected or not). */
   readonly #channelsDialled = Promise.withResolvers<void>();
   #ready: Promise<void> | undefined;
@@ -228,7 +256,20 @@ export class ReferenceKvRouter implements TokenRouter {
       for await (const { payload } of sub) this.#apply(() => payload);
     })().catch((err) => log.warn("reference KV events ended", { error: String(err) }));
     if (options.discovery) {
-      this.#watching = this.#followChannels(options.discovery, endpoint);
+      this.#watching = this.#followChannels(
+        options.discovery,
+        referenceKvChannelsPrefix(endpoint),
+        channelSchema,
+        (parts) => this.#apply(() => referenceZmqEnvelope(parts)),
+        () => this.#channelsDialled.resolve(),
+      );
+      this.#watchingLoad = this.#followChannels(
+        options.discovery,
+        referenceLoadChannelsPrefix(endpoint),
+        loadChannelSchema,
+        (parts) => this.#applyLoad(parts),
+        () => {},
+      );
     } else this.#channelsDialled.resolve();
   }
 
@@ -245,8 +286,33 @@ export class ReferenceKvRouter implements TokenRouter {
     }
   }
 
+  #applyLoad(parts: readonly Uint8Array[]): void {
+    try {
+      const { workerId, load } = decodeReferenceLoad(referenceZmqEnvelope(parts));
+      this.#loads.set(workerId, load);
+    } catch (err) {
+      if (this.#invalid++ === 0) {
+        this.#log.warn("ignoring reference load reports that do not decode", {
+          endpoint: this.#client.path,
+          error: (err as Error).message,
+        });
+      }
+    }
+  }
+
+  /** The last load a worker reported (its `kv_metrics`), if any. */
+  reportedLoad(workerId: string): ReferenceLoad | undefined {
+    return this.#loads.get(workerId);
+  }
+
   /** Dials each ZeroMQ channel while its record lasts (NATS ones are the subscription's). */
-  async #followChannels(discovery: Discovery, endpoint: EndpointId): Promise<void> {
+  async #followChannels(
+    discovery: Discovery,
+    prefix: string,
+    schema: z.ZodType<ReferenceKvChannel, DiscoveryRecord>,
+    onMessage: (parts: Uint8Array[]) => void,
+    dialledAll: () => void,
+  ): Promise<void> {
     const dialled = new Map<string, AbortController>();
     const stop = (key: string) => {
       dialled.get(key)?.abort();
@@ -258,15 +324,15 @@ export class ReferenceKvRouter implements TokenRouter {
       const ac = new AbortController();
       dialled.set(key, ac);
       const first = Promise.withResolvers<void>();
-      this.#readZmq(channel.endpoint, ac.signal, first.resolve).catch((err) =>
+      this.#readZmq(channel.endpoint, ac.signal, first.resolve, onMessage).catch((err) =>
         this.#log.warn("reference KV event channel failed", { error: String(err) })
       ).finally(first.resolve);
       return first.promise;
     };
     try {
       for await (
-        const ev of watchPrefix(discovery, referenceKvChannelsPrefix(endpoint), {
-          schema: channelSchema,
+        const ev of watchPrefix(discovery, prefix, {
+          schema,
           signal: this.#stop.signal,
           logger: this.#log,
           what: "reference kv-events channel",
@@ -278,18 +344,23 @@ export class ReferenceKvRouter implements TokenRouter {
           for (const [key, channel] of ev.records) {
             if (!dialled.has(key)) dials.push(start(key, channel));
           }
-          void Promise.all(dials).then(() => this.#channelsDialled.resolve());
+          void Promise.all(dials).then(dialledAll);
         } else if (ev.type === "put") start(ev.key, ev.value);
         else stop(ev.key);
       }
     } finally {
       for (const key of [...dialled.keys()]) stop(key);
-      this.#channelsDialled.resolve();
+      dialledAll();
     }
   }
 
   /** Reads one worker's ZeroMQ channel, dialling again (with backoff) until `signal` aborts. */
-  async #readZmq(endpoint: string, signal: AbortSignal, tried: () => void): Promise<void> {
+  async #readZmq(
+    endpoint: string,
+    signal: AbortSignal,
+    tried: () => void,
+    onMessage: (parts: Uint8Array[]) => void,
+  ): Promise<void> {
     let backoff = 250;
     while (!signal.aborted) {
       try {
@@ -299,7 +370,7 @@ export class ReferenceKvRouter implements TokenRouter {
         signal.addEventListener("abort", close, { once: true });
         try {
           backoff = 250;
-          for await (const parts of sub) this.#apply(() => referenceZmqEnvelope(parts));
+          for await (const parts of sub) onMessage(parts);
         } finally {
           signal.removeEventListener("abort", close);
         }
@@ -353,12 +424,15 @@ export class ReferenceKvRouter implements TokenRouter {
     const candidates = ids.map((workerId) => {
       const activeRequests = this.#inflight.get(workerId) ?? 0;
       total += activeRequests;
+      const load = this.#loads.get(workerId);
       return {
         workerId,
         overlapBlocks: scores.get(workerId) ?? 0,
         requestBlocks,
-        activeBlocks: 0,
-        prefillBlocks: 0,
+        // The reference's mocker leaves active_decode_blocks out and reports its running
+        // requests' blocks as kv_used_blocks.
+        activeBlocks: load?.activeDecodeBlocks ?? load?.kvUsedBlocks ?? 0,
+        prefillBlocks: Math.ceil((load?.activePrefillTokens ?? 0) / this.#blockSize),
         activeRequests,
       };
     });
@@ -396,6 +470,6 @@ export class ReferenceKvRouter implements TokenRouter {
   async close(): Promise<void> {
     this.#stop.abort();
     await this.#sub.unsubscribe();
-    await Promise.all([this.#consuming, this.#watching]);
+    await Promise.all([this.#consuming, this.#watching, this.#watchingLoad]);
   }
 }

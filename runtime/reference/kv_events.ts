@@ -17,6 +17,7 @@ import {
   serveReferenceEndpoint,
   withExactId,
 } from "./worker.ts";
+import { encodeEventPlaneMessage } from "./load_metrics.ts";
 import { ZmqPublisher } from "./zmq_pub.ts";
 
 /** A KV event's data, as our engines report it (`KvCacheEventData` of llm/kv_router). */
@@ -61,8 +62,6 @@ interface HeldBlock {
   parent: bigint | null;
   tokensHash: bigint;
 }
-
-const TOPIC = new TextEncoder().encode("kv-events");
 
 /** Publishes one worker's KV events as the reference's workers do. */
 export class ReferenceKvEventPublisher {
@@ -198,6 +197,11 @@ export class ReferenceKvEventPublisher {
     return this.#queries;
   }
 
+  /** Blocks the worker holds now, by its events. */
+  get heldBlocks(): number {
+    return this.#state.heldBlocks;
+  }
+
   /** The id of the last event published (0 before the first). */
   get lastEventId(): number {
     return this.#state.lastEventId;
@@ -271,6 +275,11 @@ export class ReferenceKvState {
   /** The id of the last event (0 before the first). */
   get lastEventId(): number {
     return this.#eventId;
+  }
+
+  /** Blocks the worker holds now. */
+  get heldBlocks(): number {
+    return this.#blocks.size;
   }
 
   /**
@@ -409,18 +418,13 @@ export interface ReferenceKvMessageInit {
  */
 export function encodeReferenceKvMessage(m: ReferenceKvMessageInit): Uint8Array[] {
   const event = referenceRouterEvent(m.workerId, m.eventId, m.data);
-  const envelope = encode({
-    publisher_id: m.publisherId,
-    sequence: Number(m.sequence),
-    published_at: m.publishedAt,
-    topic: "kv-events",
-    payload: encode([event], { useBigInt64: true }),
-  }, { useBigInt64: true });
-  const payload = new Uint8Array(5 + envelope.length);
-  payload[0] = 1;
-  new DataView(payload.buffer).setUint32(1, envelope.length);
-  payload.set(envelope, 5);
-  return [TOPIC, u64(m.publisherId), u64(m.sequence), payload];
+  return encodeEventPlaneMessage(
+    "kv-events",
+    m.publisherId,
+    m.sequence,
+    m.publishedAt,
+    encode([event], { useBigInt64: true }),
+  );
 }
 
 /** One RouterEvent as the reference's messages and query answers carry it. */
@@ -451,10 +455,4 @@ function referenceEventData(data: ReferenceKvEventData): unknown {
       })),
     },
   };
-}
-
-function u64(v: bigint): Uint8Array {
-  const out = new Uint8Array(8);
-  new DataView(out.buffer).setBigUint64(0, v);
-  return out;
 }

@@ -66,6 +66,14 @@ export {
   type ReferenceKvMessageInit,
   ReferenceKvState,
 } from "./kv_events.ts";
+export {
+  decodeReferenceLoad,
+  encodeReferenceLoadMessage,
+  type ReferenceLoad,
+  type ReferenceLoadMessageInit,
+  ReferenceLoadPublisher,
+  type ReferenceLoadPublisherOptions,
+} from "./load_metrics.ts";
 export { ZmqPublisher, type ZmqPublisherOptions } from "./zmq_pub.ts";
 // The reference's framing, for callers that speak it themselves.
 export {

@@ -42,6 +42,7 @@ Deno.test("a reference stored event decodes to our blocks, with our block hashes
   assert.equal(events.length, 1);
   const [e] = events;
   assert.equal(e!.workerId, golden.instance_id);
+  assert.equal(e!.eventId, 1);
   assert.ok(typeof e!.data === "object" && "stored" in e!.data);
   const { parent_hash, blocks } = e!.data.stored;
   assert.equal(parent_hash, null);
@@ -66,8 +67,8 @@ Deno.test("reference removed and cleared events decode; anything else is refused
     event: { event_id: 2, data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
   }, { worker_id: 0xabcn, event: { event_id: 3, data: "cleared" } }]));
   assert.deepEqual(removed, [
-    { workerId: "abc", data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
-    { workerId: "abc", data: "cleared" },
+    { workerId: "abc", eventId: 2, data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
+    { workerId: "abc", eventId: 3, data: "cleared" },
   ]);
   assert.throws(() => decodeReferenceKvEvents(new Uint8Array([0xc1])), ProtocolError);
   assert.throws(() => decodeReferenceKvEvents(encode({ payload: "x" })), /binary payload/);

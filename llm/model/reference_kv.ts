@@ -262,8 +262,9 @@ export interface ReferenceKvRouterOptions extends RoutingPolicyOptions {
 /**
  * Routes tokens requests to the reference worker that caches most of their prefix, by our
  * routing policy (cold prompts in turn); its load is the requests this router has in flight on
- * each worker and, where the worker reports it (its `kv_metrics` channel, ZeroMQ), the KV blocks
- * its running requests hold and the prompt tokens it has yet to prefill. Where a worker's
+ * each worker and, where the worker reports them (its `kv_metrics` channel, ZeroMQ), the KV
+ * blocks its running requests hold and the prompt tokens it has yet to prefill (not its
+ * `kv_used_blocks`, which the reference's mocker reports alone). Where a worker's
  * EventSource record names a recovery target, the router asks it for its KV state (the
  * reference's `WorkerKvQueryRequest`) when it first sees the worker, so it knows what was cached
  * before it started, and again from the first missing id when the worker's event ids jump.
@@ -639,9 +640,10 @@ export class ReferenceKvRouter implements TokenRouter {
         workerId,
         overlapBlocks: scores.get(workerId) ?? 0,
         requestBlocks,
-        // The reference's mocker leaves active_decode_blocks out and reports its running
-        // requests' blocks as kv_used_blocks.
-        activeBlocks: load?.activeDecodeBlocks ?? load?.kvUsedBlocks ?? 0,
+        // Not kv_used_blocks (all the reference's mocker reports): with it as active blocks,
+        // bench:versus's multi-tenant kv p90 was 17-35x the reference's in 3 runs of 3, though
+        // the router without it had such runs too (BENCHMARKS.md); left out until measured.
+        activeBlocks: load?.activeDecodeBlocks ?? 0,
         prefillBlocks: Math.ceil((load?.activePrefillTokens ?? 0) / this.#blockSize),
         activeRequests,
       };

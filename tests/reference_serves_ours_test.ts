@@ -671,6 +671,17 @@ Deno.test({
         30_000,
         () => Promise.resolve(publishers.every((p) => p.queriesServed > 0) ? true : undefined),
       );
+      // The reference router's request: all the worker holds (no start), for recovery.
+      for (const [i, p] of publishers.entries()) {
+        assert.deepEqual(p.lastQuery, {
+          worker_id: BigInt(`0x${runtimes[i]!.leaseId}`),
+          dp_rank: 0,
+          start_event_id: null,
+          end_event_id: null,
+          supports_tree_dump_failed: true,
+          kind: "recovery",
+        });
+      }
       await new Promise((r) => setTimeout(r, 500)); // the answers applied
       for (const [worker, seed] of [[1, 1], [0, 2], [1, 1], [0, 2]] as const) {
         await routesTo(base, worker, seed);
@@ -678,6 +689,7 @@ Deno.test({
       // A gap: worker 0 caches a prompt whose events are lost, then one whose events are sent;
       // the router sees the ids jump, asks for the missing ones, and knows both.
       const queried = publishers[0]!.queriesServed;
+      const firstLost = publishers[0]!.lastEventId + 1;
       lose[0] = true;
       await computeOn(0, prompt(3));
       lose[0] = false;
@@ -687,6 +699,8 @@ Deno.test({
         30_000,
         () => Promise.resolve(publishers[0]!.queriesServed > queried ? true : undefined),
       );
+      // Asked from the first missing id on.
+      assert.equal(publishers[0]!.lastQuery?.start_event_id, firstLost);
       await new Promise((r) => setTimeout(r, 500));
       for (const seed of [3, 4, 3]) await routesTo(base, 0, seed);
     } catch (err) {

@@ -73,6 +73,7 @@ export class ReferenceKvEventPublisher {
   readonly #state: ReferenceKvState;
   #query?: ReferenceEndpointServer;
   #queries = 0;
+  #lastQuery: Record<string, unknown> | undefined;
   #sequence = 0n;
 
   private constructor(
@@ -146,6 +147,7 @@ export class ReferenceKvEventPublisher {
           logger: options.logger,
           handler: async function* (request) {
             self.#queries++;
+            self.#lastQuery = request;
             yield self.answerQuery(request);
           },
         });
@@ -195,6 +197,11 @@ export class ReferenceKvEventPublisher {
   /** KV-state queries answered so far. */
   get queriesServed(): number {
     return this.#queries;
+  }
+
+  /** The last KV-state query answered, as decoded (u64 fields as bigint). */
+  get lastQuery(): Record<string, unknown> | undefined {
+    return this.#lastQuery;
   }
 
   /** Blocks the worker holds now, by its events. */

@@ -9,6 +9,7 @@ import {
   type ReferenceKvEventData,
   ReferenceKvEventPublisher,
 } from "../runtime/reference/kv_events.ts";
+import { ReferenceLoadPublisher } from "../runtime/reference/load_metrics.ts";
 import {
   type ReferenceEndpointServer,
   referenceModelCard,
@@ -96,8 +97,8 @@ export async function serveReferenceWorkers(
       const runtime = i === 0 ? o.runtime : await o.another();
       if (runtime !== o.runtime) runtimes.push(runtime);
       let handler: unknown;
-      // KV events in the reference's format, for its KV router (the publisher starts below,
-      // once the worker serves; events before that have no subscriber anyway).
+      // KV events in the reference's format, for its KV router (the publisher starts once the
+      // engine is built and before the worker serves: its query answers hold every event).
       let events: ReferenceKvEventPublisher | undefined;
       const onKvEvent = (data: ReferenceKvEventData) => events?.publish(data);
       if (o.engine === "echo") handler = echoEngine({ delayMs: o.echoDelayMs });
@@ -115,20 +116,29 @@ export async function serveReferenceWorkers(
         closers.push(() => engine.close());
         handler = engine.handler;
       }
-      servers.push(
-        await serveReferenceEndpoint({
-          runtime,
-          ...o.target,
-          handler: handler as never,
-          card,
-          logger: o.logger,
-        }),
-      );
       if (o.engine !== "echo") {
         events = await ReferenceKvEventPublisher.start({ runtime, ...o.target, logger: o.logger });
         const started = events;
         closers.push(() => started.close());
       }
+      // Its load in the reference's kv_metrics, for the reference frontend's busy checks and
+      // for routers that weigh load (ours over reference workers).
+      const load = await ReferenceLoadPublisher.start({
+        runtime,
+        ...o.target,
+        blockSize: o.kvBlockSize ?? o.mocker?.blockSize ?? 16,
+        logger: o.logger,
+      });
+      closers.push(() => load.close());
+      servers.push(
+        await serveReferenceEndpoint({
+          runtime,
+          ...o.target,
+          handler: load.track(handler as never) as never,
+          card,
+          logger: o.logger,
+        }),
+      );
     }
     o.logger.info("reference-wire workers registered", {
       model: displayName,

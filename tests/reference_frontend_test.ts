@@ -19,7 +19,11 @@ import {
 } from "../llm/model/reference_kv.ts";
 import { ZmqSubscriber } from "../runtime/reference/zmq_sub.ts";
 import { EtcdDiscovery } from "../runtime/discovery/etcd.ts";
-import { waitForReferenceInstances } from "../runtime/reference/mod.ts";
+import {
+  ReferenceClient,
+  referenceTokensRequest,
+  waitForReferenceInstances,
+} from "../runtime/reference/mod.ts";
 import { frontendUrl, stopChild } from "./_helpers/frontend.ts";
 import { spawnDeno } from "./_helpers/process.ts";
 import {
@@ -476,6 +480,94 @@ Deno.test({
     } finally {
       await Promise.all([stopChild(frontend), stopChild(ours)]);
       await theirs.kill();
+      await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "our kv router asks reference workers for the KV state they cached before it started",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { etcd: etcd.url, nats: nats.url };
+    const mockers = await Promise.all([
+      startReferenceMocker(python!, servers, { modelName: MODEL }),
+      startReferenceMocker(python!, servers, { modelName: MODEL }),
+    ]);
+    const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
+    const client = ReferenceClient.create();
+    const frontendLog: string[] = [];
+    let frontend: ReturnType<typeof spawnDeno> | undefined;
+    try {
+      const instances = await waitForReferenceInstances(discovery, ENDPOINT, {
+        count: 2,
+        timeoutMs: 90_000,
+      });
+      const ids = await Promise.all(mockers.map((m) => referenceWorkerId(m)));
+      // Four KV blocks (64 tokens) of prompt each, no block shared.
+      const prompt = (seed: number) => Array.from({ length: 260 }, (_, i) => 1000 + seed * 300 + i);
+      // Cached on each worker directly, before any router of ours exists: only the workers'
+      // answers to the KV-state query can tell it where.
+      for (const [mocker, seed] of [[1, 1], [0, 2]] as const) {
+        const instance = instances.find((i) => i.instanceId === ids[mocker])!;
+        const request = referenceTokensRequest({
+          model: MODEL,
+          tokenIds: prompt(seed),
+          maxTokens: 1,
+        });
+        for await (const _ of client.generate(instance, request)) { /* run it through */ }
+      }
+      frontend = spawnDeno(
+        CLI,
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, DYN_LOG: "debug" },
+        [
+          "frontend",
+          "--http-port",
+          "0",
+          "--http-host",
+          "127.0.0.1",
+          "--reference-workers",
+          "--router-mode",
+          "kv",
+        ],
+        { onStderrLine: (l) => frontendLog.push(l) },
+      );
+      const base = await frontendUrl(frontend, 60_000);
+      await until(
+        async () => (await (await fetch(`${base}/v1/models`)).json()).data.length,
+        (n) => n === 1,
+        30_000,
+        "the model in the frontend's /v1/models",
+      );
+      const served = () =>
+        Promise.all(mockers.map((m) => referenceMetric(m, "dynamo_component_requests_total")));
+      for (const [mocker, seed] of [[1, 1], [0, 2], [0, 2], [1, 1]] as const) {
+        const before = await served();
+        const res = await fetch(`${base}/v1/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: MODEL, prompt: prompt(seed), max_tokens: 2 }),
+        });
+        assert.equal(res.status, 200, await res.clone().text());
+        await res.text();
+        const after = await served();
+        assert.equal(
+          after[mocker]! - before[mocker]!,
+          1,
+          `the prompt (seed ${seed}) cached on worker ${mocker} went elsewhere` +
+            `\n${frontendLog.filter((l) => /recover|KV state/.test(l)).slice(-6).join("\n")}`,
+        );
+      }
+      assert.ok(
+        frontendLog.some((l) => l.includes("reference worker KV state recovered")),
+        "the frontend's log names no recovery",
+      );
+    } finally {
+      if (frontend) await stopChild(frontend);
+      await client.close();
+      await Promise.all(mockers.map((m) => m.kill()));
       await discovery.close();
       await Promise.all([etcd.stop(), nats.stop()]);
     }

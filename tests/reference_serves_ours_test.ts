@@ -16,6 +16,7 @@ import {
 } from "../mod.ts";
 import { Context as RuntimeContext } from "../runtime/context.ts";
 import { ReferenceKvEventPublisher } from "../runtime/reference/kv_events.ts";
+import { ReferenceLoadPublisher } from "../runtime/reference/load_metrics.ts";
 import {
   type ReferenceEndpointServer,
   referenceModelCard,
@@ -573,6 +574,243 @@ Deno.test({
       await front?.stop();
       for (const c of closers) await c();
       for (const e of engines) await e.close();
+      for (const rt of runtimes) await rt.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "the reference's KV router recovers our workers' KV state through their query",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const modelPath = await builtinTestModel();
+    const runtimes: DistributedRuntime[] = [];
+    const closers: (() => Promise<void>)[] = [];
+    const engines: MockerEngine[] = [];
+    const publishers: ReferenceKvEventPublisher[] = [];
+    const lose = [false, false];
+    const served = [0, 0];
+    let front: ReturnType<typeof startReference> | undefined;
+    const prompt = (seed: number) => Array.from({ length: 160 }, (_, i) => 1000 + seed * 200 + i);
+    const computeOn = async (worker: number, tokens: number[]) => {
+      const ctx = new RuntimeContext();
+      for await (
+        const _ of engines[worker]!.handler({
+          model: "kv-mocker",
+          token_ids: tokens,
+          stop_conditions: { max_tokens: 1 },
+          sampling_options: {},
+          eos_token_ids: [],
+        } as never, ctx)
+      ) { /* run it through */ }
+    };
+    const routesTo = async (base: string, worker: number, seed: number) => {
+      const before = [...served];
+      const res = await fetch(`${base}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "kv-mocker", prompt: prompt(seed), max_tokens: 2 }),
+      });
+      const body = await res.json();
+      assert.equal(res.status, 200, JSON.stringify(body));
+      assert.equal(
+        served[worker]! - before[worker]!,
+        1,
+        `the prompt (seed ${seed}) cached on worker ${worker} went elsewhere (served ${served})`,
+      );
+    };
+    try {
+      for (let i = 0; i < 2; i++) {
+        const runtime = await etcdRuntime(etcd, nats);
+        runtimes.push(runtime);
+        const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
+        const events: { pub?: ReferenceKvEventPublisher } = {};
+        const engine = new MockerEngine({
+          speedupRatio: 20,
+          blockSize: 16,
+          onKvEvent: (data) => lose[i] ? events.pub?.publishLost(data) : events.pub?.publish(data),
+        });
+        engines.push(engine);
+        const server = await serveReferenceEndpoint({
+          runtime,
+          ...target,
+          handler: async function* (req: Record<string, unknown>, ctx: Context) {
+            served[i]!++;
+            for await (const out of engine.handler(req as never, ctx)) yield out as never;
+          },
+          card: await referenceModelCard({
+            modelPath,
+            displayName: "kv-mocker",
+            kvCacheBlockSize: 16,
+            kvEvents: true,
+          }),
+        });
+        const pub = await ReferenceKvEventPublisher.start({ runtime, ...target });
+        events.pub = pub;
+        publishers.push(pub);
+        closers.push(() => pub.close());
+        closers.push(() => server.close());
+      }
+      // Before any router follows them: these events reach nobody.
+      await computeOn(1, prompt(1));
+      await computeOn(0, prompt(2));
+      assert.ok(publishers.every((p) => p.lastEventId > 0 && p.subscribers === 0));
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "kv"],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await untilListed(base, "kv-mocker");
+      await until(
+        "the reference router to query both workers' KV state",
+        30_000,
+        () => Promise.resolve(publishers.every((p) => p.queriesServed > 0) ? true : undefined),
+      );
+      // The reference router's request: all the worker holds (no start), for recovery.
+      for (const [i, p] of publishers.entries()) {
+        assert.deepEqual(p.lastQuery, {
+          worker_id: BigInt(`0x${runtimes[i]!.leaseId}`),
+          dp_rank: 0,
+          start_event_id: null,
+          end_event_id: null,
+          supports_tree_dump_failed: true,
+          kind: "recovery",
+        });
+      }
+      await new Promise((r) => setTimeout(r, 500)); // the answers applied
+      for (const [worker, seed] of [[1, 1], [0, 2], [1, 1], [0, 2]] as const) {
+        await routesTo(base, worker, seed);
+      }
+      // A gap: worker 0 caches a prompt whose events are lost, then one whose events are sent;
+      // the router sees the ids jump, asks for the missing ones, and knows both.
+      const queried = publishers[0]!.queriesServed;
+      const firstLost = publishers[0]!.lastEventId + 1;
+      lose[0] = true;
+      await computeOn(0, prompt(3));
+      lose[0] = false;
+      await computeOn(0, prompt(4));
+      await until(
+        "the reference router to query worker 0 after the gap",
+        30_000,
+        () => Promise.resolve(publishers[0]!.queriesServed > queried ? true : undefined),
+      );
+      // Asked from the first missing id on.
+      assert.equal(publishers[0]!.lastQuery?.start_event_id, firstLost);
+      await new Promise((r) => setTimeout(r, 500));
+      for (const seed of [3, 4, 3]) await routesTo(base, 0, seed);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      for (const c of closers) await c();
+      for (const e of engines) await e.close();
+      for (const rt of runtimes) await rt.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "the reference frontend reads our workers' load (kv_metrics) and skips a busy one",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const modelPath = await builtinTestModel();
+    const runtimes: DistributedRuntime[] = [];
+    const closers: (() => Promise<void>)[] = [];
+    const loads: ReferenceLoadPublisher[] = [];
+    const served = [0, 0];
+    const reported = [
+      { activeDecodeBlocks: 0, activePrefillTokens: 0, kvUsedBlocks: 0 },
+      { activeDecodeBlocks: 0, activePrefillTokens: 0, kvUsedBlocks: 0 },
+    ];
+    let front: ReturnType<typeof startReference> | undefined;
+    const reporting = setInterval(() => loads.forEach((l, i) => l.publish(reported[i])), 100);
+    try {
+      for (let i = 0; i < 2; i++) {
+        const runtime = await etcdRuntime(etcd, nats);
+        runtimes.push(runtime);
+        const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
+        const echo = echoEngine({ delayMs: 1 });
+        const server = await serveReferenceEndpoint({
+          runtime,
+          ...target,
+          handler: async function* (req: Record<string, unknown>, ctx: Context) {
+            served[i]!++;
+            for await (const out of await echo(req as never, ctx)) yield out as never;
+          },
+          card: await referenceModelCard({
+            modelPath,
+            displayName: "busy-echo",
+            kvCacheBlockSize: 16,
+            totalKvBlocks: 100,
+          }),
+        });
+        const load = await ReferenceLoadPublisher.start({ runtime, ...target });
+        loads.push(load);
+        closers.push(() => load.close());
+        closers.push(() => server.close());
+      }
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        [
+          "--http-port",
+          String(port),
+          "--router-mode",
+          "round-robin",
+          "--active-decode-blocks-threshold",
+          "0.5",
+        ],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await untilListed(base, "busy-echo");
+      await until(
+        "the reference frontend to follow both workers' kv_metrics",
+        30_000,
+        () => Promise.resolve(loads.every((l) => l.subscribers > 0) ? true : undefined),
+      );
+      const send = async (n: number) => {
+        const before = [...served];
+        for (let k = 0; k < n; k++) {
+          const res = await fetch(`${base}/v1/chat/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({
+              model: "busy-echo",
+              messages: [{ role: "user", content: `hello ${k}` }],
+              max_tokens: 2,
+            }),
+          });
+          const body = await res.json();
+          assert.equal(res.status, 200, JSON.stringify(body));
+        }
+        return served.map((s, i) => s - before[i]!);
+      };
+      // Worker 0 says 90 of its 100 blocks are taken by running requests: past 0.5, busy.
+      reported[0] = { activeDecodeBlocks: 90, activePrefillTokens: 0, kvUsedBlocks: 90 };
+      await new Promise((r) => setTimeout(r, 1000));
+      assert.deepEqual(await send(6), [0, 6], "a busy worker took requests");
+      // Its load gone, it takes its turn again.
+      reported[0] = { activeDecodeBlocks: 0, activePrefillTokens: 0, kvUsedBlocks: 0 };
+      await new Promise((r) => setTimeout(r, 1000));
+      const after = await send(6);
+      assert.ok(after[0]! >= 2, `worker 0 did not come back: ${after}`);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      clearInterval(reporting);
+      await front?.stop();
+      for (const c of closers) await c();
       for (const rt of runtimes) await rt.shutdown();
       await Promise.all([etcd.stop(), nats.stop()]);
     }

@@ -8,11 +8,17 @@ import { decode } from "@msgpack/msgpack";
 import { z } from "zod";
 import type { Context } from "../../runtime/context.ts";
 import type { Discovery } from "../../runtime/discovery/types.ts";
-import { watchPrefix } from "../../runtime/discovery/watch_prefix.ts";
+import { type DiscoveryRecord, watchPrefix } from "../../runtime/discovery/watch_prefix.ts";
 import { ProtocolError } from "../../runtime/errors.ts";
 import type { EventPlane, EventSubscription } from "../../runtime/events/types.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import type { ReferenceEndpointClient } from "../../runtime/reference/endpoint_client.ts";
+import {
+  listReferenceInstances,
+  type ReferenceEndpoint,
+  type ReferenceInstance,
+} from "../../runtime/reference/instances.ts";
+import { decodeReferenceLoad, type ReferenceLoad } from "../../runtime/reference/load_metrics.ts";
 import { ZmqSubscriber } from "../../runtime/reference/zmq_sub.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { computeLocalHashes } from "../kv_router/hashing.ts";
@@ -64,6 +70,58 @@ const channelSchema = z.object({ key: z.string(), value: z.unknown() }).transfor
   parseReferenceKvChannel(value)
 );
 
+/** Where a reference endpoint's workers record their KV event sources (with recovery targets). */
+export function referenceKvSourcesPrefix(endpoint: EndpointId): string {
+  return `v1/event_sources/namespace/${endpoint.namespace}/component/${endpoint.component}` +
+    `/endpoint/${endpoint.name}/topic/kv-events/`;
+}
+
+/**
+ * The KV-state query endpoint an EventSource record names (`metadata.recovery_target`), if any.
+ *
+ * @param value the JSON-parsed record
+ * @returns the endpoint to ask, or undefined where the source names none
+ * @throws {ProtocolError} a value that is not a kv-events EventSource record
+ */
+export function parseReferenceRecoveryTarget(value: unknown): ReferenceEndpoint | undefined {
+  if (!isObject(value) || value.type !== "EventSource" || value.topic !== "kv-events") {
+    throw new ProtocolError("not a kv-events EventSource record");
+  }
+  const target = isObject(value.metadata) ? value.metadata.recovery_target : undefined;
+  if (target === undefined || target === null) return undefined;
+  if (
+    !isObject(target) || typeof target.namespace !== "string" ||
+    typeof target.component !== "string" || typeof target.endpoint !== "string"
+  ) {
+    throw new ProtocolError("the recovery target is not an endpoint");
+  }
+  return { namespace: target.namespace, component: target.component, endpoint: target.endpoint };
+}
+
+const sourceSchema = z.object({ key: z.string(), value: z.unknown() }).transform(({ value }) =>
+  parseReferenceRecoveryTarget(value) ?? null
+);
+
+/** Where a reference endpoint's workers record their load channels (`kv_metrics`) in etcd. */
+export function referenceLoadChannelsPrefix(endpoint: EndpointId): string {
+  return `v1/event_channels/namespace/${endpoint.namespace}/component/${endpoint.component}` +
+    `/endpoint/${endpoint.name}/topic/kv_metrics/`;
+}
+
+const loadChannelSchema = z.object({ key: z.string(), value: z.unknown() }).transform(
+  ({ value }) => {
+    if (!isObject(value) || value.type !== "EventChannel" || value.topic !== "kv_metrics") {
+      throw new ProtocolError("not a kv_metrics EventChannel record");
+    }
+    const t = value.transport;
+    const config = isObject(t) && isObject(t.config) ? t.config : undefined;
+    if (isObject(t) && t.kind === "Zmq" && typeof config?.endpoint === "string") {
+      return { kind: "zmq", endpoint: config.endpoint } as ReferenceKvChannel;
+    }
+    throw new ProtocolError(`kv_metrics channel transport ${JSON.stringify(t)} is not ZeroMQ`);
+  },
+);
+
 /**
  * The envelope inside a ZeroMQ kv-events message (`[topic, publisher id, sequence, payload]`,
  * the payload a version byte 1, a u32 big-endian length and the envelope).
@@ -92,6 +150,8 @@ export interface ReferenceKvEvent {
   workerId: string;
   /** Stored blocks, removed blocks, or the cache cleared. */
   data: KvCacheEventData;
+  /** The event's id on its worker (ids increase by one; a jump is a gap), where it has one. */
+  eventId?: number;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -125,20 +185,35 @@ export function decodeReferenceKvEvents(bytes: Uint8Array): ReferenceKvEvent[] {
     if (err instanceof ProtocolError) throw err;
     throw new ProtocolError(`not msgpack: ${(err as Error).message}`, { cause: err });
   }
+  return decodeReferenceRouterEvents(events);
+}
+
+/**
+ * Decodes a list of the reference's router events (as a kv-events payload or a KV-state query
+ * answer carries them, msgpack-decoded with 64-bit integers as bigint).
+ *
+ * @param events the decoded list
+ * @returns the events, in order
+ * @throws {ProtocolError} a value that is not such a list
+ */
+export function decodeReferenceRouterEvents(events: unknown): ReferenceKvEvent[] {
   if (!Array.isArray(events)) throw new ProtocolError("the payload is not a list of events");
   return events.map((e, i): ReferenceKvEvent => {
     const at = `event ${i}`;
     if (!isObject(e) || !isObject(e.event)) throw new ProtocolError(`${at} is not a router event`);
     const workerId = hash(e.worker_id, `${at}.worker_id`).toString(16);
+    const id = e.event.event_id;
+    const eventId = typeof id === "number" || typeof id === "bigint" ? Number(id) : undefined;
     const data = e.event.data;
     if (data === "cleared" || (isObject(data) && "cleared" in data)) {
-      return { workerId, data: "cleared" };
+      return { workerId, eventId, data: "cleared" };
     }
     if (isObject(data) && isObject(data.stored)) {
       const { parent_hash: parent, blocks } = data.stored;
       if (!Array.isArray(blocks)) throw new ProtocolError(`${at}: stored blocks is not a list`);
       return {
         workerId,
+        eventId,
         data: {
           stored: {
             parent_hash: parent === null || parent === undefined
@@ -158,6 +233,7 @@ export function decodeReferenceKvEvents(bytes: Uint8Array): ReferenceKvEvent[] {
     if (isObject(data) && isObject(data.removed) && Array.isArray(data.removed.block_hashes)) {
       return {
         workerId,
+        eventId,
         data: {
           removed: {
             block_hashes: data.removed.block_hashes.map((h, j) => hash(h, `${at}: hash ${j}`)),
@@ -174,7 +250,10 @@ const READY_MS = 3_000;
 
 /** Options of {@linkcode ReferenceKvRouter}. */
 export interface ReferenceKvRouterOptions extends RoutingPolicyOptions {
-  /** Where the workers record their event channels (ZeroMQ ones are dialled); none: NATS only. */
+  /**
+   * Where the workers record their event channels (ZeroMQ ones are dialled: KV events, and the
+   * load reports that weigh in the cost); none: NATS KV events only.
+   */
   discovery?: Discovery;
   /** Hears of messages that do not decode. */
   logger?: Logger;
@@ -183,7 +262,12 @@ export interface ReferenceKvRouterOptions extends RoutingPolicyOptions {
 /**
  * Routes tokens requests to the reference worker that caches most of their prefix, by our
  * routing policy (cold prompts in turn); its load is the requests this router has in flight on
- * each worker. Events apply as they come (the reference's event ids are not checked for gaps).
+ * each worker and, where the worker reports them (its `kv_metrics` channel, ZeroMQ), the KV
+ * blocks its running requests hold and the prompt tokens it has yet to prefill (not its
+ * `kv_used_blocks`, which the reference's mocker reports alone). Where a worker's
+ * EventSource record names a recovery target, the router asks it for its KV state (the
+ * reference's `WorkerKvQueryRequest`) when it first sees the worker, so it knows what was cached
+ * before it started, and again from the first missing id when the worker's event ids jump.
  */
 export class ReferenceKvRouter implements TokenRouter {
   /** The radix tree of the workers' cached blocks. */
@@ -194,9 +278,21 @@ export class ReferenceKvRouter implements TokenRouter {
   readonly #sub: EventSubscription;
   readonly #consuming: Promise<void>;
   readonly #inflight = new Map<string, number>();
+  readonly #loads = new Map<string, ReferenceLoad>();
+  /** Per worker: the id of the last event applied (known once one came, or its state did). */
+  readonly #lastEventId = new Map<string, number>();
+  /** Per worker being recovered: the live events held back until its state is applied. */
+  readonly #heldBack = new Map<string, ReferenceKvEvent[]>();
+  /** Per worker: where to ask for its KV state (its EventSource's recovery target). */
+  readonly #stateTargets = new Map<string, ReferenceInstance>();
+  /** Resolves once the workers known at the start were asked for their state (answered or not). */
+  readonly #initialRecovery = Promise.withResolvers<void>();
+  #recoveries = 0;
   readonly #stop = new AbortController();
   readonly #log: Logger;
   #watching: Promise<void> = Promise.resolve();
+  #watchingLoad: Promise<void> = Promise.resolve();
+  #watchingSources: Promise<void> = Promise.resolve();
   /** Resolves once the channels known at the start were dialled (connected or not). */
   readonly #channelsDialled = Promise.withResolvers<void>();
   #ready: Promise<void> | undefined;
@@ -228,13 +324,30 @@ export class ReferenceKvRouter implements TokenRouter {
       for await (const { payload } of sub) this.#apply(() => payload);
     })().catch((err) => log.warn("reference KV events ended", { error: String(err) }));
     if (options.discovery) {
-      this.#watching = this.#followChannels(options.discovery, endpoint);
-    } else this.#channelsDialled.resolve();
+      this.#watching = this.#followChannels(
+        options.discovery,
+        referenceKvChannelsPrefix(endpoint),
+        channelSchema,
+        (parts) => this.#apply(() => referenceZmqEnvelope(parts)),
+        () => this.#channelsDialled.resolve(),
+      );
+      this.#watchingLoad = this.#followChannels(
+        options.discovery,
+        referenceLoadChannelsPrefix(endpoint),
+        loadChannelSchema,
+        (parts) => this.#applyLoad(parts),
+        () => {},
+      );
+      this.#watchingSources = this.#followSources(options.discovery, endpoint);
+    } else {
+      this.#channelsDialled.resolve();
+      this.#initialRecovery.resolve();
+    }
   }
 
   #apply(envelope: () => Uint8Array): void {
     try {
-      for (const e of decodeReferenceKvEvents(envelope())) this.tree.apply(e.workerId, e.data);
+      for (const e of decodeReferenceKvEvents(envelope())) this.#applyEvent(e);
     } catch (err) {
       if (this.#invalid++ === 0) {
         this.#log.warn("ignoring reference KV events that do not decode", {
@@ -245,8 +358,168 @@ export class ReferenceKvRouter implements TokenRouter {
     }
   }
 
+  /**
+   * Applies one live event in its worker's order: held back while the worker's state is being
+   * recovered, skipped when a recovered state already holds it, and a jump in the ids (a lost
+   * message) starts a recovery of the missing ones where the worker names a recovery target.
+   */
+  #applyEvent(e: ReferenceKvEvent): void {
+    const held = this.#heldBack.get(e.workerId);
+    if (held) {
+      held.push(e);
+      return;
+    }
+    const last = this.#lastEventId.get(e.workerId);
+    if (e.eventId !== undefined && last !== undefined) {
+      if (e.eventId <= last) return;
+      if (e.eventId > last + 1 && this.#stateTargets.has(e.workerId)) {
+        void this.#recover(e.workerId, last + 1, [e]);
+        return;
+      }
+    }
+    this.tree.apply(e.workerId, e.data);
+    if (e.eventId !== undefined) this.#lastEventId.set(e.workerId, e.eventId);
+  }
+
+  /**
+   * Asks a worker for its KV state (the reference's `WorkerKvQueryRequest`): from an event id,
+   * the events since; without one, all it holds (applied in place of what the tree had of it).
+   */
+  async #recover(workerId: string, start: number | undefined, held: ReferenceKvEvent[] = []) {
+    const target = this.#stateTargets.get(workerId);
+    if (!target || this.#heldBack.has(workerId)) return;
+    this.#heldBack.set(workerId, held);
+    let recovered = false;
+    try {
+      const request = {
+        worker_id: BigInt(`0x${workerId}`),
+        dp_rank: 0,
+        start_event_id: start ?? null,
+        end_event_id: null,
+        supports_tree_dump_failed: true,
+        kind: "recovery",
+      };
+      let answer: unknown;
+      for await (
+        const item of this.#client.referenceClient.call(target, request, {
+          signal: this.#stop.signal,
+          idleTimeoutMs: 10_000,
+        })
+      ) {
+        answer ??= item.data;
+      }
+      const dump = isObject(answer) && isObject(answer.TreeDump) ? answer.TreeDump : undefined;
+      const since = isObject(answer) && isObject(answer.Events) ? answer.Events : undefined;
+      const body = dump ?? since;
+      if (
+        !body || typeof body.last_event_id !== "number" && typeof body.last_event_id !== "bigint"
+      ) {
+        throw new ProtocolError(`the worker answered ${JSON.stringify(Object.keys(answer ?? {}))}`);
+      }
+      const events = decodeReferenceRouterEvents(body.events);
+      if (dump) {
+        this.tree.apply(workerId, "cleared");
+        for (const e of events) this.tree.apply(workerId, e.data);
+      } else {
+        const from = start ?? 0;
+        for (const e of events) if ((e.eventId ?? from) >= from) this.tree.apply(workerId, e.data);
+      }
+      this.#lastEventId.set(workerId, Number(body.last_event_id));
+      this.#recoveries++;
+      recovered = true;
+      this.#log.debug("reference worker KV state recovered", {
+        worker: workerId,
+        from: start ?? "all",
+        events: events.length,
+      });
+    } catch (err) {
+      if (!this.#stop.signal.aborted) {
+        this.#log.warn("reference worker KV state not recovered", {
+          worker: workerId,
+          error: (err as Error).message,
+        });
+      }
+    } finally {
+      const pending = this.#heldBack.get(workerId) ?? [];
+      this.#heldBack.delete(workerId);
+      // Not recovered: the held events apply as they are, without gap checks until the next.
+      if (!recovered) this.#lastEventId.delete(workerId);
+      for (const e of pending) this.#applyEvent(e);
+    }
+  }
+
+  /** KV-state recoveries of reference workers answered so far. */
+  get recoveries(): number {
+    return this.#recoveries;
+  }
+
+  /** Follows the workers' EventSource records: each new one's worker is asked for its state. */
+  async #followSources(discovery: Discovery, endpoint: EndpointId): Promise<void> {
+    const known = new Set<string>();
+    const learn = async (key: string, target: ReferenceEndpoint) => {
+      if (known.has(key)) return;
+      known.add(key);
+      // The query endpoint is the publisher's own: its instance id is the worker's.
+      for (let tries = 0; tries < 20 && !this.#stop.signal.aborted; tries++) {
+        const instances = await listReferenceInstances(discovery, target);
+        if (instances.length > 0) {
+          for (const instance of instances) {
+            this.#stateTargets.set(instance.instanceId, instance);
+            await this.#recover(instance.instanceId, undefined);
+          }
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    };
+    try {
+      for await (
+        const ev of watchPrefix(discovery, referenceKvSourcesPrefix(endpoint), {
+          schema: sourceSchema,
+          signal: this.#stop.signal,
+          logger: this.#log,
+          what: "reference kv-events source",
+        })
+      ) {
+        if (ev.type === "synced") {
+          const first = [];
+          for (const [key, target] of ev.records) if (target) first.push(learn(key, target));
+          void Promise.allSettled(first).then(() => this.#initialRecovery.resolve());
+        } else if (ev.type === "put" && ev.value) void learn(ev.key, ev.value);
+        else if (ev.type === "delete") known.delete(ev.key);
+      }
+    } finally {
+      this.#initialRecovery.resolve();
+    }
+  }
+
+  #applyLoad(parts: readonly Uint8Array[]): void {
+    try {
+      const { workerId, load } = decodeReferenceLoad(referenceZmqEnvelope(parts));
+      this.#loads.set(workerId, load);
+    } catch (err) {
+      if (this.#invalid++ === 0) {
+        this.#log.warn("ignoring reference load reports that do not decode", {
+          endpoint: this.#client.path,
+          error: (err as Error).message,
+        });
+      }
+    }
+  }
+
+  /** The last load a worker reported (its `kv_metrics`), if any. */
+  reportedLoad(workerId: string): ReferenceLoad | undefined {
+    return this.#loads.get(workerId);
+  }
+
   /** Dials each ZeroMQ channel while its record lasts (NATS ones are the subscription's). */
-  async #followChannels(discovery: Discovery, endpoint: EndpointId): Promise<void> {
+  async #followChannels(
+    discovery: Discovery,
+    prefix: string,
+    schema: z.ZodType<ReferenceKvChannel, DiscoveryRecord>,
+    onMessage: (parts: Uint8Array[]) => void,
+    dialledAll: () => void,
+  ): Promise<void> {
     const dialled = new Map<string, AbortController>();
     const stop = (key: string) => {
       dialled.get(key)?.abort();
@@ -258,15 +531,15 @@ export class ReferenceKvRouter implements TokenRouter {
       const ac = new AbortController();
       dialled.set(key, ac);
       const first = Promise.withResolvers<void>();
-      this.#readZmq(channel.endpoint, ac.signal, first.resolve).catch((err) =>
+      this.#readZmq(channel.endpoint, ac.signal, first.resolve, onMessage).catch((err) =>
         this.#log.warn("reference KV event channel failed", { error: String(err) })
       ).finally(first.resolve);
       return first.promise;
     };
     try {
       for await (
-        const ev of watchPrefix(discovery, referenceKvChannelsPrefix(endpoint), {
-          schema: channelSchema,
+        const ev of watchPrefix(discovery, prefix, {
+          schema,
           signal: this.#stop.signal,
           logger: this.#log,
           what: "reference kv-events channel",
@@ -278,18 +551,23 @@ export class ReferenceKvRouter implements TokenRouter {
           for (const [key, channel] of ev.records) {
             if (!dialled.has(key)) dials.push(start(key, channel));
           }
-          void Promise.all(dials).then(() => this.#channelsDialled.resolve());
+          void Promise.all(dials).then(dialledAll);
         } else if (ev.type === "put") start(ev.key, ev.value);
         else stop(ev.key);
       }
     } finally {
       for (const key of [...dialled.keys()]) stop(key);
-      this.#channelsDialled.resolve();
+      dialledAll();
     }
   }
 
   /** Reads one worker's ZeroMQ channel, dialling again (with backoff) until `signal` aborts. */
-  async #readZmq(endpoint: string, signal: AbortSignal, tried: () => void): Promise<void> {
+  async #readZmq(
+    endpoint: string,
+    signal: AbortSignal,
+    tried: () => void,
+    onMessage: (parts: Uint8Array[]) => void,
+  ): Promise<void> {
     let backoff = 250;
     while (!signal.aborted) {
       try {
@@ -299,7 +577,7 @@ export class ReferenceKvRouter implements TokenRouter {
         signal.addEventListener("abort", close, { once: true });
         try {
           backoff = 250;
-          for await (const parts of sub) this.#apply(() => referenceZmqEnvelope(parts));
+          for await (const parts of sub) onMessage(parts);
         } finally {
           signal.removeEventListener("abort", close);
         }
@@ -325,7 +603,11 @@ export class ReferenceKvRouter implements TokenRouter {
     return this.#ready ??= (async () => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, READY_MS)));
-      const ready = Promise.all([this.#sub.ready, this.#channelsDialled.promise]).then(() => {});
+      const ready = Promise.all([
+        this.#sub.ready,
+        this.#channelsDialled.promise,
+        this.#initialRecovery.promise,
+      ]).then(() => {});
       await Promise.race([ready.catch(() => {}), late]);
       clearTimeout(timer);
     })();
@@ -353,12 +635,16 @@ export class ReferenceKvRouter implements TokenRouter {
     const candidates = ids.map((workerId) => {
       const activeRequests = this.#inflight.get(workerId) ?? 0;
       total += activeRequests;
+      const load = this.#loads.get(workerId);
       return {
         workerId,
         overlapBlocks: scores.get(workerId) ?? 0,
         requestBlocks,
-        activeBlocks: 0,
-        prefillBlocks: 0,
+        // Not kv_used_blocks (all the reference's mocker reports): with it as active blocks,
+        // bench:versus's multi-tenant kv p90 was 17-35x the reference's in 3 runs of 3, though
+        // the router without it had such runs too (BENCHMARKS.md); left out until measured.
+        activeBlocks: load?.activeDecodeBlocks ?? 0,
+        prefillBlocks: Math.ceil((load?.activePrefillTokens ?? 0) / this.#blockSize),
         activeRequests,
       };
     });
@@ -396,6 +682,11 @@ export class ReferenceKvRouter implements TokenRouter {
   async close(): Promise<void> {
     this.#stop.abort();
     await this.#sub.unsubscribe();
-    await Promise.all([this.#consuming, this.#watching]);
+    await Promise.all([
+      this.#consuming,
+      this.#watching,
+      this.#watchingLoad,
+      this.#watchingSources,
+    ]);
   }
 }

@@ -1,11 +1,17 @@
 import assert from "node:assert/strict";
 import { encode } from "@msgpack/msgpack";
+import { MemoryDiscovery } from "../../runtime/discovery/memory.ts";
 import { ProtocolError } from "../../runtime/errors.ts";
+import { LocalEventBus, LocalEventPlane } from "../../runtime/events/memory.ts";
+import { encodeReferenceLoadMessage } from "../../runtime/reference/load_metrics.ts";
+import { ZmqPublisher } from "../../runtime/reference/zmq_pub.ts";
 import { computeBlockHashesSync } from "../kv_router/hashing.ts";
 import {
   decodeReferenceKvEvents,
   parseReferenceKvChannel,
   referenceKvEventsSubject,
+  ReferenceKvRouter,
+  referenceLoadChannelsPrefix,
   referenceZmqEnvelope,
 } from "./reference_kv.ts";
 
@@ -36,6 +42,7 @@ Deno.test("a reference stored event decodes to our blocks, with our block hashes
   assert.equal(events.length, 1);
   const [e] = events;
   assert.equal(e!.workerId, golden.instance_id);
+  assert.equal(e!.eventId, 1);
   assert.ok(typeof e!.data === "object" && "stored" in e!.data);
   const { parent_hash, blocks } = e!.data.stored;
   assert.equal(parent_hash, null);
@@ -60,8 +67,8 @@ Deno.test("reference removed and cleared events decode; anything else is refused
     event: { event_id: 2, data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
   }, { worker_id: 0xabcn, event: { event_id: 3, data: "cleared" } }]));
   assert.deepEqual(removed, [
-    { workerId: "abc", data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
-    { workerId: "abc", data: "cleared" },
+    { workerId: "abc", eventId: 2, data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
+    { workerId: "abc", eventId: 3, data: "cleared" },
   ]);
   assert.throws(() => decodeReferenceKvEvents(new Uint8Array([0xc1])), ProtocolError);
   assert.throws(() => decodeReferenceKvEvents(encode({ payload: "x" })), /binary payload/);
@@ -107,4 +114,91 @@ Deno.test("reference event channel records name a ZeroMQ endpoint or a NATS subj
     () => parseReferenceKvChannel({ ...record({}), topic: "kv_metrics" }),
     /not a kv-events/,
   );
+});
+
+Deno.test("ReferenceKvRouter: a worker's reported load (kv_metrics, ZeroMQ) weighs in its cost", async () => {
+  const discovery = new MemoryDiscovery();
+  const events = new LocalEventPlane(new LocalEventBus());
+  const endpoint = { namespace: "dynamo", component: "backend", name: "generate" };
+  const pub = ZmqPublisher.listen();
+  await discovery.put(
+    `${referenceLoadChannelsPrefix(endpoint)}1`,
+    JSON.stringify({
+      type: "EventChannel",
+      scope: { kind: "endpoint", endpoint },
+      topic: "kv_metrics",
+      instance_id: 1,
+      transport: { kind: "Zmq", config: { endpoint: pub.endpoint } },
+    }),
+  );
+  const sent: string[] = [];
+  const client = {
+    path: "dynamo/backend/generate",
+    availableInstanceIds: () => ["a", "b"],
+    direct: (_req: unknown, id: string) => {
+      sent.push(id);
+      return Promise.resolve({ context: {}, instanceId: id, async *[Symbol.asyncIterator]() {} });
+    },
+    roundRobin: () => Promise.reject(new Error("not expected")),
+  };
+  const router = new ReferenceKvRouter(events, endpoint, client as never, 16, { discovery });
+  try {
+    const deadline = Date.now() + 5_000;
+    while (pub.subscribers === 0) {
+      assert.ok(Date.now() < deadline, "the router did not dial the load channel");
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const report = (worker: bigint, blocks: number, sequence: bigint) =>
+      pub.publish(encodeReferenceLoadMessage({
+        publisherId: 1n,
+        sequence,
+        publishedAt: 0n,
+        workerId: worker,
+        load: {
+          activeDecodeBlocks: blocks,
+          activePrefillTokens: blocks * 16,
+          kvUsedBlocks: blocks,
+        },
+      }));
+    report(0xan, 4000, 0n);
+    report(0xbn, 0, 1n);
+    while (router.reportedLoad("b") === undefined) {
+      assert.ok(Date.now() < deadline, "the load reports did not arrive");
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.deepEqual(router.reportedLoad("a"), {
+      activeDecodeBlocks: 4000,
+      activePrefillTokens: 64000,
+      kvUsedBlocks: 4000,
+    });
+    // Cold prompts would go in turn; with a's load, each goes to b.
+    for (let i = 0; i < 4; i++) {
+      for await (
+        const _ of await router.generate(
+          { token_ids: Array.from({ length: 64 }, (_, k) => 5000 + i * 100 + k) },
+          {},
+        )
+      ) { /* empty */ }
+    }
+    assert.deepEqual(sent, ["b", "b", "b", "b"]);
+    // Reported idle again: the turns come back.
+    report(0xan, 0, 2n);
+    while (router.reportedLoad("a")!.activeDecodeBlocks !== 0) {
+      assert.ok(Date.now() < deadline + 5_000, "the second report did not arrive");
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    sent.length = 0;
+    for (let i = 0; i < 4; i++) {
+      await router.generate(
+        { token_ids: Array.from({ length: 64 }, (_, k) => 9000 + i * 100 + k) },
+        {},
+      );
+    }
+    assert.ok(sent.includes("a"), `a never chosen again: ${sent}`);
+  } finally {
+    await router.close();
+    await pub.close();
+    await events.close();
+    await discovery.close();
+  }
 });

@@ -124,11 +124,41 @@ export class ReferenceClient {
    * @throws {ProtocolError} a malformed frame or item
    * @throws {CancelledError} `signal` aborted
    */
-  async *generate(
+  generate(
     instance: ReferenceInstance,
     request: ReferencePreprocessedRequest,
     options: ReferenceGenerateOptions = {},
   ): AsyncGenerator<ReferenceEngineOutput, void, undefined> {
+    return this.#request(instance, request, options, parseReferenceStreamItem);
+  }
+
+  /**
+   * Sends any request body to a reference endpoint that is not an LLM engine (e.g. a worker's
+   * KV-state query, `worker_kv_query_source_<id>`) and streams each item's `data` as decoded
+   * (msgpack with 64-bit integers as bigint, or JSON), with the framing, deadlines and
+   * cancellation of {@linkcode ReferenceClient.generate}.
+   *
+   * @param instance the endpoint's instance
+   * @param request the request body (encoded with the instance's codec)
+   * @param options signal, idle deadline
+   * @returns each item's data and its bytes as received, in order
+   * @throws the errors of {@linkcode ReferenceClient.generate}
+   */
+  call(
+    instance: ReferenceInstance,
+    request: unknown,
+    options: ReferenceGenerateOptions = {},
+  ): AsyncGenerator<ReferenceCallItem, void, undefined> {
+    return this.#request(instance, request, options, parseRawStreamItem, true);
+  }
+
+  async *#request<T>(
+    instance: ReferenceInstance,
+    request: unknown,
+    options: ReferenceGenerateOptions,
+    parse: (body: unknown, bytes: Uint8Array) => RawItem<T>,
+    bigints = false,
+  ): AsyncGenerator<T, void, undefined> {
     const { signal } = options;
     signal?.throwIfAborted();
     if (this.#closed) throw new ProtocolError("the reference client is closed");
@@ -159,7 +189,7 @@ export class ReferenceClient {
         },
       };
       const body = instance.codec === "msgpack"
-        ? msgpackEncode(request)
+        ? msgpackEncode(request, { useBigInt64: bigints })
         : new TextEncoder().encode(JSON.stringify(request));
       const payload = encodeTwoPart({
         header: new TextEncoder().encode(JSON.stringify(header)),
@@ -181,15 +211,17 @@ export class ReferenceClient {
       if (signal?.aborted) throw new CancelledError("request cancelled", { cause: err });
       throw err;
     }
-    yield* this.#stream(response, instance, idleMs, signal);
+    yield* this.#stream(response, instance, idleMs, signal, parse, bigints);
   }
 
-  async *#stream(
+  async *#stream<T>(
     { conn, reader }: CallHomeConnection,
     instance: ReferenceInstance,
     idleMs: number,
     signal: AbortSignal | undefined,
-  ): AsyncGenerator<ReferenceEngineOutput, void, undefined> {
+    parse: (body: unknown, bytes: Uint8Array) => RawItem<T>,
+    bigints: boolean,
+  ): AsyncGenerator<T, void, undefined> {
     const where =
       `reference worker ${instance.instanceId} at ${instance.hostname}:${instance.port}`;
     let finished = false;
@@ -210,7 +242,9 @@ export class ReferenceClient {
     signal?.addEventListener("abort", onAbort, { once: true });
     const decoder = new TextDecoder();
     const decodeBody = (b: Uint8Array) =>
-      instance.codec === "msgpack" ? msgpackDecode(b) : JSON.parse(decoder.decode(b));
+      instance.codec === "msgpack"
+        ? msgpackDecode(b, { useBigInt64: bigints })
+        : JSON.parse(decoder.decode(b));
     try {
       const next = async (what: string) => {
         try {
@@ -272,7 +306,7 @@ export class ReferenceClient {
         } catch (err) {
           throw new ProtocolError(`${where}: response item does not decode`, { cause: err });
         }
-        const item = parseReferenceStreamItem(body);
+        const item = parse(body, frame.body);
         if (item.kind === "final") final = true;
         else if (item.kind === "error") {
           throw new RemoteError(`${where}: ${item.message}`, "ReferenceWorkerError");
@@ -323,6 +357,30 @@ export class ReferenceClient {
     });
     return await dialing;
   }
+}
+
+type RawItem<T> =
+  | { kind: "output"; output: T }
+  | { kind: "final" }
+  | { kind: "error"; message: string };
+
+/** One item of {@linkcode ReferenceClient.call}. */
+export interface ReferenceCallItem {
+  /** The item's data, decoded. */
+  data: unknown;
+  /** The item's body as it came (the whole `{data, complete_final}` wrapper, encoded). */
+  bytes: Uint8Array;
+}
+
+/** A stream item whose data is not an engine output: `{data?, complete_final}`. */
+function parseRawStreamItem(body: unknown, bytes: Uint8Array): RawItem<ReferenceCallItem> {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw new ProtocolError("response item is not an object");
+  }
+  const { data, complete_final: final } = body as { data?: unknown; complete_final?: unknown };
+  if (typeof final !== "boolean") throw new ProtocolError("response item lacks complete_final");
+  if (final) return { kind: "final" };
+  return { kind: "output", output: { data: data ?? null, bytes } };
 }
 
 function parseJson(bytes: Uint8Array, what: string): unknown {

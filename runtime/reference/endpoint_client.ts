@@ -150,6 +150,11 @@ export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
     return ready.promise;
   }
 
+  /** The reference client the requests go through (for the endpoint's other calls). */
+  get referenceClient(): ReferenceClient {
+    return this.#options.client;
+  }
+
   /** Ids of the instances known now, sorted. */
   instanceIds(): string[] {
     return [...this.#ids];

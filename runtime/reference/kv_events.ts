@@ -3,11 +3,21 @@
 // EventChannel record (`v1/event_channels/.../topic/kv-events/<id>`), each message the four
 // parts its workers send (topic, publisher id, sequence, a versioned msgpack envelope around a
 // msgpack list of router events), as captured in tests/golden/reference_1.6.1/kv_events.json.
+// It also answers the reference router's KV-state query (`worker_kv_query_source_<id>`, named as
+// the recovery target of the EventSource record): the router asks it when it starts following a
+// worker or sees a gap in its event ids, and gets the buffered events since an id, or a dump of
+// the blocks the worker holds (tests/golden/reference_1.6.1/kv_state.json).
 
 import { encode } from "@msgpack/msgpack";
 import type { DistributedRuntime } from "../distributed_runtime.ts";
 import type { Logger } from "../logger.ts";
-import { ID_SLOT, withExactId } from "./worker.ts";
+import {
+  ID_SLOT,
+  type ReferenceEndpointServer,
+  serveReferenceEndpoint,
+  withExactId,
+} from "./worker.ts";
+import { encodeEventPlaneMessage } from "./load_metrics.ts";
 import { ZmqPublisher } from "./zmq_pub.ts";
 
 /** A KV event's data, as our engines report it (`KvCacheEventData` of llm/kv_router). */
@@ -35,9 +45,23 @@ export interface ReferenceKvEventPublisherOptions {
   hostname?: string;
   /** Hears of subscribers refused or dropped. */
   logger?: Logger;
+  /** Serve the KV-state query and name it as the recovery target (default true). */
+  serveQuery?: boolean;
+  /** Events kept to answer a query from an event id (default 1,024, as the reference's). */
+  bufferSize?: number;
 }
 
-const TOPIC = new TextEncoder().encode("kv-events");
+/** One router event as the reference's messages and query answers carry it. */
+interface RouterEventRecord {
+  eventId: number;
+  data: ReferenceKvEventData;
+}
+
+/** A block the worker holds: its parent and its tokens' hash. */
+interface HeldBlock {
+  parent: bigint | null;
+  tokensHash: bigint;
+}
 
 /** Publishes one worker's KV events as the reference's workers do. */
 export class ReferenceKvEventPublisher {
@@ -46,19 +70,24 @@ export class ReferenceKvEventPublisher {
   readonly #pub: ZmqPublisher;
   readonly #workerId: bigint;
   readonly #unregister: () => Promise<void>;
+  readonly #state: ReferenceKvState;
+  #query?: ReferenceEndpointServer;
+  #queries = 0;
+  #lastQuery: Record<string, unknown> | undefined;
   #sequence = 0n;
-  #eventId = 0;
 
   private constructor(
     pub: ZmqPublisher,
     publisherId: bigint,
     workerId: bigint,
     unregister: () => Promise<void>,
+    bufferSize: number,
   ) {
     this.#pub = pub;
     this.publisherId = publisherId;
     this.#workerId = workerId;
     this.#unregister = unregister;
+    this.#state = new ReferenceKvState(workerId, bufferSize);
   }
 
   /**
@@ -71,15 +100,14 @@ export class ReferenceKvEventPublisher {
     options: ReferenceKvEventPublisherOptions,
   ): Promise<ReferenceKvEventPublisher> {
     const { runtime, namespace, component, endpoint } = options;
-    const pub = ZmqPublisher.listen({
-      hostname: options.hostname ?? Deno.env.get("DYN_EVENT_PLANE_HOST") ?? "127.0.0.1",
-      logger: options.logger,
-    });
+    const hostname = options.hostname ?? Deno.env.get("DYN_EVENT_PLANE_HOST") ?? "127.0.0.1";
+    const pub = ZmqPublisher.listen({ hostname, logger: options.logger });
     // 52 random bits, as the reference's ids are (they also fit a JSON number exactly).
     const random = crypto.getRandomValues(new Uint32Array(2));
     const publisherId = (BigInt(random[0]! & 0xfffff) << 32n) | BigInt(random[1]!);
+    const hexId = publisherId.toString(16);
     const key = `v1/event_channels/namespace/${namespace}/component/${component}/endpoint/` +
-      `${endpoint}/topic/kv-events/${publisherId.toString(16)}`;
+      `${endpoint}/topic/kv-events/${hexId}`;
     const record = {
       type: "EventChannel",
       scope: { kind: "endpoint", endpoint: { namespace, component, name: endpoint } },
@@ -87,42 +115,78 @@ export class ReferenceKvEventPublisher {
       instance_id: Number(publisherId),
       transport: { kind: "Zmq", config: { endpoint: pub.endpoint } },
     };
-    const hexId = publisherId.toString(16);
-    const workerDecimal = BigInt(`0x${runtime.leaseId}`).toString();
+    const workerId = BigInt(`0x${runtime.leaseId}`);
+    const workerDecimal = workerId.toString();
     const scope = { namespace, component, name: endpoint };
     const sourceKey = `v1/event_sources/namespace/${namespace}/component/${component}/endpoint/` +
       `${endpoint}/topic/kv-events/${hexId}`;
-    // The EventSource record ties the channel to its worker: the reference's router applies a
-    // channel's events only once it has one. (Without a recovery target: with one, the router
-    // first asks the worker for its KV state on that endpoint, which we do not serve yet.)
-    const source = withExactId({
-      type: "EventSource",
-      scope: { kind: "endpoint", endpoint: scope },
-      topic: "kv-events",
-      publisher_id: Number(publisherId),
-      metadata: {
-        kv_state_endpoint: scope,
-        worker: { worker_id: ID_SLOT, dp_rank: 0 },
-        publisher_id: Number(publisherId),
+    const self = new ReferenceKvEventPublisher(
+      pub,
+      publisherId,
+      workerId,
+      async () => {
+        await runtime.internals.unregisterKey(sourceKey);
+        await runtime.internals.unregisterKey(key);
+        await self.#query?.close();
       },
-    }, workerDecimal);
+      options.bufferSize ?? 1024,
+    );
     try {
+      // The recovery target: the endpoint the reference's router asks for this worker's KV
+      // state, named after the publisher, recorded as an instance of its own.
+      let recoveryTarget: Record<string, unknown> | undefined;
+      if (options.serveQuery ?? true) {
+        const queryEndpoint = `worker_kv_query_source_${hexId}`;
+        self.#query = await serveReferenceEndpoint({
+          runtime,
+          namespace,
+          component,
+          endpoint: queryEndpoint,
+          raw: true,
+          hostname: options.hostname,
+          logger: options.logger,
+          handler: async function* (request) {
+            self.#queries++;
+            self.#lastQuery = request;
+            yield self.answerQuery(request);
+          },
+        });
+        recoveryTarget = {
+          component,
+          endpoint: queryEndpoint,
+          namespace,
+          instance_id: ID_SLOT,
+          transport: {
+            tcp: `${self.#query.address}/${runtime.leaseId}/${namespace}/${component}/` +
+              queryEndpoint,
+          },
+          device_type: "cpu",
+          request_plane_codec: "msgpack",
+        };
+      }
+      // The EventSource record ties the channel to its worker (the reference's router applies a
+      // channel's events only once it has one) and names where to recover its state.
+      const source = withExactId({
+        type: "EventSource",
+        scope: { kind: "endpoint", endpoint: scope },
+        topic: "kv-events",
+        publisher_id: Number(publisherId),
+        metadata: {
+          kv_state_endpoint: scope,
+          worker: { worker_id: ID_SLOT, dp_rank: 0 },
+          publisher_id: Number(publisherId),
+          ...(recoveryTarget ? { recovery_target: recoveryTarget } : {}),
+        },
+      }, workerDecimal);
       await runtime.internals.registerKey(key, JSON.stringify(record));
       await runtime.internals.registerKey(sourceKey, source);
     } catch (err) {
       await runtime.internals.unregisterKey(key).catch(() => {});
+      await self.#query?.close();
       await pub.close();
       throw err;
     }
-    return new ReferenceKvEventPublisher(
-      pub,
-      publisherId,
-      BigInt(`0x${runtime.leaseId}`),
-      async () => {
-        await runtime.internals.unregisterKey(sourceKey);
-        await runtime.internals.unregisterKey(key);
-      },
-    );
+    return self;
   }
 
   /** Subscribers following the channel now. */
@@ -130,22 +194,207 @@ export class ReferenceKvEventPublisher {
     return this.#pub.subscribers;
   }
 
-  /** Publishes one event (ids increase by one from 1, per worker). */
+  /** KV-state queries answered so far. */
+  get queriesServed(): number {
+    return this.#queries;
+  }
+
+  /** The last KV-state query answered, as decoded (u64 fields as bigint). */
+  get lastQuery(): Record<string, unknown> | undefined {
+    return this.#lastQuery;
+  }
+
+  /** Blocks the worker holds now, by its events. */
+  get heldBlocks(): number {
+    return this.#state.heldBlocks;
+  }
+
+  /** The id of the last event published (0 before the first). */
+  get lastEventId(): number {
+    return this.#state.lastEventId;
+  }
+
+  /** Publishes one event (ids increase by one from 1, per worker) and keeps it for queries. */
   publish(data: ReferenceKvEventData): void {
+    const eventId = this.#state.record(data);
     this.#pub.publish(encodeReferenceKvMessage({
       publisherId: this.publisherId,
       sequence: this.#sequence++,
       publishedAt: BigInt(Date.now()),
       workerId: this.#workerId,
-      eventId: ++this.#eventId,
+      eventId,
       data,
     }));
+  }
+
+  /**
+   * Skips an event id without sending it, as a lost message would: the reference router sees a
+   * gap and recovers through the query. For tests of that recovery.
+   *
+   * @param data what happened (kept for queries, not sent)
+   */
+  publishLost(data: ReferenceKvEventData): void {
+    this.#state.record(data);
+    this.#sequence++;
+  }
+
+  /**
+   * The answer to one KV-state query, from the events published so far (see
+   * {@linkcode ReferenceKvState.answerQuery}).
+   *
+   * @param request the decoded `WorkerKvQueryRequest`
+   * @returns the `WorkerKvQueryResponse`
+   */
+  answerQuery(request: Record<string, unknown>): Record<string, unknown> {
+    return this.#state.answerQuery(request);
   }
 
   /** Removes the record and stops the publisher. */
   async close(): Promise<void> {
     await this.#unregister().catch(() => {});
     await this.#pub.close();
+  }
+}
+
+/**
+ * One worker's KV state as its KV-state query serves it: the last events (with their ids) and
+ * the blocks it holds, kept from the events it publishes.
+ */
+export class ReferenceKvState {
+  /** The worker's instance id. */
+  readonly workerId: bigint;
+  readonly #bufferSize: number;
+  readonly #buffer: RouterEventRecord[] = [];
+  readonly #blocks = new Map<bigint, HeldBlock>();
+  #eventId = 0;
+
+  /**
+   * An empty state (no event yet).
+   *
+   * @param workerId the worker's instance id (the events' worker id)
+   * @param bufferSize events kept to answer from an id (default 1,024, as the reference's)
+   */
+  constructor(workerId: bigint, bufferSize = 1024) {
+    this.workerId = workerId;
+    this.#bufferSize = bufferSize;
+  }
+
+  /** The id of the last event (0 before the first). */
+  get lastEventId(): number {
+    return this.#eventId;
+  }
+
+  /** Blocks the worker holds now. */
+  get heldBlocks(): number {
+    return this.#blocks.size;
+  }
+
+  /**
+   * Takes the next event.
+   *
+   * @param data what happened
+   * @returns its id (one more than the last)
+   */
+  record(data: ReferenceKvEventData): number {
+    const eventId = ++this.#eventId;
+    this.#remember({ eventId, data });
+    return eventId;
+  }
+
+  /**
+   * The answer to one KV-state query (`WorkerKvQueryRequest` in, `WorkerKvQueryResponse` out),
+   * as the reference's workers give it: the buffered events from `start_event_id` on, a dump of
+   * the held blocks (no start, or a start older than the buffer), `TooNew` past the last event,
+   * `InvalidRange` for an end before the start, `Error` for another worker or rank.
+   *
+   * @param request the decoded request
+   * @returns the response, externally tagged
+   */
+  answerQuery(request: Record<string, unknown>): Record<string, unknown> {
+    const workerId = request.worker_id;
+    if (BigInt(workerId as bigint ?? -1) !== this.workerId) {
+      return {
+        Error: `worker_id mismatch: request.worker_id=${workerId} this.worker_id=${this.workerId}`,
+      };
+    }
+    if (Number(request.dp_rank ?? 0) !== 0) {
+      return { Error: `dp_rank mismatch: request.dp_rank=${request.dp_rank} this.dp_rank=0` };
+    }
+    const id = (v: unknown) => v === null || v === undefined ? undefined : Number(v);
+    const start = id(request.start_event_id);
+    const end = id(request.end_event_id);
+    const last = this.#eventId;
+    if (start !== undefined && end !== undefined && end < start) {
+      return { InvalidRange: { start_id: start, end_id: end } };
+    }
+    if (start !== undefined && start > last) {
+      return {
+        TooNew: { requested_start: start, requested_end: end ?? last, newest_available: last },
+      };
+    }
+    const oldest = this.#buffer[0]?.eventId ?? last + 1;
+    if (start !== undefined && start >= oldest) {
+      const events = this.#buffer.filter((e) => e.eventId >= start).map((e) =>
+        referenceRouterEvent(this.workerId, e.eventId, e.data)
+      );
+      return { Events: { events, last_event_id: last } };
+    }
+    return {
+      TreeDump: {
+        events: this.#dump().map((data, i) => referenceRouterEvent(this.workerId, i, data)),
+        last_event_id: last,
+        reset_scope: "all",
+      },
+    };
+  }
+
+  #remember(event: RouterEventRecord): void {
+    this.#buffer.push(event);
+    if (this.#buffer.length > this.#bufferSize) this.#buffer.shift();
+    const { data } = event;
+    if (data === "cleared") this.#blocks.clear();
+    else if ("removed" in data) {
+      for (const h of data.removed.block_hashes) {
+        this.#blocks.delete(h);
+      }
+    } else {
+      let parent = data.stored.parent_hash;
+      for (const b of data.stored.blocks) {
+        this.#blocks.set(b.block_hash, { parent, tokensHash: b.tokens_hash });
+        parent = b.block_hash;
+      }
+    }
+  }
+
+  /**
+   * The held blocks as stored events, parents first: from each root, one event per run of
+   * blocks that do not branch (as the reference's dump gives them); blocks whose parent is gone
+   * are left out (no prompt can reach them).
+   */
+  #dump(): ReferenceKvEventData[] {
+    const children = new Map<bigint | null, bigint[]>();
+    for (const [hash, b] of this.#blocks) {
+      const list = children.get(b.parent);
+      if (list) list.push(hash);
+      else children.set(b.parent, [hash]);
+    }
+    const out: ReferenceKvEventData[] = [];
+    const starts: [bigint | null, bigint][] = (children.get(null) ?? []).map((h) => [null, h]);
+    while (starts.length > 0) {
+      const [parent, first] = starts.shift()!;
+      const blocks: { block_hash: bigint; tokens_hash: bigint }[] = [];
+      for (let at: bigint | undefined = first; at !== undefined;) {
+        blocks.push({ block_hash: at, tokens_hash: this.#blocks.get(at)!.tokensHash });
+        const next: bigint[] = children.get(at) ?? [];
+        if (next.length === 1) at = next[0];
+        else {
+          for (const c of next) starts.push([at, c]);
+          at = undefined;
+        }
+      }
+      out.push({ stored: { parent_hash: parent, blocks } });
+    }
+    return out;
   }
 }
 
@@ -175,24 +424,28 @@ export interface ReferenceKvMessageInit {
  * @returns the message's parts
  */
 export function encodeReferenceKvMessage(m: ReferenceKvMessageInit): Uint8Array[] {
-  const event = {
-    worker_id: m.workerId,
+  const event = referenceRouterEvent(m.workerId, m.eventId, m.data);
+  return encodeEventPlaneMessage(
+    "kv-events",
+    m.publisherId,
+    m.sequence,
+    m.publishedAt,
+    encode([event], { useBigInt64: true }),
+  );
+}
+
+/** One RouterEvent as the reference's messages and query answers carry it. */
+function referenceRouterEvent(
+  workerId: bigint,
+  eventId: number,
+  data: ReferenceKvEventData,
+): Record<string, unknown> {
+  return {
+    worker_id: workerId,
     storage_tier: "device",
     residency_domain: "worker",
-    event: { event_id: m.eventId, data: referenceEventData(m.data), dp_rank: 0 },
+    event: { event_id: eventId, data: referenceEventData(data), dp_rank: 0 },
   };
-  const envelope = encode({
-    publisher_id: m.publisherId,
-    sequence: Number(m.sequence),
-    published_at: m.publishedAt,
-    topic: "kv-events",
-    payload: encode([event], { useBigInt64: true }),
-  }, { useBigInt64: true });
-  const payload = new Uint8Array(5 + envelope.length);
-  payload[0] = 1;
-  new DataView(payload.buffer).setUint32(1, envelope.length);
-  payload.set(envelope, 5);
-  return [TOPIC, u64(m.publisherId), u64(m.sequence), payload];
 }
 
 function referenceEventData(data: ReferenceKvEventData): unknown {
@@ -209,10 +462,4 @@ function referenceEventData(data: ReferenceKvEventData): unknown {
       })),
     },
   };
-}
-
-function u64(v: bigint): Uint8Array {
-  const out = new Uint8Array(8);
-  new DataView(out.buffer).setBigUint64(0, v);
-  return out;
 }

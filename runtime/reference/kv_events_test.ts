@@ -3,11 +3,13 @@
 // publisher to our ZeroMQ subscriber.
 
 import assert from "node:assert/strict";
-import { encodeReferenceKvMessage } from "./kv_events.ts";
+import { decode, encode } from "@msgpack/msgpack";
+import { encodeReferenceKvMessage, ReferenceKvState } from "./kv_events.ts";
 import { ZmqPublisher } from "./zmq_pub.ts";
 import { ZmqSubscriber } from "./zmq_sub.ts";
 
 const GOLDEN = new URL("../../tests/golden/reference_1.6.1/kv_events.json", import.meta.url);
+const STATE = new URL("../../tests/golden/reference_1.6.1/kv_state.json", import.meta.url);
 const hex = (s: string) => Uint8Array.from(s.match(/../g)!.map((h) => parseInt(h, 16)));
 const toHex = (b: Uint8Array) => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 
@@ -69,4 +71,92 @@ Deno.test("ZmqPublisher: a subscriber gets the messages of its topic, whole, in 
     sub.close();
     await pub.close();
   }
+});
+
+/** The blocks the captured mocker stored for tokens 1..130 (block size 64): one chain of two. */
+const STORED = {
+  stored: {
+    parent_hash: null,
+    blocks: [
+      { block_hash: 0xf617bf3b93a1d900n, tokens_hash: 0xf617bf3b93a1d900n },
+      { block_hash: 0x0e934255bc70c31fn, tokens_hash: 0xeb9dec89f9d951f4n },
+    ],
+  },
+};
+
+interface Capture {
+  request_hex: string;
+  response_items_hex: string[];
+}
+
+Deno.test("ReferenceKvState: the captured KV-state answers, byte for byte", async () => {
+  const golden = JSON.parse(await Deno.readTextFile(STATE)) as Record<string, unknown> & {
+    instance_id: string;
+    tree_dump: Capture;
+    events: Capture;
+    too_new: Capture;
+    event_source_json: string;
+  };
+  const state = new ReferenceKvState(BigInt(`0x${golden.instance_id}`));
+  assert.equal(state.record(STORED), 1);
+  for (const name of ["tree_dump", "events", "too_new"] as const) {
+    const { request_hex: req, response_items_hex: items } = golden[name];
+    const request = decode(hex(req), { useBigInt64: true }) as Record<string, unknown>;
+    assert.equal(request.kind, "recovery");
+    // Our worker answers as the reference's did: the item `{data, complete_final: false}`.
+    const ours = encode(
+      { data: state.answerQuery(request), complete_final: false },
+      { useBigInt64: true },
+    );
+    assert.equal(toHex(ours), items[0], name);
+  }
+  // The recovery target the reference names: its query endpoint, as an instance record.
+  const source = JSON.parse(golden.event_source_json);
+  assert.equal(source.metadata.recovery_target.endpoint, golden.query_endpoint);
+  assert.match(String(golden.query_endpoint), /^worker_kv_query_source_[0-9a-f]+$/);
+});
+
+Deno.test("ReferenceKvState: events from an id, a dump past the buffer, ranges, other workers", () => {
+  const state = new ReferenceKvState(7n, 2);
+  const block = (h: bigint) => ({ block_hash: h, tokens_hash: h + 100n });
+  state.record({ stored: { parent_hash: null, blocks: [block(1n), block(2n)] } }); // 1
+  state.record({ stored: { parent_hash: 2n, blocks: [block(3n)] } }); // 2: a branch under 2
+  state.record({ stored: { parent_hash: 2n, blocks: [block(4n), block(5n)] } }); // 3
+  state.record({ removed: { block_hashes: [3n] } }); // 4
+  const ask = (start: number | null, end: number | null = null, worker = 7n) =>
+    state.answerQuery({
+      worker_id: worker,
+      dp_rank: 0,
+      start_event_id: start,
+      end_event_id: end,
+      supports_tree_dump_failed: true,
+      kind: "recovery",
+    }) as Record<string, Record<string, unknown>>;
+  // From an id still buffered (the last 2): those events, with their ids.
+  const events = ask(3).Events!;
+  assert.deepEqual(
+    (events.events as { event: { event_id: number } }[]).map((e) => e.event.event_id),
+    [3, 4],
+  );
+  assert.equal(events.last_event_id, 4);
+  // From an id older than the buffer, or none: the held blocks, parents first, runs together.
+  for (const start of [1, null]) {
+    const dump = ask(start).TreeDump!;
+    assert.equal(dump.last_event_id, 4);
+    assert.equal(dump.reset_scope, "all");
+    const stored = (dump.events as { event: { event_id: number; data: unknown } }[]).map((e) =>
+      e.event.data as { stored: { parent_hash: bigint | null; blocks: { block_hash: bigint }[] } }
+    );
+    assert.deepEqual(
+      stored.map((s) => [s.stored.parent_hash, s.stored.blocks.map((b) => b.block_hash)]),
+      [[null, [1n, 2n, 4n, 5n]]],
+    );
+  }
+  assert.deepEqual(ask(5), {
+    TooNew: { requested_start: 5, requested_end: 4, newest_available: 4 },
+  });
+  assert.deepEqual(ask(4, 3), { InvalidRange: { start_id: 4, end_id: 3 } });
+  assert.ok("Error" in ask(null, null, 8n));
+  state.record("cleared");
+  assert.deepEqual(ask(null).TreeDump!.events, []);
 });

@@ -33,6 +33,7 @@ export {
   type ReferenceTokensRequestInit,
 } from "./request.ts";
 export {
+  type ReferenceCallItem,
   ReferenceClient,
   type ReferenceClientOptions,
   type ReferenceGenerateOptions,
@@ -63,7 +64,16 @@ export {
   ReferenceKvEventPublisher,
   type ReferenceKvEventPublisherOptions,
   type ReferenceKvMessageInit,
+  ReferenceKvState,
 } from "./kv_events.ts";
+export {
+  decodeReferenceLoad,
+  encodeReferenceLoadMessage,
+  type ReferenceLoad,
+  type ReferenceLoadMessageInit,
+  ReferenceLoadPublisher,
+  type ReferenceLoadPublisherOptions,
+} from "./load_metrics.ts";
 export { ZmqPublisher, type ZmqPublisherOptions } from "./zmq_pub.ts";
 // The reference's framing, for callers that speak it themselves.
 export {

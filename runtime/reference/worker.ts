@@ -41,6 +41,12 @@ export interface ServeReferenceEndpointOptions {
   callHomeTimeoutMs?: number;
   /** Where the server logs (default: silent). */
   logger?: Logger;
+  /**
+   * An endpoint that is not an LLM engine (e.g. a worker's KV-state query): the handler takes
+   * the request body as decoded and its outputs go out as each item's data, unwrapped; msgpack
+   * integers beyond 32 bits are bigint both ways.
+   */
+  raw?: boolean;
 }
 
 /** A running reference-compatible endpoint. */
@@ -86,6 +92,7 @@ export async function serveReferenceEndpoint(
   const conns = new Set<Deno.Conn>();
   let closed = false;
   const callHomeMs = options.callHomeTimeoutMs ?? 5_000;
+  const raw = options.raw ?? false;
 
   const serveConnection = async (conn: Deno.Conn) => {
     conns.add(conn);
@@ -165,13 +172,15 @@ export async function serveReferenceEndpoint(
     }
     const codec = control.payload_codec === "msgpack" ? "msgpack" : "json";
     const request =
-      (codec === "msgpack" ? msgpackDecode(body) : JSON.parse(DECODER.decode(body))) as Record<
-        string,
-        unknown
-      >;
+      (codec === "msgpack"
+        ? msgpackDecode(body, { useBigInt64: raw })
+        : JSON.parse(DECODER.decode(body))) as Record<string, unknown>;
+    if (typeof request !== "object" || request === null || Array.isArray(request)) {
+      throw new ProtocolError("request body is not an object");
+    }
     if (
-      typeof request !== "object" || request === null || !Array.isArray(request.token_ids) ||
-      !request.token_ids.every((t) => Number.isInteger(t) && t >= 0)
+      !raw && (!Array.isArray(request.token_ids) ||
+        !request.token_ids.every((t) => Number.isInteger(t) && t >= 0))
     ) {
       throw new ProtocolError("request body is not a PreprocessedRequest with token_ids");
     }
@@ -194,7 +203,9 @@ export async function serveReferenceEndpoint(
     const ctx = new Context(s.id);
     live.add(ctx);
     const encode = (v: unknown) =>
-      s.codec === "msgpack" ? msgpackEncode(v) : ENCODER.encode(JSON.stringify(v));
+      s.codec === "msgpack"
+        ? msgpackEncode(v, { useBigInt64: raw })
+        : ENCODER.encode(JSON.stringify(v));
     const frame = (header: unknown, body?: unknown) =>
       encodeTwoPart({
         header: header === undefined ? new Uint8Array(0) : ENCODER.encode(JSON.stringify(header)),
@@ -222,7 +233,10 @@ export async function serveReferenceEndpoint(
           if (ctx.isKilled()) break;
           await writeAll(
             conn,
-            frame(undefined, { data: { data: referenceOutput(out) }, complete_final: false }),
+            frame(undefined, {
+              data: raw ? out : { data: referenceOutput(out) },
+              complete_final: false,
+            }),
           );
         }
       } catch (err) {

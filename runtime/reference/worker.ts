@@ -14,9 +14,9 @@ import type { Handler } from "../serve_request.ts";
 import {
   encodeTwoPart,
   type ReferenceTcpRequest,
-  TcpRequestDecoder,
   TwoPartDecoder,
 } from "../transport/reference_wire.ts";
+import { TcpRequestPlane } from "../transport/tcp.ts";
 import { TwoPartReader, writeAll } from "./_io.ts";
 import { REFERENCE_INSTANCES_PREFIX } from "./instances.ts";
 import { REFERENCE_MODELS_PREFIX } from "./models.ts";
@@ -35,7 +35,10 @@ export interface ServeReferenceEndpointOptions {
   handler: Handler<Record<string, unknown>, Record<string, unknown>>;
   /** The model card JSON (see {@linkcode referenceModelCard}); without one, no model record. */
   card?: Record<string, unknown>;
-  /** Address to listen on and advertise (default `DYN_TCP_RPC_HOST`, else 127.0.0.1). */
+  /**
+   * Address to listen on and advertise. Unset on a runtime with the TCP request plane: its
+   * listener (the port our callers use too). Else `DYN_TCP_RPC_HOST`, else 127.0.0.1.
+   */
   hostname?: string;
   /** Deadline to dial the caller back (ms, default 5,000). */
   callHomeTimeoutMs?: number;
@@ -77,60 +80,19 @@ export async function serveReferenceEndpoint(
       "a reference worker registers in etcd: connect the runtime with etcd discovery",
     );
   }
-  const hostname = options.hostname ?? Deno.env.get("DYN_TCP_RPC_HOST") ?? "127.0.0.1";
-  const listener = Deno.listen({ hostname, port: 0, transport: "tcp" });
-  const port = (listener.addr as Deno.NetAddr).port;
   const instanceId = runtime.leaseId;
   const path = `${instanceId}/${namespace}/${component}/${endpoint}`;
   const live = new Set<Context>();
-  const conns = new Set<Deno.Conn>();
   let closed = false;
   const callHomeMs = options.callHomeTimeoutMs ?? 5_000;
-
-  const serveConnection = async (conn: Deno.Conn) => {
-    conns.add(conn);
-    const decoder = new TcpRequestDecoder();
-    const buf = new Uint8Array(64 * 1024);
-    let writing = Promise.resolve();
-    const ack = (error: string) => {
-      const text = ENCODER.encode(error);
-      const frame = new Uint8Array(4 + text.length);
-      new DataView(frame.buffer).setUint32(0, text.length);
-      frame.set(text, 4);
-      writing = writing.then(() => writeAll(conn, frame)).catch(() => {});
-    };
-    try {
-      for (;;) {
-        const n = await conn.read(buf);
-        if (n === null) break;
-        for (const request of decoder.push(buf.slice(0, n))) {
-          let started: Started;
-          try {
-            started = accept(request);
-          } catch (err) {
-            ack((err as Error).message || "request refused");
-            continue;
-          }
-          ack("");
-          void respond(started).catch((err) =>
-            log.warn("reference request failed", {
-              request: started.id,
-              error: (err as Error).message,
-            })
-          );
-        }
-      }
-    } catch (err) {
-      if (!closed) log.debug("reference request connection ended", { error: String(err) });
-    } finally {
-      conns.delete(conn);
-      await writing;
-      try {
-        conn.close();
-      } catch { /* already closed */ }
-    }
-  };
-
+  // Requests come in on the runtime's TCP request-plane listener, which tells the reference's
+  // framing from ours by a connection's first bytes: one port for both kinds of caller. On
+  // another plane (or asked for another address), a TCP plane of its own listens.
+  const shared = runtime.plane instanceof TcpRequestPlane && options.hostname === undefined;
+  const plane = shared ? runtime.plane as TcpRequestPlane : new TcpRequestPlane({
+    hostname: options.hostname ?? Deno.env.get("DYN_TCP_RPC_HOST") ?? "127.0.0.1",
+    logger: log,
+  });
   interface Started {
     id: string;
     address: string;
@@ -250,16 +212,18 @@ export async function serveReferenceEndpoint(
     }
   };
 
-  const accepting = (async () => {
-    try {
-      for await (const conn of listener) void serveConnection(conn);
-    } catch (err) {
-      if (!closed) log.error("reference request listener failed", { error: String(err) });
-    }
-  })();
+  const sub = await plane.serveReference(path, (request) => {
+    const started = accept(request);
+    void respond(started).catch((err) =>
+      log.warn("reference request failed", {
+        request: started.id,
+        error: (err as Error).message,
+      })
+    );
+  });
 
   const decimalId = BigInt(`0x${instanceId}`).toString();
-  const advertised = `${hostname}:${port}`;
+  const advertised = sub.address;
   const instanceKey =
     `${REFERENCE_INSTANCES_PREFIX}${namespace}/${component}/${endpoint}/${instanceId}`;
   await runtime.internals.registerKey(
@@ -302,14 +266,9 @@ export async function serveReferenceEndpoint(
       closed = true;
       await runtime.internals.unregisterKey(instanceKey).catch(() => {});
       if (options.card) await runtime.internals.unregisterKey(modelKey).catch(() => {});
-      listener.close();
+      await sub.unsubscribe();
+      if (!shared) await plane.close();
       for (const ctx of live) ctx.kill();
-      for (const c of conns) {
-        try {
-          c.close();
-        } catch { /* already closed */ }
-      }
-      await accepting;
     },
   };
 }

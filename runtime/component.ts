@@ -17,7 +17,12 @@ import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
 import type { Tracing } from "./tracing/types.ts";
 import { componentKey, instanceKey } from "./keys.ts";
-import { type InstanceRecord, instanceSubject, validateName } from "./names.ts";
+import {
+  encodeInstanceRecord,
+  type InstanceRecord,
+  instanceSubject,
+  validateName,
+} from "./names.ts";
 import { type Handler, serveRequest } from "./serve_request.ts";
 import type { EndpointStats, RequestTally, RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import {
@@ -270,19 +275,24 @@ export class Endpoint {
       });
     };
     const sub = await rt.plane.serve(subject, onRequest);
+    // The reference's record (its key, its fields), our facts in `dynamo_deno`.
     const record: InstanceRecord = {
-      namespace: ns,
+      type: "Endpoint",
       component: this.component.name,
       endpoint: this.name,
+      namespace: ns,
       instance_id: rt.instanceId,
       transport: tcp
         ? { tcp: `${sub.address}/${subject}` }
         : rt.plane.kind === "nats"
         ? { nats_tcp: subject }
         : { local: subject },
+      device_type: "cpu",
+      request_plane_codec: "msgpack",
+      dynamo_deno: { instance_id: rt.instanceId, wire: "dynamo" },
     };
     try {
-      await rt.registerKey(key, JSON.stringify(record));
+      await rt.registerKey(key, encodeInstanceRecord(record));
     } catch (err) {
       await sub.unsubscribe();
       throw new DynamoError(`cannot register ${this.path}: ${(err as Error).message}`, {

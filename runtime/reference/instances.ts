@@ -74,6 +74,10 @@ export function parseReferenceInstance(key: string, value: string): ReferenceIns
   ) {
     if (r[field] !== want) fail(`${field} ${JSON.stringify(r[field])} does not match the key`);
   }
+  const ours = r.dynamo_deno as { wire?: unknown } | null | undefined;
+  if (typeof ours === "object" && ours !== null && ours.wire !== "reference") {
+    fail(`a worker of ours on wire ${JSON.stringify(ours.wire)} (our own client serves it)`);
+  }
   const codec = r.request_plane_codec ?? "json";
   if (codec !== "msgpack" && codec !== "json") fail(`unknown codec ${JSON.stringify(codec)}`);
   const transport = r.transport as Record<string, unknown> | null | undefined;

@@ -16,6 +16,7 @@ import {
   type ReferenceTcpRequest,
   TwoPartDecoder,
 } from "../transport/reference_wire.ts";
+import { encodeInstanceRecord } from "../names.ts";
 import { TcpRequestPlane } from "../transport/tcp.ts";
 import { TwoPartReader, writeAll } from "./_io.ts";
 import { REFERENCE_INSTANCES_PREFIX } from "./instances.ts";
@@ -228,16 +229,18 @@ export async function serveReferenceEndpoint(
     `${REFERENCE_INSTANCES_PREFIX}${namespace}/${component}/${endpoint}/${instanceId}`;
   await runtime.internals.registerKey(
     instanceKey,
-    withExactId({
+    encodeInstanceRecord({
       type: "Endpoint",
       component,
       endpoint,
       namespace,
-      instance_id: ID_SLOT,
+      instance_id: instanceId,
       transport: { tcp: `${advertised}/${path}` },
       device_type: "cpu",
       request_plane_codec: "msgpack",
-    }, decimalId),
+      // Our facts, which the reference ignores: this worker speaks the reference's wire only.
+      dynamo_deno: { instance_id: instanceId, wire: "reference" },
+    }),
   );
   const modelKey = `${REFERENCE_MODELS_PREFIX}${namespace}/${component}/${endpoint}/${instanceId}`;
   if (options.card) {

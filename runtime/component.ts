@@ -24,6 +24,8 @@ import {
   validateName,
 } from "./names.ts";
 import { type Handler, serveRequest } from "./serve_request.ts";
+import { referenceRequestServer } from "./reference/serve_requests.ts";
+import type { TcpRequestPlane } from "./transport/tcp.ts";
 import type { EndpointStats, RequestTally, RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import {
   decodeRequest,
@@ -275,6 +277,25 @@ export class Endpoint {
       });
     };
     const sub = await rt.plane.serve(subject, onRequest);
+    // On the TCP plane the same listener takes the reference's framing too: the reference's
+    // callers reach this endpoint at the same address and path.
+    const reference = tcp
+      ? referenceRequestServer({
+        path: subject,
+        handler: handler as Handler<never, unknown>,
+        logger: log,
+        callHomeTimeoutMs: rt.connectTimeoutMs,
+        onContext: (ctx, ended) => {
+          contexts.add(ctx);
+          const task = ended.then(() => void contexts.delete(ctx));
+          inflight.add(task);
+          void task.then(() => inflight.delete(task));
+        },
+      })
+      : undefined;
+    const referenceSub = reference
+      ? await (rt.plane as TcpRequestPlane).serveReference(subject, reference.handle)
+      : undefined;
     // The reference's record (its key, its fields), our facts in `dynamo_deno`.
     const record: InstanceRecord = {
       type: "Endpoint",
@@ -295,6 +316,7 @@ export class Endpoint {
       await rt.registerKey(key, encodeInstanceRecord(record));
     } catch (err) {
       await sub.unsubscribe();
+      await referenceSub?.unsubscribe();
       throw new DynamoError(`cannot register ${this.path}: ${(err as Error).message}`, {
         cause: err,
       });
@@ -316,6 +338,8 @@ export class Endpoint {
         log.warn("unregister failed", { error: String(err) })
       );
       await sub.unsubscribe().catch(() => {});
+      reference?.close();
+      await referenceSub?.unsubscribe().catch(() => {});
       const graceful = options.gracefulShutdown ?? true;
       if (!graceful) { for (const ctx of contexts) ctx.kill(); }
       if (inflight.size > 0) {

@@ -36,7 +36,8 @@ export function instanceSubject(
 
 /**
  * The framing a worker's requests come in: ours ("dynamo": the mux on the TCP plane, our
- * envelope on NATS and in process) or the reference's ("reference", `serveReferenceEndpoint`).
+ * envelope on NATS and in process; on the TCP plane the same listener also takes the
+ * reference's framing) or the reference's only ("reference", `serveReferenceEndpoint`).
  */
 export type InstanceWire = "dynamo" | "reference";
 

@@ -68,12 +68,18 @@ Deno.test("our discovery reads our records old and new, and leaves reference-wir
   assert.ok(!read(unknown).success);
 });
 
-Deno.test("the reference workers' client takes the reference's and reference-wire records, not ours", () => {
+Deno.test("the reference workers' client takes theirs and ours on TCP (whose listener speaks both)", () => {
   assert.equal(parseReferenceInstance(KEY, JSON.stringify(golden)).port, 43491);
   const referenceWire = parseReferenceInstance(KEY, encodeInstanceRecord(ours("reference")));
   assert.equal(referenceWire.endpointPath, "4e24a21101676f09/dynamo/backend/generate");
-  assert.throws(
-    () => parseReferenceInstance(KEY, encodeInstanceRecord(ours("dynamo"))),
-    /a worker of ours on wire "dynamo"/,
-  );
+  assert.equal(parseReferenceInstance(KEY, encodeInstanceRecord(ours("dynamo"))).port, 43491);
+  // Ours on the NATS plane: not the reference's TCP wire.
+  const nats: InstanceRecord = {
+    ...ours("dynamo"),
+    transport: { nats_tcp: "dynamo_backend.generate-4e24a21101676f09" },
+  };
+  assert.throws(() => parseReferenceInstance(KEY, encodeInstanceRecord(nats)), /only TCP/);
+  const odd = JSON.parse(encodeInstanceRecord(ours("dynamo")));
+  odd.dynamo_deno.wire = "carrier-pigeon";
+  assert.throws(() => parseReferenceInstance(KEY, JSON.stringify(odd)), /unknown wire/);
 });

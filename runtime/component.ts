@@ -286,8 +286,14 @@ export class Endpoint {
         logger: log,
         callHomeTimeoutMs: rt.connectTimeoutMs,
         onContext: (ctx, ended) => {
+          // Counted with the endpoint's other requests (sizes are not tallied on this path).
+          const start = performance.now();
+          stats.begin(0);
           contexts.add(ctx);
-          const task = ended.then(() => void contexts.delete(ctx));
+          const task = ended.then(() => {
+            contexts.delete(ctx);
+            stats.end(start, { responseBytes: 0 });
+          });
           inflight.add(task);
           void task.then(() => inflight.delete(task));
         },

@@ -99,6 +99,13 @@ Deno.test("one plain serveEndpoint worker: our client and the reference's caller
     } finally {
       conn.close();
     }
+    // The reference-framed requests count with the endpoint's own: one of ours, two of theirs
+    // (one stopped); the refused one not at all.
+    const metrics = await runtime.metrics.render();
+    const total = /dynamo_component_requests_total\{[^}]*endpoint="generate"[^}]*\} (\d+)/.exec(
+      metrics,
+    );
+    assert.equal(Number(total?.[1]), 3, metrics);
     const again: number[] = [];
     for await (const out of await client.generate({ token_ids: [4] })) {
       again.push(...(out as { token_ids: number[] }).token_ids);

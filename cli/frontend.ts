@@ -80,12 +80,13 @@ Options:
     REASONING_PARSER_NAMES.join(", ")
   })
                       for models whose card names none
-  --reference-workers also serve the models of reference (ai-dynamo 1.6.1) workers registered
-                      in the same etcd (their v1/mdc records; TCP request plane). Their
-                      answers call home to DYN_TCP_RESPONSE_STREAM_HOST (default 127.0.0.1)
+  --reference-workers accepted for compatibility; nothing to turn on: the models of reference
+                      (ai-dynamo 1.6.1) workers registered in the same discovery (their v1/mdc
+                      records; TCP request plane) are always served. Their answers call home
+                      to DYN_TCP_RESPONSE_STREAM_HOST (default 127.0.0.1)
   --reference-migration-limit N
-                      --reference-workers: migrations per request for their models (their
-                      cards carry 0; default 0), as the reference frontend's --migration-limit
+                      migrations per request for reference workers' models (their cards
+                      carry 0; default 0), as the reference frontend's --migration-limit
 ${REQUEST_PLANE_HELP}
   -h, --help          show this help`;
 
@@ -342,20 +343,14 @@ function parseGuardFlags(
   return guard;
 }
 
-/** `--reference-workers` and its migration limit; the call-home host from the reference's env. */
+/**
+ * How reference workers' models are served (always: `--reference-workers` is a no-op kept for
+ * compatibility): the migration limit, and the call-home host from the reference's env.
+ */
 function parseReferenceFlags(
   values: { "reference-workers"?: boolean; "reference-migration-limit"?: string },
-): ReferenceWorkersOptions | undefined {
+): ReferenceWorkersOptions {
   const raw = values["reference-migration-limit"];
-  if (!values["reference-workers"]) {
-    if (raw !== undefined) {
-      throw new UsageError(
-        "--reference-migration-limit applies to --reference-workers",
-        "frontend",
-      );
-    }
-    return undefined;
-  }
   const limit = raw === undefined ? 0 : Number(raw);
   if (raw?.trim() === "" || !Number.isSafeInteger(limit) || limit < 0) {
     throw new UsageError(

@@ -134,6 +134,7 @@ export async function makePlane(
       hostname: options.tcpHost ?? "127.0.0.1",
       connectTimeoutMs: options.connectTimeoutMs,
       nats: options.discovery === "etcd" ? await nats() : undefined,
+      logger: options.logger,
     });
   }
   throw new InvalidArgumentError(

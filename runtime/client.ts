@@ -1,16 +1,27 @@
 // A client of one endpoint: watches its instances and sends requests to them by
 // round robin, at random, or to a named instance.
 
-import type { Context } from "./context.ts";
+import { z } from "zod";
+import { Context } from "./context.ts";
 import type { Discovery } from "./discovery/mod.ts";
 import { watchPrefix } from "./discovery/watch_prefix.ts";
-import { DynamoError, NoInstancesError, RuntimeShutdownError, TimeoutError } from "./errors.ts";
+import {
+  CancelledError,
+  DynamoError,
+  NoInstancesError,
+  RuntimeShutdownError,
+  TimeoutError,
+} from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
 import { instancePrefix } from "./keys.ts";
 import { instanceRecordSchema } from "./names.ts";
 import { hurryStream, openStream, type ResponseStream } from "./stream.ts";
 import type { RequestPlane } from "./transport/mod.ts";
+import { ReferenceClient } from "./reference/client.ts";
+import { ReferenceWorkerRefusedError } from "./reference/errors.ts";
+import { parseReferenceInstance, type ReferenceInstance } from "./reference/instances.ts";
+import type { ReferencePreprocessedRequest } from "./reference/request.ts";
 
 /** Options of a request sent through a {@linkcode Client}. */
 export interface GenerateOptions {
@@ -86,6 +97,10 @@ export class Client {
   readonly #deps: ClientDeps;
   readonly #prefix: string;
   readonly #instances = new Map<string, string>(); // id -> subject
+  /** Instances that speak the reference's wire only (its own workers): id -> where. */
+  readonly #referenceWorkers = new Map<string, ReferenceInstance>();
+  /** Calls those, made on first use. */
+  #referenceClient: ReferenceClient | undefined;
   readonly #down = new Map<string, number>(); // id -> skip until (ms)
   #ids: string[] = [];
   /** Streams open to each instance, hurried when the instance leaves discovery. */
@@ -115,8 +130,25 @@ export class Client {
   }
 
   async #watch(synced: () => void): Promise<void> {
+    const prefix = this.#prefix;
+    // Ours first (mux or our envelope); else a worker on the reference's wire only, read at
+    // the reference client's own door.
+    const schema = instanceRecordSchema.transform((r) => ({ ...r, reference: undefined }))
+      .or(
+        z.object({ key: z.string().min(1).max(1024), value: z.unknown() }).transform(
+          (r, ctx) => {
+            try {
+              const reference = parseReferenceInstance(prefix + r.key, JSON.stringify(r.value));
+              return { id: r.key, subject: "", reference };
+            } catch (err) {
+              ctx.issues.push({ code: "custom", message: (err as Error).message, input: r });
+              return z.NEVER;
+            }
+          },
+        ),
+      );
     const events = watchPrefix(this.#deps.discovery, this.#prefix, {
-      schema: instanceRecordSchema,
+      schema,
       signal: this.#stop.signal,
       logger: this.#deps.logger.child({ endpoint: this.path }),
       what: "instance record",
@@ -126,7 +158,11 @@ export class Client {
         // A (re)started watch's listing replaces the instances whole; what discovery lists
         // now is trusted over an earlier "down" report, as a put is.
         const snapshot = new Map<string, string>();
-        for (const { id, subject } of ev.records.values()) snapshot.set(id, subject);
+        this.#referenceWorkers.clear();
+        for (const { id, subject, reference } of ev.records.values()) {
+          snapshot.set(id, subject);
+          if (reference) this.#referenceWorkers.set(id, reference);
+        }
         if (this.#deps.trace) this.#traceResync(snapshot);
         this.#instances.clear();
         for (const [id, subject] of snapshot) {
@@ -135,14 +171,17 @@ export class Client {
         }
         synced();
       } else if (ev.type === "put") {
-        const { id, subject } = ev.value;
+        const { id, subject, reference } = ev.value;
         if (this.#deps.trace && !this.#instances.has(id)) this.#trace("up", id);
         this.#instances.set(id, subject);
+        if (reference) this.#referenceWorkers.set(id, reference);
+        else this.#referenceWorkers.delete(id);
         this.#down.delete(id);
       } else {
         const { id } = ev.previous;
         if (this.#deps.trace && this.#instances.has(id)) this.#trace("gone", id);
         this.#instances.delete(id);
+        this.#referenceWorkers.delete(id);
         this.#down.delete(id);
         for (const stream of this.#open.get(id) ?? []) hurryStream(stream, GONE_IDLE_MS);
       }
@@ -313,6 +352,8 @@ export class Client {
     options: GenerateOptions,
   ): Promise<ResponseStream<T>> {
     if (this.#deps.trace) this.#trace("route", id);
+    const reference = this.#referenceWorkers.get(id);
+    if (reference) return await this.#sendReference<T>(reference, id, request, options);
     try {
       // Assigned once, but read by onEnd, which may in principle run before the assignment.
       // deno-lint-ignore prefer-const
@@ -342,6 +383,74 @@ export class Client {
     }
   }
 
+  /**
+   * A request to a worker on the reference's wire only (the reference's own workers): its
+   * framing, acknowledgement and call-home stream, through a {@linkcode ReferenceClient}. The
+   * request goes as it is (a PreprocessedRequest, for the reference's engines), each engine
+   * output comes back as an item; stopping the context sends the reference's "stop".
+   */
+  async #sendReference<T>(
+    instance: ReferenceInstance,
+    id: string,
+    request: unknown,
+    options: GenerateOptions,
+  ): Promise<ResponseStream<T>> {
+    this.#referenceClient ??= ReferenceClient.create({
+      logger: this.#deps.logger,
+      connectTimeoutMs: this.#deps.connectTimeoutMs,
+      ackTimeoutMs: this.#deps.connectTimeoutMs,
+      callHomeTimeoutMs: this.#deps.connectTimeoutMs,
+      idleTimeoutMs: this.#deps.streamIdleTimeoutMs,
+    });
+    const context = options.context ?? new Context();
+    const abort = new AbortController();
+    const unlink = context.onStop(() => abort.abort());
+    const onAbort = () => context.kill();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    const done = () => {
+      unlink();
+      options.signal?.removeEventListener("abort", onAbort);
+    };
+    const outputs = this.#referenceClient.generate(
+      instance,
+      request as ReferencePreprocessedRequest,
+      { signal: abort.signal },
+    );
+    // The first output (after the ack and the call home) before the stream is handed over:
+    // a worker that refuses or cannot be reached is reported as the other planes report it.
+    let first: IteratorResult<unknown>;
+    try {
+      first = await outputs.next();
+    } catch (err) {
+      done();
+      if (err instanceof ReferenceWorkerRefusedError) {
+        this.reportInstanceDown(id);
+        throw new NoInstancesError(this.path, id);
+      }
+      if (err instanceof TimeoutError) this.reportInstanceDown(id);
+      throw err;
+    }
+    const stream: ResponseStream<T> = {
+      context,
+      instanceId: id,
+      async *[Symbol.asyncIterator]() {
+        try {
+          if (first.done) return;
+          yield first.value as T;
+          for await (const out of outputs) yield out as T;
+        } catch (err) {
+          // Stopped here: the worker was told, and the stream ends as ours do.
+          if (err instanceof CancelledError && context.isStopped()) return;
+          throw err;
+        } finally {
+          done();
+          await outputs.return(undefined);
+        }
+      },
+    };
+    return stream;
+  }
+
   #track(id: string, stream: ResponseStream<unknown>): void {
     let open = this.#open.get(id);
     if (!open) this.#open.set(id, open = new Set());
@@ -364,5 +473,6 @@ export class Client {
     this.#stop.abort();
     for (const wake of [...this.#waiters]) wake();
     await this.#watching;
+    await this.#referenceClient?.close();
   }
 }

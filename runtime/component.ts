@@ -17,8 +17,15 @@ import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
 import type { Tracing } from "./tracing/types.ts";
 import { componentKey, instanceKey } from "./keys.ts";
-import { type InstanceRecord, instanceSubject, validateName } from "./names.ts";
+import {
+  encodeInstanceRecord,
+  type InstanceRecord,
+  instanceSubject,
+  validateName,
+} from "./names.ts";
 import { type Handler, serveRequest } from "./serve_request.ts";
+import { referenceRequestServer } from "./reference/serve_requests.ts";
+import type { TcpRequestPlane } from "./transport/tcp.ts";
 import type { EndpointStats, RequestTally, RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import {
   decodeRequest,
@@ -270,21 +277,52 @@ export class Endpoint {
       });
     };
     const sub = await rt.plane.serve(subject, onRequest);
+    // On the TCP plane the same listener takes the reference's framing too: the reference's
+    // callers reach this endpoint at the same address and path.
+    const reference = tcp
+      ? referenceRequestServer({
+        path: subject,
+        handler: handler as Handler<never, unknown>,
+        logger: log,
+        callHomeTimeoutMs: rt.connectTimeoutMs,
+        onContext: (ctx, ended) => {
+          // Counted with the endpoint's other requests (sizes are not tallied on this path).
+          const start = performance.now();
+          stats.begin(0);
+          contexts.add(ctx);
+          const task = ended.then(() => {
+            contexts.delete(ctx);
+            stats.end(start, { responseBytes: 0 });
+          });
+          inflight.add(task);
+          void task.then(() => inflight.delete(task));
+        },
+      })
+      : undefined;
+    const referenceSub = reference
+      ? await (rt.plane as TcpRequestPlane).serveReference(subject, reference.handle)
+      : undefined;
+    // The reference's record (its key, its fields), our facts in `dynamo_deno`.
     const record: InstanceRecord = {
-      namespace: ns,
+      type: "Endpoint",
       component: this.component.name,
       endpoint: this.name,
+      namespace: ns,
       instance_id: rt.instanceId,
       transport: tcp
         ? { tcp: `${sub.address}/${subject}` }
         : rt.plane.kind === "nats"
         ? { nats_tcp: subject }
         : { local: subject },
+      device_type: "cpu",
+      request_plane_codec: "msgpack",
+      dynamo_deno: { instance_id: rt.instanceId, wire: "dynamo" },
     };
     try {
-      await rt.registerKey(key, JSON.stringify(record));
+      await rt.registerKey(key, encodeInstanceRecord(record));
     } catch (err) {
       await sub.unsubscribe();
+      await referenceSub?.unsubscribe();
       throw new DynamoError(`cannot register ${this.path}: ${(err as Error).message}`, {
         cause: err,
       });
@@ -306,6 +344,8 @@ export class Endpoint {
         log.warn("unregister failed", { error: String(err) })
       );
       await sub.unsubscribe().catch(() => {});
+      reference?.close();
+      await referenceSub?.unsubscribe().catch(() => {});
       const graceful = options.gracefulShutdown ?? true;
       if (!graceful) { for (const ctx of contexts) ctx.kill(); }
       if (inflight.size > 0) {

@@ -86,6 +86,7 @@ export {
   NatsRequestPlane,
   type PendingStream,
   type RawRequestHandler,
+  type ReferenceRequestHandler,
   type RequestHeader,
   type RequestMessage,
   type RequestOptions,

@@ -125,8 +125,17 @@ Deno.test({
       await t.step("dynamo instances filters by path and prints JSON records", async () => {
         const run = await dynamo(["instances", "hello_world/YourWorker", "--json"], env);
         assert.equal(run.code, 0, run.stderr);
-        const records = JSON.parse(run.stdout) as { instance_id: string; endpoint: string }[];
-        assert.deepEqual(records.map((r) => [r.endpoint, r.instance_id]), [["generate", id]]);
+        // The reference's record: instance_id the u64 as a number, our hex id in dynamo_deno.
+        const records = JSON.parse(run.stdout) as {
+          instance_id: number;
+          endpoint: string;
+          dynamo_deno: { instance_id: string };
+        }[];
+        assert.deepEqual(records.map((r) => [r.endpoint, r.dynamo_deno.instance_id]), [[
+          "generate",
+          id,
+        ]]);
+        assert.equal(records[0]!.instance_id, Number(BigInt(`0x${id}`)));
         const other = await dynamo(["instances", "hello"], env);
         assert.equal(other.stdout, "", "a namespace prefix must match whole names only");
       });

@@ -19,7 +19,8 @@ import { CallHomeServer } from "../runtime/reference/call_home.ts";
 import { RequestConnection } from "../runtime/reference/request_connection.ts";
 import { encodeTwoPart } from "../runtime/transport/reference_wire.ts";
 import { encode } from "@msgpack/msgpack";
-import { builtinTestModel } from "../mod.ts";
+import { builtinTestModel, DistributedRuntime } from "../mod.ts";
+import { Context } from "../runtime/context.ts";
 import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
 import { referencePython } from "./_helpers/reference.ts";
 
@@ -212,6 +213,52 @@ Deno.test({
           } finally {
             conn.close();
             await server.close();
+          }
+        },
+      );
+
+      await t.step(
+        "our plain Client reaches the reference mocker through its instance record",
+        async () => {
+          const runtime = await DistributedRuntime.connect({
+            discovery: "etcd",
+            requestPlane: "tcp",
+            etcdEndpoints: etcd.url,
+            natsServer: nats.url,
+          });
+          try {
+            const ours = await runtime.namespace("dynamo").component("backend").endpoint(
+              "generate",
+            ).client();
+            await ours.waitForInstances({ timeoutMs: 10_000 });
+            assert.deepEqual(ours.instanceIds(), [worker.instanceId]);
+            const request = referenceTokensRequest({
+              model: MODEL,
+              tokenIds: [9707, 11],
+              maxTokens: 5,
+              ignoreEos: true,
+            });
+            const tokens: number[] = [];
+            for await (const out of await ours.generate(request)) {
+              tokens.push(...(out as { token_ids: number[] }).token_ids);
+            }
+            assert.equal(tokens.length, 5);
+            // Stopping the request's context sends the reference's "stop": the stream ends.
+            const context = new Context();
+            const long = referenceTokensRequest({
+              model: MODEL,
+              tokenIds: [9707, 3],
+              maxTokens: 400,
+              ignoreEos: true,
+            });
+            let seen = 0;
+            for await (const out of await ours.generate(long, { context })) {
+              seen += (out as { token_ids: number[] }).token_ids.length;
+              if (seen >= 2) context.stopGenerating();
+            }
+            assert.ok(seen >= 2 && seen < 400, `${seen} tokens after the stop`);
+          } finally {
+            await runtime.shutdown();
           }
         },
       );

@@ -18,9 +18,11 @@ import { Context as RuntimeContext } from "../runtime/context.ts";
 import { ReferenceKvEventPublisher } from "../runtime/reference/kv_events.ts";
 import { ReferenceLoadPublisher } from "../runtime/reference/load_metrics.ts";
 import {
+  ID_SLOT,
   type ReferenceEndpointServer,
   referenceModelCard,
   serveReferenceEndpoint,
+  withExactId,
 } from "../runtime/reference/worker.ts";
 import { freePort, haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
 import { referencePython } from "./_helpers/reference.ts";
@@ -244,6 +246,117 @@ Deno.test({
       for (const s of servers) await s.close();
       await mocker.close();
       for (const rt of runtimes) await rt.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "the reference frontend serves a plain serveEndpoint worker: one instance record, one port",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    let runtime: DistributedRuntime | undefined;
+    let frontend: ReturnType<typeof startReference> | undefined;
+    let serving: Promise<void> | undefined;
+    const echo = echoEngine({ delayMs: 30 });
+    const ended: { stopped: boolean; tokens: number }[] = [];
+    let inflight = 0;
+    try {
+      runtime = await etcdRuntime(etcd, nats);
+      const endpoint = runtime.namespace("dynamo").component("plain").endpoint("generate");
+      // Our own endpoint and record, no reference adapter: the TCP-plane listener takes the
+      // reference frontend's framing at the record's address and path.
+      serving = endpoint.serveEndpoint(async function* (req: Record<string, unknown>, ctx) {
+        let tokens = 0;
+        inflight++;
+        try {
+          for await (const out of echo(req as never, ctx)) {
+            tokens += out.token_ids.length;
+            yield out;
+          }
+        } finally {
+          inflight--;
+          ended.push({ stopped: ctx.isStopped(), tokens });
+        }
+      });
+      const client = await endpoint.client();
+      await client.waitForInstances({ timeoutMs: 10_000 });
+      // The model card is not unified yet: the reference's card, written by hand.
+      const id = runtime.instanceId;
+      await runtime.internals.registerKey(
+        `v1/mdc/dynamo/plain/generate/${id}`,
+        withExactId({
+          type: "Model",
+          namespace: "dynamo",
+          component: "plain",
+          endpoint: "generate",
+          instance_id: ID_SLOT,
+          card_json: await referenceModelCard({
+            modelPath: await builtinTestModel(),
+            displayName: "plain-model",
+          }),
+        }, BigInt(`0x${id}`).toString()),
+      );
+      const port = freePort();
+      frontend = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await untilListed(base, "plain-model");
+      const chat = (content: string, extra: Record<string, unknown>, signal?: AbortSignal) =>
+        fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          signal,
+          body: JSON.stringify({
+            model: "plain-model",
+            messages: [{ role: "user", content }],
+            ...extra,
+          }),
+        });
+      const whole = await chat("one two three", { max_tokens: 40 });
+      const body = await whole.json();
+      assert.equal(whole.status, 200, JSON.stringify(body));
+      assert.match(body.choices[0].message.content, /one two three/);
+      const streamed = await chat("four five", { stream: true, max_tokens: 40 });
+      const text = await streamed.text();
+      assert.equal(streamed.status, 200, text);
+      assert.ok(text.trimEnd().endsWith("data: [DONE]"), text);
+      assert.match(text, /four/);
+      // A hang-up reaches our handler's context through the reference's "stop".
+      const before = ended.length;
+      const hangUp = new AbortController();
+      const long = await chat(
+        Array.from({ length: 150 }, (_, i) => `word${i}`).join(" "),
+        { stream: true, max_tokens: 400 },
+        hangUp.signal,
+      );
+      const reader = long.body!.getReader();
+      await reader.read();
+      await until(
+        "our handler serving the long request",
+        10_000,
+        () => Promise.resolve(inflight > 0 ? true : undefined),
+      );
+      hangUp.abort();
+      await reader.cancel().catch(() => {});
+      const end = await until(
+        "our handler to see the hang-up",
+        15_000,
+        () => Promise.resolve(ended.length > before ? ended[ended.length - 1] : undefined),
+      );
+      assert.equal(end.stopped, true, "the handler's context was not stopped");
+      assert.ok(end.tokens < 150, `the handler ran on to ${end.tokens} tokens`);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${frontend?.log()}`);
+      throw err;
+    } finally {
+      await frontend?.stop();
+      await runtime?.shutdown();
+      await serving;
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },

@@ -74,6 +74,14 @@ export function parseReferenceInstance(key: string, value: string): ReferenceIns
   ) {
     if (r[field] !== want) fail(`${field} ${JSON.stringify(r[field])} does not match the key`);
   }
+  // Ours too: every TCP-plane listener of ours also takes the reference's framing.
+  const ours = r.dynamo_deno as { wire?: unknown } | null | undefined;
+  if (
+    typeof ours === "object" && ours !== null && ours.wire !== "reference" &&
+    ours.wire !== "dynamo"
+  ) {
+    fail(`a worker of ours on an unknown wire ${JSON.stringify(ours.wire)}`);
+  }
   const codec = r.request_plane_codec ?? "json";
   if (codec !== "msgpack" && codec !== "json") fail(`unknown codec ${JSON.stringify(codec)}`);
   const transport = r.transport as Record<string, unknown> | null | undefined;

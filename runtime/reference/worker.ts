@@ -1,23 +1,17 @@
 // A worker the reference system (ai-dynamo 1.6.1) can call: registers an endpoint and its model
 // in etcd in the reference's own records (`v1/instances/...`, `v1/mdc/...`), takes requests on a
-// TCP listener in the reference's request framing, acknowledges each, dials the caller's
-// call-home address and streams the engine's outputs back as the reference's annotated items,
-// ending with its final item and sentinel. The caller's "stop" or "kill" on the response
-// connection (or the connection closing) stops the engine.
+// TCP listener in the reference's request framing (./serve_requests.ts: acknowledges each, dials
+// the caller's call-home address and streams the engine's outputs back as the reference's
+// annotated items, ending with its final item and sentinel; the caller's "stop" or "kill" on the
+// response connection, or the connection closing, stops the engine).
 
-import { decode as msgpackDecode, encode as msgpackEncode } from "@msgpack/msgpack";
-import { Context } from "../context.ts";
 import type { DistributedRuntime } from "../distributed_runtime.ts";
 import { InvalidArgumentError, ProtocolError } from "../errors.ts";
 import { type Logger, silentLogger } from "../logger.ts";
 import type { Handler } from "../serve_request.ts";
-import {
-  encodeTwoPart,
-  type ReferenceTcpRequest,
-  TcpRequestDecoder,
-  TwoPartDecoder,
-} from "../transport/reference_wire.ts";
-import { TwoPartReader, writeAll } from "./_io.ts";
+import { encodeInstanceRecord } from "../names.ts";
+import { TcpRequestPlane } from "../transport/tcp.ts";
+import { referenceRequestServer } from "./serve_requests.ts";
 import { REFERENCE_INSTANCES_PREFIX } from "./instances.ts";
 import { REFERENCE_MODELS_PREFIX } from "./models.ts";
 
@@ -35,7 +29,10 @@ export interface ServeReferenceEndpointOptions {
   handler: Handler<Record<string, unknown>, Record<string, unknown>>;
   /** The model card JSON (see {@linkcode referenceModelCard}); without one, no model record. */
   card?: Record<string, unknown>;
-  /** Address to listen on and advertise (default `DYN_TCP_RPC_HOST`, else 127.0.0.1). */
+  /**
+   * Address to listen on and advertise. Unset on a runtime with the TCP request plane: its
+   * listener (the port our callers use too). Else `DYN_TCP_RPC_HOST`, else 127.0.0.1.
+   */
   hostname?: string;
   /** Deadline to dial the caller back (ms, default 5,000). */
   callHomeTimeoutMs?: number;
@@ -61,10 +58,6 @@ export interface ReferenceEndpointServer {
   close(): Promise<void>;
 }
 
-const ENCODER = new TextEncoder();
-const DECODER = new TextDecoder();
-const HEADER_LIMIT = 64 * 1024;
-
 /**
  * Serves `handler` as a reference worker endpoint: records in etcd under the runtime's lease,
  * requests on a TCP listener.
@@ -83,211 +76,59 @@ export async function serveReferenceEndpoint(
       "a reference worker registers in etcd: connect the runtime with etcd discovery",
     );
   }
-  const hostname = options.hostname ?? Deno.env.get("DYN_TCP_RPC_HOST") ?? "127.0.0.1";
-  const listener = Deno.listen({ hostname, port: 0, transport: "tcp" });
-  const port = (listener.addr as Deno.NetAddr).port;
   const instanceId = runtime.leaseId;
   const path = `${instanceId}/${namespace}/${component}/${endpoint}`;
-  const live = new Set<Context>();
-  const conns = new Set<Deno.Conn>();
   let closed = false;
-  const callHomeMs = options.callHomeTimeoutMs ?? 5_000;
   const raw = options.raw ?? false;
-
-  const serveConnection = async (conn: Deno.Conn) => {
-    conns.add(conn);
-    const decoder = new TcpRequestDecoder();
-    const buf = new Uint8Array(64 * 1024);
-    let writing = Promise.resolve();
-    const ack = (error: string) => {
-      const text = ENCODER.encode(error);
-      const frame = new Uint8Array(4 + text.length);
-      new DataView(frame.buffer).setUint32(0, text.length);
-      frame.set(text, 4);
-      writing = writing.then(() => writeAll(conn, frame)).catch(() => {});
-    };
-    try {
-      for (;;) {
-        const n = await conn.read(buf);
-        if (n === null) break;
-        for (const request of decoder.push(buf.slice(0, n))) {
-          let started: Started;
-          try {
-            started = accept(request);
-          } catch (err) {
-            ack((err as Error).message || "request refused");
-            continue;
-          }
-          ack("");
-          void respond(started).catch((err) =>
-            log.warn("reference request failed", {
-              request: started.id,
-              error: (err as Error).message,
-            })
-          );
-        }
+  // Requests come in on the runtime's TCP request-plane listener, which tells the reference's
+  // framing from ours by a connection's first bytes: one port for both kinds of caller. On
+  // another plane (or asked for another address), a TCP plane of its own listens.
+  const shared = runtime.plane instanceof TcpRequestPlane && options.hostname === undefined;
+  const plane = shared ? runtime.plane as TcpRequestPlane : new TcpRequestPlane({
+    hostname: options.hostname ?? Deno.env.get("DYN_TCP_RPC_HOST") ?? "127.0.0.1",
+    logger: log,
+  });
+  const server = referenceRequestServer({
+    path,
+    handler: options.handler as Handler<never, unknown>,
+    validate: (request: unknown) => {
+      const r = request as Record<string, unknown> | null;
+      if (typeof r !== "object" || r === null || Array.isArray(r)) {
+        throw new ProtocolError("request body is not an object");
       }
-    } catch (err) {
-      if (!closed) log.debug("reference request connection ended", { error: String(err) });
-    } finally {
-      conns.delete(conn);
-      await writing;
-      try {
-        conn.close();
-      } catch { /* already closed */ }
-    }
-  };
-
-  interface Started {
-    id: string;
-    address: string;
-    subject: string;
-    codec: "msgpack" | "json";
-    request: Record<string, unknown>;
-  }
-
-  /** The one door for a request: framing, control header, body; throws what to ack with. */
-  const accept = (req: ReferenceTcpRequest): Started => {
-    if (closed) throw new ProtocolError("the worker is shutting down");
-    if (req.endpointPath !== path) {
-      throw new ProtocolError(`no endpoint ${req.endpointPath} here (this is ${path})`);
-    }
-    const parts = new TwoPartDecoder().push(req.payload);
-    if (parts.length !== 1) throw new ProtocolError("request payload is not one two-part message");
-    const { header, body } = parts[0]!;
-    if (header.length > HEADER_LIMIT) throw new ProtocolError("request control header too long");
-    const control = JSON.parse(DECODER.decode(header)) as Record<string, unknown>;
-    const info = control?.connection_info as { transport?: unknown; info?: unknown } | undefined;
-    if (info?.transport !== "tcp_server" || typeof info.info !== "string") {
-      throw new ProtocolError("request has no tcp_server connection info");
-    }
-    const where = JSON.parse(info.info) as Record<string, unknown>;
-    if (typeof where.address !== "string" || typeof where.subject !== "string") {
-      throw new ProtocolError("connection info lacks address or subject");
-    }
-    if (!/^[^:/\s]+:\d{1,5}$/.test(where.address)) {
-      throw new ProtocolError(
-        `call-home address ${JSON.stringify(where.address)} is not host:port`,
-      );
-    }
-    const codec = control.payload_codec === "msgpack" ? "msgpack" : "json";
-    const request =
-      (codec === "msgpack"
-        ? msgpackDecode(body, { useBigInt64: raw })
-        : JSON.parse(DECODER.decode(body))) as Record<string, unknown>;
-    if (typeof request !== "object" || request === null || Array.isArray(request)) {
-      throw new ProtocolError("request body is not an object");
-    }
-    if (
-      !raw && (!Array.isArray(request.token_ids) ||
-        !request.token_ids.every((t) => Number.isInteger(t) && t >= 0))
-    ) {
-      throw new ProtocolError("request body is not a PreprocessedRequest with token_ids");
-    }
-    const id = typeof control.id === "string" ? control.id : crypto.randomUUID();
-    return { id, address: where.address, subject: where.subject, codec, request };
-  };
-
-  /** Dials the caller, streams the engine's outputs, honours stop/kill. */
-  const respond = async (s: Started) => {
-    const [host, portText] = [
-      s.address.slice(0, s.address.lastIndexOf(":")),
-      s.address.slice(s.address.lastIndexOf(":") + 1),
-    ];
-    const conn = await Deno.connect({
-      hostname: host,
-      port: Number(portText),
-      signal: AbortSignal.timeout(callHomeMs),
-    });
-    conn.setNoDelay(true);
-    const ctx = new Context(s.id);
-    live.add(ctx);
-    const encode = (v: unknown) =>
-      s.codec === "msgpack"
-        ? msgpackEncode(v, { useBigInt64: raw })
-        : ENCODER.encode(JSON.stringify(v));
-    const frame = (header: unknown, body?: unknown) =>
-      encodeTwoPart({
-        header: header === undefined ? new Uint8Array(0) : ENCODER.encode(JSON.stringify(header)),
-        body: body === undefined ? new Uint8Array(0) : encode(body),
-      });
-    // The caller's control messages: "stop" ends generation, "kill" drops it; EOF kills.
-    const controls = (async () => {
-      const reader = new TwoPartReader(conn);
-      for (;;) {
-        const msg = await reader.next(24 * 3600_000, "control message").catch(() => undefined);
-        if (!msg) {
-          ctx.kill();
-          return;
-        }
-        const what = msg.header.length ? JSON.parse(DECODER.decode(msg.header)) : undefined;
-        if (what === "stop") ctx.stopGenerating();
-        else if (what === "kill") ctx.kill();
+      if (
+        !raw && (!Array.isArray(r.token_ids) ||
+          !r.token_ids.every((t) => Number.isInteger(t) && t >= 0))
+      ) {
+        throw new ProtocolError("request body is not a PreprocessedRequest with token_ids");
       }
-    })();
-    try {
-      await writeAll(conn, frame({ subject: s.subject, stream_type: "response" }));
-      await writeAll(conn, frame({ error: null }));
-      try {
-        for await (const out of await options.handler(s.request, ctx)) {
-          if (ctx.isKilled()) break;
-          await writeAll(
-            conn,
-            frame(undefined, {
-              data: raw ? out : { data: referenceOutput(out) },
-              complete_final: false,
-            }),
-          );
-        }
-      } catch (err) {
-        if (!ctx.isKilled()) {
-          const message = err instanceof Error ? err.message : String(err);
-          await writeAll(
-            conn,
-            frame(undefined, {
-              data: { data: null, event: "error", comment: [message] },
-              complete_final: false,
-            }),
-          );
-        }
-      }
-      if (!ctx.isKilled()) {
-        await writeAll(conn, frame(undefined, { complete_final: true }));
-        await writeAll(conn, frame("sentinel"));
-      }
-    } finally {
-      live.delete(ctx);
-      try {
-        conn.close();
-      } catch { /* already closed */ }
-      await controls;
-    }
-  };
-
-  const accepting = (async () => {
-    try {
-      for await (const conn of listener) void serveConnection(conn);
-    } catch (err) {
-      if (!closed) log.error("reference request listener failed", { error: String(err) });
-    }
-  })();
+      return r;
+    },
+    mapOutput: raw ? undefined : (out: unknown) => referenceOutput(out as Record<string, unknown>),
+    raw,
+    callHomeTimeoutMs: options.callHomeTimeoutMs,
+    logger: log,
+  });
+  const sub = await plane.serveReference(path, server.handle);
 
   const decimalId = BigInt(`0x${instanceId}`).toString();
-  const advertised = `${hostname}:${port}`;
+  const advertised = sub.address;
   const instanceKey =
     `${REFERENCE_INSTANCES_PREFIX}${namespace}/${component}/${endpoint}/${instanceId}`;
   await runtime.internals.registerKey(
     instanceKey,
-    withExactId({
+    encodeInstanceRecord({
       type: "Endpoint",
       component,
       endpoint,
       namespace,
-      instance_id: ID_SLOT,
+      instance_id: instanceId,
       transport: { tcp: `${advertised}/${path}` },
       device_type: "cpu",
       request_plane_codec: "msgpack",
-    }, decimalId),
+      // Our facts, which the reference ignores: this worker speaks the reference's wire only.
+      dynamo_deno: { instance_id: instanceId, wire: "reference" },
+    }),
   );
   const modelKey = `${REFERENCE_MODELS_PREFIX}${namespace}/${component}/${endpoint}/${instanceId}`;
   if (options.card) {
@@ -309,21 +150,17 @@ export async function serveReferenceEndpoint(
     address: advertised,
     instanceId,
     get inflight() {
-      return live.size;
+      return server.live.size;
     },
     async close() {
       if (closed) return;
       closed = true;
       await runtime.internals.unregisterKey(instanceKey).catch(() => {});
       if (options.card) await runtime.internals.unregisterKey(modelKey).catch(() => {});
-      listener.close();
-      for (const ctx of live) ctx.kill();
-      for (const c of conns) {
-        try {
-          c.close();
-        } catch { /* already closed */ }
-      }
-      await accepting;
+      await sub.unsubscribe();
+      if (!shared) await plane.close();
+      server.close();
+      for (const ctx of server.live) ctx.kill();
     },
   };
 }

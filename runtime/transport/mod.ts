@@ -26,5 +26,9 @@ export { decodeRequest, encodeRequest, jsonFrame, parseFrame } from "./wire.ts";
 export { LocalHub, LocalRequestBus, LocalRequestPlane } from "./local.ts";
 export { NatsRequestPlane, type NatsRequestPlaneOptions } from "./nats.ts";
 export { CallHomePool, TcpFrameConn, TcpResponseServer } from "./tcp_stream.ts";
-export { TcpRequestPlane, type TcpRequestPlaneOptions } from "./tcp.ts";
+export {
+  type ReferenceRequestHandler,
+  TcpRequestPlane,
+  type TcpRequestPlaneOptions,
+} from "./tcp.ts";
 export { MuxConnection, MuxKind, MuxStream } from "./mux.ts";

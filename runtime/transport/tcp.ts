@@ -1,6 +1,13 @@
 // The request plane on TCP: every worker listens; a caller keeps a persistent connection to
 // each worker it talks to and multiplexes its requests and their response streams over it
 // (./mux.ts). An instance record names the worker as `host:port/<endpoint path>`.
+//
+// The worker's one listener also takes the reference system's (ai-dynamo 1.6.1) request
+// connections: their first bytes tell the two apart. Ours opens with the mux handshake, a
+// two-part message whose u64 header length starts with four zero bytes; the reference's opens
+// with a request whose u16 endpoint path length is nonzero (a path is never empty). Reference
+// requests are decoded here (./reference_wire.ts), handed to the handler served for their path
+// with `serveReference`, and acknowledged in order on their connection, as the reference does.
 
 import type { NatsConnection } from "../nats_connection.ts";
 import {
@@ -19,6 +26,8 @@ import {
   readMuxHandshake,
 } from "./mux.ts";
 import { NatsRequestPlane } from "./nats.ts";
+import { type ReferenceTcpRequest, TcpRequestDecoder } from "./reference_wire.ts";
+import { type Logger, silentLogger } from "../logger.ts";
 import type {
   ConnectionInfo,
   FrameConn,
@@ -55,7 +64,20 @@ export interface TcpRequestPlaneOptions {
    * store of an etcd + NATS deployment whose requests go over TCP.
    */
   nats?: NatsRequestPlane;
+  /** Where the listener reports connections it drops (default: silent). */
+  logger?: Logger;
 }
+
+/**
+ * Takes one request that arrived in the reference's framing for the path it was served on.
+ * Returns once the request is accepted (its response goes back on the caller's call-home
+ * connection, which the handler dials); throws to refuse it, the message going back in the
+ * acknowledgement.
+ */
+export type ReferenceRequestHandler = (request: ReferenceTcpRequest) => void;
+
+/** Longest acknowledgement message sent back to a reference caller. */
+const MAX_ACK_TEXT = 4096;
 
 /**
  * Encodes a request as the reference's TCP request message: u16 BE endpoint path length,
@@ -134,7 +156,10 @@ export class TcpRequestPlane implements RequestPlane {
   #listener: Deno.TcpListener | undefined;
   #address: string | undefined;
   readonly #handlers = new Map<string, RawRequestHandler>();
+  readonly #referenceHandlers = new Map<string, ReferenceRequestHandler>();
   readonly #served = new Set<MuxConnection>();
+  readonly #referenceConns = new Set<Deno.Conn>();
+  readonly #log: Logger;
   /** The stream of the request being handed to its handler now (claimed by `dial`). */
   #current: MuxStream | undefined;
   // Caller side.
@@ -151,6 +176,7 @@ export class TcpRequestPlane implements RequestPlane {
     this.#options = options;
     this.#timeoutMs = options.connectTimeoutMs ?? 5000;
     this.#nats = options.nats;
+    this.#log = options.logger ?? silentLogger;
   }
 
   /** The NATS connection given in the options (events and objects travel there), if any. */
@@ -186,30 +212,100 @@ export class TcpRequestPlane implements RequestPlane {
 
   async #accept(raw: Deno.Conn): Promise<void> {
     let timer: ReturnType<typeof setTimeout> | undefined;
+    let first: Awaited<ReturnType<typeof readMuxHandshake>>;
     try {
       const timeout = new Promise<never>((_, reject) =>
         timer = setTimeout(() => reject(new TimeoutError("handshake timed out")), this.#timeoutMs)
       );
-      const h = await Promise.race([readMuxHandshake(raw), timeout]);
-      if (!("handshake" in h) || h.handshake.kind !== "request_mux") {
-        throw new ProtocolError("expected a request_mux handshake");
+      first = await Promise.race([readMuxHandshake(raw), timeout]);
+      if ("handshake" in first && first.handshake.kind !== "request_mux") {
+        throw new ProtocolError(
+          `expected a request_mux handshake, got ${JSON.stringify(first.handshake.kind)}`,
+        );
       }
-    } catch {
-      try {
-        raw.close();
-      } catch {
-        // already closed
-      }
+    } catch (err) {
+      this.#log.warn("request connection dropped: bad first frame", {
+        peer: peerOf(raw),
+        error: (err as Error).message,
+      });
+      closeQuietly(raw);
       return;
     } finally {
       clearTimeout(timer);
     }
-    if (this.#closed) return raw.close();
+    if (this.#closed) return closeQuietly(raw);
+    if ("legacy" in first) {
+      // Not our handshake: a reference request connection (its first request's bytes).
+      void this.#serveReference(raw, first.legacy);
+      return;
+    }
     const mux = new MuxConnection(raw, {
       onUnknown: (c, kind, key, id, payload) => this.#onRequest(c, kind, key, id, payload),
       onClose: (c) => this.#served.delete(c),
     });
     this.#served.add(mux);
+  }
+
+  /**
+   * Worker side: a connection in the reference's request framing. Each request is handed to
+   * the handler of its path and acknowledged in order (u32 BE length, then the error text;
+   * empty when accepted). A malformed frame is answered with an acknowledgement naming the
+   * problem and closes this connection only.
+   */
+  async #serveReference(conn: Deno.Conn, initial: Uint8Array): Promise<void> {
+    this.#referenceConns.add(conn);
+    (conn as Deno.TcpConn).setNoDelay?.(true);
+    const decoder = new TcpRequestDecoder();
+    const buf = new Uint8Array(64 * 1024);
+    let writing = Promise.resolve();
+    const ack = (error: string) => {
+      const text = encoder.encode(error.slice(0, MAX_ACK_TEXT));
+      const frame = new Uint8Array(4 + text.length);
+      new DataView(frame.buffer).setUint32(0, text.length);
+      frame.set(text, 4);
+      writing = writing.then(() => writeAll(conn, frame)).catch(() => {});
+    };
+    let chunk: Uint8Array | null = initial;
+    try {
+      while (chunk !== null) {
+        let requests: ReferenceTcpRequest[];
+        try {
+          requests = decoder.push(chunk);
+        } catch (err) {
+          const message = `malformed request frame: ${(err as Error).message}`;
+          this.#log.warn("reference request connection dropped", {
+            peer: peerOf(conn),
+            error: message,
+          });
+          ack(message);
+          break;
+        }
+        for (const request of requests) {
+          const handler = this.#referenceHandlers.get(request.endpointPath);
+          if (this.#closed || handler === undefined) {
+            ack(`no endpoint ${request.endpointPath} here`);
+            continue;
+          }
+          try {
+            handler(request);
+          } catch (err) {
+            ack((err as Error).message || "request refused");
+            continue;
+          }
+          ack("");
+        }
+        const n = await conn.read(buf);
+        chunk = n === null ? null : buf.slice(0, n);
+      }
+    } catch (err) {
+      if (!this.#closed) {
+        this.#log.debug("reference request connection ended", { error: String(err) });
+      }
+    } finally {
+      this.#referenceConns.delete(conn);
+      await writing;
+      closeQuietly(conn);
+    }
   }
 
   /** Worker side: a frame for a stream not open here, a new request if it is one. */
@@ -255,6 +351,30 @@ export class TcpRequestPlane implements RequestPlane {
       address,
       unsubscribe: () => {
         if (this.#handlers.get(subject) === handler) this.#handlers.delete(subject);
+        return Promise.resolve();
+      },
+    });
+  }
+
+  /**
+   * Serves `handler` for requests in the reference's framing naming `path`, on the same
+   * listener (and port) as `serve`'s.
+   *
+   * @param path the endpoint path those requests name (`<instance id hex>/ns/component/endpoint`)
+   * @param handler takes each request; throws to refuse it
+   * @returns the listener's `host:port`, and the way to stop serving the path
+   */
+  serveReference(
+    path: string,
+    handler: ReferenceRequestHandler,
+  ): Promise<Subscription & { address: string }> {
+    this.#open();
+    const address = this.#listen();
+    this.#referenceHandlers.set(path, handler);
+    return Promise.resolve({
+      address,
+      unsubscribe: () => {
+        if (this.#referenceHandlers.get(path) === handler) this.#referenceHandlers.delete(path);
         return Promise.resolve();
       },
     });
@@ -443,7 +563,9 @@ export class TcpRequestPlane implements RequestPlane {
       // already closed
     }
     this.#handlers.clear();
+    this.#referenceHandlers.clear();
     for (const c of [...this.#served]) c.close();
+    for (const c of [...this.#referenceConns]) closeQuietly(c);
     for (const p of [...this.#pool.values()]) void p.then((c) => c.close(), () => {});
     this.#pool.clear();
     this.#ready.clear();
@@ -455,6 +577,24 @@ export class TcpRequestPlane implements RequestPlane {
   #open(): void {
     if (this.#closed) throw new DynamoError("TCP request plane is closed");
   }
+}
+
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch {
+    // already closed
+  }
+}
+
+function peerOf(conn: Deno.Conn): string {
+  const a = conn.remoteAddr as Deno.NetAddr;
+  return `${a.hostname}:${a.port}`;
+}
+
+async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  let at = 0;
+  while (at < bytes.length) at += await conn.write(bytes.subarray(at));
 }
 
 /** Streams their request's handler claimed with `dial` (checked right after the handler). */

@@ -5,6 +5,11 @@ import { decodeMuxRequest, encodeMuxRequest, parseTcpTarget, TcpRequestPlane } f
 import { decodeRequest, encodeRequest } from "./wire.ts";
 import { MUX_STREAM_WINDOW, MuxKind, muxStreamId, readMuxHandshake } from "./mux.ts";
 import { NoInstancesError, TimeoutError } from "../errors.ts";
+import { encodeTcpRequest, type ReferenceTcpRequest, TcpRequestDecoder } from "./reference_wire.ts";
+import { RequestConnection } from "../reference/request_connection.ts";
+import { ReferenceWorkerRefusedError } from "../reference/errors.ts";
+import type { Logger } from "../logger.ts";
+import golden from "../../tests/golden/reference_1.6.1/wire.json" with { type: "json" };
 
 /** Serves `path` on a fresh plane; each request's stream gets `serveStream`. */
 async function worker(
@@ -169,11 +174,12 @@ Deno.test("the worker's listener closes a connection that does not open with the
   try {
     const [host, port] = parseTcpTarget(target)!.address.split(":");
     const conn = await Deno.connect({ hostname: host!, port: Number(port) });
-    await conn.write(new Uint8Array(24).fill(0xff));
+    // Four zero bytes start a handshake, but these lengths are not one.
+    await conn.write(new Uint8Array([0, 0, 0, 0, ...new Uint8Array(20).fill(0xff)]));
     const buf = new Uint8Array(16);
     assert.equal(await conn.read(buf), null);
     conn.close();
-    // The door itself: a nonzero first word is the per-stream protocol, not a handshake.
+    // The door itself: a nonzero first word is not a handshake (a reference request's).
     const [a, b] = await pair();
     await a.write(
       new Uint8Array([0, 0, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
@@ -224,6 +230,191 @@ Deno.test("random bytes after the handshake end that connection only; the worker
     assert.equal((await conn.receive())?.type, FrameType.Sentinel);
     conn.close();
   } finally {
+    await caller.close();
+    await w.close();
+  }
+});
+
+/** A logger that keeps its warnings. */
+function warnings(): {
+  logger: Logger;
+  lines: { msg: string; fields?: Record<string, unknown> }[];
+} {
+  const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
+  const logger: Logger = {
+    debug() {},
+    info() {},
+    warn: (msg, fields) => void lines.push({ msg, fields }),
+    error: (msg, fields) => void lines.push({ msg, fields }),
+    child: () => logger,
+  };
+  return { logger, lines };
+}
+
+function hex(h: string): Uint8Array {
+  return new Uint8Array(h.match(/../g)!.map((b) => parseInt(b, 16)));
+}
+
+async function readBytes(conn: Deno.Conn, n: number): Promise<Uint8Array> {
+  const out = new Uint8Array(n);
+  let got = 0;
+  while (got < n) {
+    const r = await conn.read(out.subarray(got));
+    if (r === null) break;
+    got += r;
+  }
+  return out.subarray(0, got);
+}
+
+/** Reads until the peer closes; the bytes it sent. */
+async function readToEnd(conn: Deno.Conn): Promise<Uint8Array> {
+  const parts: number[] = [];
+  const buf = new Uint8Array(4096);
+  for (;;) {
+    const n = await conn.read(buf);
+    if (n === null) return new Uint8Array(parts);
+    parts.push(...buf.subarray(0, n));
+  }
+}
+
+Deno.test("one listener serves our mux callers and the reference's request connections on one port", async () => {
+  const path = "1a2b/ns/backend/generate";
+  const taken: ReferenceTcpRequest[] = [];
+  const { plane: w, target } = await worker(path, (conn, body) => {
+    void (async () => {
+      await conn.send({
+        type: FrameType.Data,
+        payload: new TextEncoder().encode(JSON.stringify(body)),
+      });
+      await conn.send({ type: FrameType.Sentinel, payload: new Uint8Array(0) });
+      await conn.end();
+    })();
+  });
+  const refSub = await w.serveReference(path, (req) => {
+    if (req.headers["x-refuse"]) throw new Error("refused by the handler");
+    taken.push(req);
+  });
+  const { address } = parseTcpTarget(target)!;
+  assert.equal(refSub.address, address); // the same port
+  const [host, port] = address.split(":");
+  // The reference's framing, replayed byte for byte from its own frontend (golden capture):
+  // two requests on one connection, answered with the worker's two empty acknowledgements.
+  const fromFrontend = golden.flows.find((f) => f.length === 2511)!;
+  const ackFlow = golden.flows.find((f) =>
+    f.from === fromFrontend.to && f.to === fromFrontend.from
+  )!;
+  const goldenRequests = new TcpRequestDecoder().push(hex(fromFrontend.hex));
+  assert.equal(goldenRequests.length, 2);
+  const goldenSub = await w.serveReference(goldenRequests[0]!.endpointPath, (req) => {
+    taken.push(req);
+  });
+  const caller = new TcpRequestPlane();
+  const raw = await Deno.connect({ hostname: host!, port: Number(port) });
+  const ref = await RequestConnection.connect(host!, Number(port), 2000);
+  try {
+    await raw.write(hex(fromFrontend.hex));
+    assert.deepEqual(await readBytes(raw, ackFlow.length), hex(ackFlow.hex));
+    assert.deepEqual(taken.map((r) => r.endpointPath), goldenRequests.map((r) => r.endpointPath));
+    assert.deepEqual(taken.map((r) => [...r.payload]), goldenRequests.map((r) => [...r.payload]));
+    // Our caller and the reference's, interleaved, on the one port.
+    for (let i = 0; i < 3; i++) {
+      const stream = await call(caller, target, { i });
+      const item = await stream.receive();
+      assert.equal(item?.type, FrameType.Data);
+      assert.deepEqual(JSON.parse(new TextDecoder().decode(item!.payload)), { i });
+      assert.equal((await stream.receive())?.type, FrameType.Sentinel);
+      stream.close();
+      const payload = new Uint8Array([i, 1, 2]);
+      await ref.send({ endpointPath: path, headers: { n: String(i) }, payload }, 2000);
+      assert.deepEqual([...taken.at(-1)!.payload], [...payload]);
+      assert.equal(taken.at(-1)!.headers.n, String(i));
+    }
+    // A refused request is acknowledged with the handler's reason; the connection goes on.
+    await assert.rejects(
+      ref.send(
+        { endpointPath: path, headers: { "x-refuse": "1" }, payload: new Uint8Array() },
+        2000,
+      ),
+      (err: Error) =>
+        err instanceof ReferenceWorkerRefusedError && /refused by the handler/.test(err.message),
+    );
+    await assert.rejects(
+      ref.send({ endpointPath: "ffff/ns/x/y", headers: {}, payload: new Uint8Array() }, 2000),
+      /no endpoint ffff\/ns\/x\/y here/,
+    );
+    await ref.send({ endpointPath: path, headers: {}, payload: new Uint8Array([9]) }, 2000);
+    assert.deepEqual([...taken.at(-1)!.payload], [9]);
+    // Unserved, the path is refused; our own endpoint on it is untouched.
+    await refSub.unsubscribe();
+    await assert.rejects(
+      ref.send({ endpointPath: path, headers: {}, payload: new Uint8Array() }, 2000),
+      /no endpoint/,
+    );
+    const stream = await call(caller, target, { after: true });
+    assert.equal((await stream.receive())?.type, FrameType.Data);
+    stream.close();
+  } finally {
+    await goldenSub.unsubscribe();
+    raw.close();
+    ref.close();
+    await caller.close();
+    await w.close();
+  }
+});
+
+Deno.test("a malformed first frame is answered with what was wrong and closes only its connection", async () => {
+  const path = "1a2b/ns/backend/generate";
+  const { logger, lines } = warnings();
+  const w = new TcpRequestPlane({ logger });
+  const sub = await w.serve(path, (payload) => {
+    const { header } = decodeRequest(payload);
+    void w.dial(header.connection_info).then(async (conn) => {
+      await conn.send({ type: FrameType.Sentinel, payload: new Uint8Array(0) });
+      await conn.end();
+    });
+  });
+  let taken = 0;
+  await w.serveReference(path, () => void taken++);
+  const target = `${sub.address}/${path}`;
+  const [host, port] = sub.address.split(":");
+  const caller = new TcpRequestPlane();
+  const ref = await RequestConnection.connect(host!, Number(port), 2000);
+  const open = await call(caller, target, {}); // a stream open across the bad connections
+  try {
+    // A reference-framed request whose headers are not JSON.
+    const bad = encodeTcpRequest({ endpointPath: path, headers: {}, payload: new Uint8Array() });
+    const headersAt = 2 + path.length + 2;
+    bad.set(new TextEncoder().encode("{x"), headersAt);
+    const conn = await Deno.connect({ hostname: host!, port: Number(port) });
+    await conn.write(bad);
+    const answer = await readToEnd(conn); // the acknowledgement, then the close
+    conn.close();
+    const len = new DataView(answer.buffer).getUint32(0);
+    assert.equal(answer.length, 4 + len);
+    const text = new TextDecoder().decode(answer.subarray(4));
+    assert.match(text, /^malformed request frame: bad request path or headers/);
+    assert.ok(lines.some((l) => /reference request connection dropped/.test(l.msg)));
+    // A first frame that starts like our handshake but is not one: closed, and logged.
+    const conn2 = await Deno.connect({ hostname: host!, port: Number(port) });
+    await conn2.write(new Uint8Array([0, 0, 0, 0, ...new Uint8Array(20).fill(7)]));
+    assert.equal((await readToEnd(conn2)).length, 0);
+    conn2.close();
+    assert.ok(
+      lines.some((l) =>
+        /bad first frame/.test(l.msg) && /bad handshake lengths/.test(String(l.fields?.error))
+      ),
+    );
+    assert.equal(taken, 0);
+    // Every other connection on the port goes on: the stream opened before, a new request of
+    // ours on the pooled connection, and the reference connection.
+    assert.equal((await open.receive())?.type, FrameType.Sentinel);
+    const again = await call(caller, target, {});
+    assert.equal((await again.receive())?.type, FrameType.Sentinel);
+    await ref.send({ endpointPath: path, headers: {}, payload: new Uint8Array() }, 2000);
+    assert.equal(taken, 1);
+  } finally {
+    open.close();
+    ref.close();
     await caller.close();
     await w.close();
   }

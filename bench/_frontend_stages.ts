@@ -73,7 +73,8 @@ export async function measureStages(options: MeasureStagesOptions): Promise<Stag
   try {
     const component = runtime.namespace("dynamo").component("backend");
     const endpoint = component.endpoint("generate");
-    const serving = endpoint.serveEndpoint(echoEngine() as never);
+    const echo = echoEngine();
+    const serving = endpoint.serveEndpoint(echo as never);
     serving.catch(() => {});
     await registerLlm(
       ModelInput.Tokens,
@@ -154,6 +155,13 @@ export async function measureStages(options: MeasureStagesOptions): Promise<Stag
               limit: 0,
             })
           );
+        },
+      ],
+      [
+        "engine_alone",
+        `echo engine alone, ${outputs.length} outputs (what the two rows above add to it is the hop)`,
+        async () => {
+          for await (const _ of echo(preSelfEnding, new Context()));
         },
       ],
       ["detokenize", `OutputProcessor: ${outputs.length} outputs (detokenize, stops)`, () => {

@@ -26,6 +26,17 @@ export const LOAD_BOUND_SLACK = 2;
  */
 export const COLD_NEAR_TIE = 1;
 
+/**
+ * Share of the delay a prompt's own prefill adds to the requests already waiting for their first
+ * token on a worker that the default cost charges to that worker (for prompts some worker
+ * caches part of). Each of those requests waits for the passes that compute this prompt's
+ * uncached tokens when they share them; the router cannot tell which do (some are in the pass
+ * in flight already), so a share is counted. 0.25 was the best of 0, 0.25, 0.5, 0.75 and 1 on
+ * two seeds per preset and the one that lost no row of `deno task bench:routing`; held-out
+ * seeds and parameter sets in BENCHMARKS.md.
+ */
+export const WAITING_DELAY_SHARE = 0.25;
+
 /** Options of {@linkcode RoutingPolicy}. */
 export interface RoutingPolicyOptions {
   /**
@@ -213,15 +224,18 @@ export function predictedTtftCosts(
   model: TtftModel,
 ): Map<string, number> {
   const costs = new Map<string, number>();
+  // A prompt nobody caches goes by the cold rule of RoutingPolicy.pick: no delay term there.
+  const cold = candidates.every((c) => c.overlapBlocks === 0);
+  const msPerToken = model.coefficients().msPerKTokens / 1000;
   for (const c of candidates) {
     const prefillBlocks = c.prefillBlocks + c.requestBlocks - c.overlapBlocks;
-    costs.set(
-      c.workerId,
-      model.predict({
-        prefillTokens: prefillBlocks * blockSize,
-        activeBlocks: c.activeBlocks + c.requestBlocks,
-      }),
-    );
+    const own = model.predict({
+      prefillTokens: prefillBlocks * blockSize,
+      activeBlocks: c.activeBlocks + c.requestBlocks,
+    });
+    const delay = cold ? 0 : WAITING_DELAY_SHARE * (c.waitingRequests ?? 0) * msPerToken *
+      (c.requestBlocks - c.overlapBlocks) * blockSize;
+    costs.set(c.workerId, own + delay);
   }
   return costs;
 }

@@ -58,7 +58,7 @@ async function fleet(
 
 const tokens = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
 
-const idle = { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
+const idle = { activeBlocks: 0, prefillBlocks: 0, requests: 0, waiting: 0 };
 
 Deno.test("KvRouter sends a request to the worker holding its prefix", async () => {
   const f = await fleet(3);
@@ -99,7 +99,7 @@ Deno.test("KvRouter spreads requests with no cached prefix by predicted load, an
       for await (const _ of s) { /* drain */ }
     }));
     for (const id of f.ids) {
-      assert.deepEqual(router.load(id), { activeBlocks: 0, prefillBlocks: 0, requests: 0 });
+      assert.deepEqual(router.load(id), idle);
     }
   } finally {
     await router.close();
@@ -118,9 +118,19 @@ Deno.test("KvRouter's load book sees prefill end and decode grow", async () => {
   try {
     const stream = await router.generate({ token_ids: tokens(32) });
     const it = stream[Symbol.asyncIterator]();
-    assert.deepEqual(router.load(f.ids[0]!), { activeBlocks: 2, prefillBlocks: 2, requests: 1 });
+    assert.deepEqual(router.load(f.ids[0]!), {
+      activeBlocks: 2,
+      prefillBlocks: 2,
+      requests: 1,
+      waiting: 1,
+    });
     await it.next(); // first token: prefill done, 33 tokens = 3 blocks
-    assert.deepEqual(router.load(f.ids[0]!), { activeBlocks: 3, prefillBlocks: 0, requests: 1 });
+    assert.deepEqual(router.load(f.ids[0]!), {
+      activeBlocks: 3,
+      prefillBlocks: 0,
+      requests: 1,
+      waiting: 0,
+    });
     gate.resolve();
     while (!(await it.next()).done) { /* drain */ }
     assert.equal(router.load(f.ids[0]!).requests, 0);
@@ -210,6 +220,7 @@ Deno.test("KvRouter.findBestMatch books a decision under requestId until it is f
       activeBlocks: 2,
       prefillBlocks: 2,
       requests: 1,
+      waiting: 1,
     });
     assert.deepEqual(routed, [[32, first.instanceId]]);
     // The next pick sees that load and goes to the other worker.
@@ -226,6 +237,7 @@ Deno.test("KvRouter.findBestMatch books a decision under requestId until it is f
       activeBlocks: 2,
       prefillBlocks: 0,
       requests: 1,
+      waiting: 0,
     });
     router.addOutputTokens("r1", 1); // 33 tokens: 3 blocks
     assert.equal(router.load(first.instanceId).activeBlocks, 3);

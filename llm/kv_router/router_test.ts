@@ -56,7 +56,8 @@ async function fleet(
   };
 }
 
-const tokens = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+/** `n` token ids from `from` on (prompts from different `from`s share no block). */
+const tokens = (n: number, from = 1) => Array.from({ length: n }, (_, i) => i + from);
 
 const idle = { activeBlocks: 0, prefillBlocks: 0, requests: 0, waiting: 0 };
 
@@ -90,7 +91,10 @@ Deno.test("KvRouter spreads requests with no cached prefix by predicted load, an
   });
   try {
     const streams = [];
-    for (let i = 0; i < 3; i++) streams.push(await router.generate({ token_ids: tokens(32) }));
+    // Different prompts: the same one would count as cached where the first is being prefilled.
+    for (let i = 0; i < 3; i++) {
+      streams.push(await router.generate({ token_ids: tokens(32, 1 + 1000 * i) }));
+    }
     // Each pick saw the others' load: one request per worker.
     assert.deepEqual(new Set(streams.map((s) => s.instanceId)).size, 3);
     for (const id of f.ids) assert.equal(router.load(id).requests, 1);
@@ -224,7 +228,7 @@ Deno.test("KvRouter.findBestMatch books a decision under requestId until it is f
     });
     assert.deepEqual(routed, [[32, first.instanceId]]);
     // The next pick sees that load and goes to the other worker.
-    const second = await router.findBestMatch(tokens(32), { requestId: "r2" });
+    const second = await router.findBestMatch(tokens(32, 1001), { requestId: "r2" });
     assert.notEqual(second.instanceId, first.instanceId);
     await assert.rejects(
       () => router.findBestMatch(tokens(32), { requestId: "r1" }),

@@ -155,6 +155,7 @@ export function simulate(
         activeBlocks: l.activeBlocks,
         prefillBlocks: l.prefillBlocks,
         activeRequests: l.requests,
+        waitingRequests: l.waiting,
       };
     });
     const chosen = policy.choose(candidates, { totalRequests: book.totalRequests });

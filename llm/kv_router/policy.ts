@@ -26,6 +26,20 @@ export const LOAD_BOUND_SLACK = 2;
  */
 export const COLD_NEAR_TIE = 1;
 
+/**
+ * Share of the delay a prompt's uncached prefill adds to requests waiting for their first token
+ * that the default cost charges, for prompts some worker caches part of: the requests waiting
+ * on the candidate itself, plus as many again as wait on the average candidate (prefill done
+ * anywhere is capacity the whole fleet shares, so computing a prefix again on an idle worker is
+ * not free once requests queue). Each waiting request is delayed only if it shares a pass with
+ * those tokens, which the router cannot tell (some are in the pass in flight already), so a
+ * share is counted. 0.25 was the best of 0, 0.25, 0.5, 0.75 and 1 on two seeds per preset (the
+ * candidate's own waiting requests alone), and the fleet's mean as weight 1 the simplest of 0,
+ * 0.5, 1, 2 and 4 (1 and 2 tied); both were then checked on held-out seeds and parameter sets
+ * (BENCHMARKS.md, "Prefill delays the requests waiting").
+ */
+export const WAITING_DELAY_SHARE = 0.25;
+
 /** Options of {@linkcode RoutingPolicy}. */
 export interface RoutingPolicyOptions {
   /**
@@ -194,7 +208,8 @@ export class RoutingPolicy {
 /**
  * The default cost: each candidate's predicted time to first token, from the prefill it would
  * do (its queue plus this request's uncached tokens) and the KV its running requests hold
- * with this one added.
+ * with this one added; plus, for a prompt some candidate caches part of, the delay its
+ * uncached tokens add to waiting requests ({@linkcode WAITING_DELAY_SHARE}).
  *
  * @param candidates the workers and their loads
  * @param blockSize tokens per KV block
@@ -213,15 +228,24 @@ export function predictedTtftCosts(
   model: TtftModel,
 ): Map<string, number> {
   const costs = new Map<string, number>();
+  // A prompt nobody caches goes by the cold rule of RoutingPolicy.pick: no delay term there.
+  const cold = candidates.every((c) => c.overlapBlocks === 0);
+  const msPerToken = model.coefficients().msPerKTokens / 1000;
+  let meanWaiting = 0;
+  for (const c of candidates) meanWaiting += c.waitingRequests ?? 0;
+  meanWaiting /= candidates.length;
   for (const c of candidates) {
     const prefillBlocks = c.prefillBlocks + c.requestBlocks - c.overlapBlocks;
-    costs.set(
-      c.workerId,
-      model.predict({
-        prefillTokens: prefillBlocks * blockSize,
-        activeBlocks: c.activeBlocks + c.requestBlocks,
-      }),
-    );
+    const own = model.predict({
+      prefillTokens: prefillBlocks * blockSize,
+      activeBlocks: c.activeBlocks + c.requestBlocks,
+    });
+    const waiting = (c.waitingRequests ?? 0) + meanWaiting;
+    const delay = cold
+      ? 0
+      : WAITING_DELAY_SHARE * waiting * msPerToken * (c.requestBlocks - c.overlapBlocks) *
+        blockSize;
+    costs.set(c.workerId, own + delay);
   }
   return costs;
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import { RoutingPolicy } from "./policy.ts";
+import { predictedTtftCosts, RoutingPolicy, WAITING_DELAY_SHARE } from "./policy.ts";
+import { TtftModel } from "./ttft_model.ts";
 import type { WorkerCandidate } from "./scheduler.ts";
 
 const worker = (id: string, o: Partial<WorkerCandidate> = {}): WorkerCandidate => ({
@@ -79,4 +80,51 @@ Deno.test("RoutingPolicy takes a prompt nobody caches in turn among the workers 
   for (let i = 0; i < 3; i++) {
     assert.equal(policy.choose(cached, { totalRequests: 0 }).workerId, "b");
   }
+});
+
+Deno.test("RoutingPolicy's default cost counts the delay a prompt's prefill adds to the requests waiting there", () => {
+  // Both hold half of the prompt (64 of 128 blocks: 1,024 uncached tokens). a has nothing queued
+  // but 12 requests waiting for their first token; b has 32 blocks (512 tokens) queued and none
+  // waiting. On its own TTFT a is cheaper (1,024 against 1,536 tokens to prefill); with the
+  // delay its 1,024 tokens add to a's 12 waiting requests (and the mean, 6), b is.
+  const all = [
+    worker("a", { overlapBlocks: 64, waitingRequests: 12, activeRequests: 12 }),
+    worker("b", { overlapBlocks: 64, prefillBlocks: 32, activeRequests: 1 }),
+  ];
+  const model = new TtftModel();
+  const costs = predictedTtftCosts(all, 16, model);
+  const msPerToken = model.coefficients().msPerKTokens / 1000;
+  const own = (tokens: number) => model.predict({ prefillTokens: tokens, activeBlocks: 128 });
+  const delay = (waiting: number) => WAITING_DELAY_SHARE * waiting * msPerToken * 1024;
+  assert.equal(costs.get("a"), own(1024) + delay(12 + 6));
+  assert.equal(costs.get("b"), own(1536) + delay(0 + 6));
+  // (Bounded load off: it would leave out a, with 12 of the 13 requests, by itself.)
+  const policy = new RoutingPolicy(16, { loadBound: Infinity });
+  assert.equal(policy.choose(all, { totalRequests: 13 }).workerId, "b");
+  // Without waiting requests a is cheaper, as before.
+  const calm = [{ ...all[0]!, waitingRequests: 0 }, all[1]!];
+  assert.equal(policy.choose(calm, { totalRequests: 13 }).workerId, "a");
+});
+
+Deno.test("RoutingPolicy's default cost: with requests waiting in the fleet, a prefix is not computed again on an idle worker", () => {
+  // a holds 120 of 128 blocks behind 2,000 queued tokens; b is idle and holds nothing; c is
+  // swamped (40 waiting, a long queue). By TTFT alone b wins (2,048 tokens to prefill against
+  // 2,128), but with 40 / 3 requests waiting per worker, b's 2,048 tokens delay more of them
+  // than a's 128.
+  const all = [
+    worker("a", { overlapBlocks: 120, prefillBlocks: 125 }),
+    worker("b"),
+    worker("c", { waitingRequests: 40, activeRequests: 40, prefillBlocks: 20_000 }),
+  ];
+  const policy = new RoutingPolicy(16, { loadBound: Infinity });
+  assert.equal(policy.choose(all, { totalRequests: 40 }).workerId, "a");
+  // Nobody waiting: b.
+  const calm = [all[0]!, all[1]!, { ...all[2]!, waitingRequests: 0 }];
+  assert.equal(policy.choose(calm, { totalRequests: 40 }).workerId, "b");
+});
+
+Deno.test("predictedTtftCosts adds no waiting delay for a prompt nobody caches", () => {
+  const all = [worker("a", { waitingRequests: 20 }), worker("b")];
+  const costs = predictedTtftCosts(all, 16, new TtftModel());
+  assert.equal(costs.get("a"), costs.get("b"));
 });

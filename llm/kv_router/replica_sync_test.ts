@@ -38,9 +38,15 @@ Deno.test("ReplicaSync books another router's requests in this router's book, an
   await using r = await replicas();
   r.a.book.add("req-1", "w1", 320, 4);
   await eventually(() => r.b.book.load("w1").requests === 1, 2000, "b to book a's request");
-  assert.deepEqual(r.b.book.load("w1"), { activeBlocks: 20, prefillBlocks: 16, requests: 1 });
+  assert.deepEqual(r.b.book.load("w1"), {
+    activeBlocks: 20,
+    prefillBlocks: 16,
+    requests: 1,
+    waiting: 1,
+  });
   r.a.book.progress("req-1", 1);
   await eventually(() => r.b.book.load("w1").prefillBlocks === 0, 2000, "b to see prefill done");
+  assert.equal(r.b.book.load("w1").waiting, 0);
   r.a.book.free("req-1");
   await eventually(() => r.b.book.load("w1").requests === 0, 2000, "b to free it");
   // Its own bookings do not come back to it, nor do remote ones echo.

@@ -269,8 +269,13 @@ export class KvRouter {
     return this.#sync?.ready ?? Promise.resolve();
   }
 
-  /** The predicted load of a worker, from the router's own book. */
-  load(instanceId: string): { activeBlocks: number; prefillBlocks: number; requests: number } {
+  /**
+   * The predicted load of a worker, from the router's own book: KV blocks, blocks still to
+   * prefill, requests in flight, and of those the ones with no first token yet (`waiting`).
+   */
+  load(
+    instanceId: string,
+  ): { activeBlocks: number; prefillBlocks: number; requests: number; waiting: number } {
     return this.#active.load(instanceId);
   }
 
@@ -386,6 +391,7 @@ export class KvRouter {
         activeBlocks: load.activeBlocks,
         prefillBlocks: load.prefillBlocks,
         activeRequests: load.requests,
+        waitingRequests: load.waiting,
       };
     });
     const candidates = this.#policy.eligible(all, {

@@ -56,9 +56,10 @@ async function fleet(
   };
 }
 
-const tokens = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+/** `n` token ids from `from` on (prompts from different `from`s share no block). */
+const tokens = (n: number, from = 1) => Array.from({ length: n }, (_, i) => i + from);
 
-const idle = { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
+const idle = { activeBlocks: 0, prefillBlocks: 0, requests: 0, waiting: 0 };
 
 Deno.test("KvRouter sends a request to the worker holding its prefix", async () => {
   const f = await fleet(3);
@@ -90,7 +91,10 @@ Deno.test("KvRouter spreads requests with no cached prefix by predicted load, an
   });
   try {
     const streams = [];
-    for (let i = 0; i < 3; i++) streams.push(await router.generate({ token_ids: tokens(32) }));
+    // Different prompts: the same one would count as cached where the first is being prefilled.
+    for (let i = 0; i < 3; i++) {
+      streams.push(await router.generate({ token_ids: tokens(32, 1 + 1000 * i) }));
+    }
     // Each pick saw the others' load: one request per worker.
     assert.deepEqual(new Set(streams.map((s) => s.instanceId)).size, 3);
     for (const id of f.ids) assert.equal(router.load(id).requests, 1);
@@ -99,7 +103,7 @@ Deno.test("KvRouter spreads requests with no cached prefix by predicted load, an
       for await (const _ of s) { /* drain */ }
     }));
     for (const id of f.ids) {
-      assert.deepEqual(router.load(id), { activeBlocks: 0, prefillBlocks: 0, requests: 0 });
+      assert.deepEqual(router.load(id), idle);
     }
   } finally {
     await router.close();
@@ -118,9 +122,19 @@ Deno.test("KvRouter's load book sees prefill end and decode grow", async () => {
   try {
     const stream = await router.generate({ token_ids: tokens(32) });
     const it = stream[Symbol.asyncIterator]();
-    assert.deepEqual(router.load(f.ids[0]!), { activeBlocks: 2, prefillBlocks: 2, requests: 1 });
+    assert.deepEqual(router.load(f.ids[0]!), {
+      activeBlocks: 2,
+      prefillBlocks: 2,
+      requests: 1,
+      waiting: 1,
+    });
     await it.next(); // first token: prefill done, 33 tokens = 3 blocks
-    assert.deepEqual(router.load(f.ids[0]!), { activeBlocks: 3, prefillBlocks: 0, requests: 1 });
+    assert.deepEqual(router.load(f.ids[0]!), {
+      activeBlocks: 3,
+      prefillBlocks: 0,
+      requests: 1,
+      waiting: 0,
+    });
     gate.resolve();
     while (!(await it.next()).done) { /* drain */ }
     assert.equal(router.load(f.ids[0]!).requests, 0);
@@ -210,10 +224,11 @@ Deno.test("KvRouter.findBestMatch books a decision under requestId until it is f
       activeBlocks: 2,
       prefillBlocks: 2,
       requests: 1,
+      waiting: 1,
     });
     assert.deepEqual(routed, [[32, first.instanceId]]);
     // The next pick sees that load and goes to the other worker.
-    const second = await router.findBestMatch(tokens(32), { requestId: "r2" });
+    const second = await router.findBestMatch(tokens(32, 1001), { requestId: "r2" });
     assert.notEqual(second.instanceId, first.instanceId);
     await assert.rejects(
       () => router.findBestMatch(tokens(32), { requestId: "r1" }),
@@ -226,6 +241,7 @@ Deno.test("KvRouter.findBestMatch books a decision under requestId until it is f
       activeBlocks: 2,
       prefillBlocks: 0,
       requests: 1,
+      waiting: 0,
     });
     router.addOutputTokens("r1", 1); // 33 tokens: 3 blocks
     assert.equal(router.load(first.instanceId).activeBlocks, 3);

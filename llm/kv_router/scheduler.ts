@@ -28,6 +28,11 @@ export interface WorkerCandidate {
   prefillBlocks: number;
   /** Requests the router has in flight on the worker. */
   activeRequests: number;
+  /**
+   * Requests the router has on the worker that have no first token yet (default 0): the
+   * default cost counts the delay this request's prefill adds to them.
+   */
+  waitingRequests?: number;
 }
 
 /** What a cost function sees. */
@@ -184,6 +189,8 @@ export interface WorkerBook {
   prefillBlocks: number;
   /** Requests in flight on it. */
   requests: number;
+  /** Requests on it with no first output yet (their prefill is queued or running). */
+  waiting: number;
 }
 
 /**
@@ -222,7 +229,7 @@ export class ActiveSequences {
   #book(workerId: string): WorkerBook {
     let book = this.#workers.get(workerId);
     if (!book) {
-      book = { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
+      book = { activeBlocks: 0, prefillBlocks: 0, requests: 0, waiting: 0 };
       this.#workers.set(workerId, book);
     }
     return book;
@@ -230,7 +237,8 @@ export class ActiveSequences {
 
   /** The predicted load of a worker. */
   load(workerId: string): Readonly<WorkerBook> {
-    return this.#workers.get(workerId) ?? { activeBlocks: 0, prefillBlocks: 0, requests: 0 };
+    return this.#workers.get(workerId) ??
+      { activeBlocks: 0, prefillBlocks: 0, requests: 0, waiting: 0 };
   }
 
   /** True when the request is in the book. */
@@ -266,6 +274,7 @@ export class ActiveSequences {
     book.activeBlocks += blocks;
     book.prefillBlocks += prefillBlocks;
     book.requests++;
+    book.waiting++;
     this.#total++;
     this.#share(requestId, () => ({
       kind: "add",
@@ -292,6 +301,7 @@ export class ActiveSequences {
     }
     if (!req.started) {
       req.started = true;
+      book.waiting--;
       this.#share(requestId, () => ({ kind: "prefill_done", request_id: requestId }));
     }
     if (newTokens > 0) {
@@ -311,6 +321,7 @@ export class ActiveSequences {
     book.activeBlocks -= req.blocks;
     book.prefillBlocks -= req.prefillBlocks;
     book.requests--;
+    if (!req.started) book.waiting--;
     this.#total--;
     if (book.requests === 0) this.#workers.delete(req.workerId);
     this.#share(requestId, () => ({ kind: "free", request_id: requestId }));

@@ -101,16 +101,22 @@ Deno.test("pickByCost with a temperature still weighs costs near the limits of a
 Deno.test("ActiveSequences predicts load from prefill to finish", () => {
   const seqs = new ActiveSequences(16);
   seqs.add("r1", "w1", 100, 2); // 7 blocks, 5 uncached
-  assertEquals(seqs.load("w1"), { activeBlocks: 7, prefillBlocks: 5, requests: 1 });
+  assertEquals(seqs.load("w1"), { activeBlocks: 7, prefillBlocks: 5, requests: 1, waiting: 1 });
   seqs.progress("r1", 1); // first token: prefill done, 101 tokens still 7 blocks
-  assertEquals(seqs.load("w1"), { activeBlocks: 7, prefillBlocks: 0, requests: 1 });
+  assertEquals(seqs.load("w1"), { activeBlocks: 7, prefillBlocks: 0, requests: 1, waiting: 0 });
   seqs.progress("r1", 12); // 113 tokens: 8 blocks
   assertEquals(seqs.load("w1").activeBlocks, 8);
   assertEquals(seqs.has("r1"), true);
   seqs.free("r1");
   assertEquals(seqs.has("r1"), false);
-  assertEquals(seqs.load("w1"), { activeBlocks: 0, prefillBlocks: 0, requests: 0 });
+  assertEquals(seqs.load("w1"), { activeBlocks: 0, prefillBlocks: 0, requests: 0, waiting: 0 });
   assertEquals(seqs.size, 0);
+  // A request that ends before its first token stops waiting too.
+  seqs.add("r2", "w1", 100, 0);
+  seqs.add("r3", "w1", 100, 0);
+  assertEquals(seqs.load("w1").waiting, 2);
+  seqs.free("r2");
+  assertEquals(seqs.load("w1").waiting, 1);
 });
 
 Deno.test("ActiveSequences keeps its totals equal to the sum of its requests", () => {
@@ -128,7 +134,10 @@ Deno.test("ActiveSequences keeps its totals equal to the sum of its requests", (
   );
   fc.assert(fc.property(fc.array(op, { maxLength: 200 }), (ops) => {
     const seqs = new ActiveSequences(16);
-    const model = new Map<string, { w: string; tokens: number; prefill: number }>();
+    const model = new Map<
+      string,
+      { w: string; tokens: number; prefill: number; started: boolean }
+    >();
     for (const o of ops) {
       if (o.k === "add") {
         const id = `r${o.r}`;
@@ -138,6 +147,7 @@ Deno.test("ActiveSequences keeps its totals equal to the sum of its requests", (
           w: `w${o.w}`,
           tokens: o.t,
           prefill: Math.max(0, Math.ceil(o.t / 16) - o.o),
+          started: false,
         });
       } else if (o.k === "progress") {
         const m = model.get(`r${o.r}`);
@@ -145,6 +155,7 @@ Deno.test("ActiveSequences keeps its totals equal to the sum of its requests", (
         if (m) {
           m.prefill = 0;
           m.tokens += o.t;
+          m.started = true;
         }
       } else if (o.k === "free") {
         seqs.free(`r${o.r}`);
@@ -160,6 +171,7 @@ Deno.test("ActiveSequences keeps its totals equal to the sum of its requests", (
         activeBlocks: mine.reduce((s, m) => s + Math.ceil(m.tokens / 16), 0),
         prefillBlocks: mine.reduce((s, m) => s + m.prefill, 0),
         requests: mine.length,
+        waiting: mine.filter((m) => !m.started).length,
       });
     }
     assertEquals(seqs.size, model.size);

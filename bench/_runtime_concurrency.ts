@@ -23,8 +23,14 @@ export async function measureConcurrency(
   const concurrentCases = [
     {
       key: "nats",
-      label: "raw NATS req-reply",
+      label: "raw NATS req-reply (noAsyncTraces)",
       fn: async () => void (await nc.request(w.rawPingSubject, pingBody, { timeout: 10_000 })),
+    },
+    {
+      key: "nats_defaults",
+      label: "raw NATS req-reply, nats.js defaults",
+      fn: async () =>
+        void (await f.ncDefaults.request(w.rawPingSubject, pingBody, { timeout: 10_000 })),
     },
     {
       key: "dynamo",

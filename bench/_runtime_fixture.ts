@@ -162,8 +162,10 @@ export interface Fixture {
   sameStream: Client;
   embPing: Client;
   embStream: Client;
-  /** Raw NATS requester, on its own connection. */
+  /** Raw NATS requester, on its own connection (`noAsyncTraces`, as the runtime's). */
   nc: NatsConnection;
+  /** Raw NATS requester with nats.js's default options. */
+  ncDefaults: NatsConnection;
   pingBody: Uint8Array;
   /** Raw TCP ping-pong connection to the worker process. */
   tcp: Deno.Conn;
@@ -275,6 +277,10 @@ export async function setUpFixture(
     noAsyncTraces: true,
   });
   cleanups.push(() => nc.drain().catch(() => nc.close()));
+  // The same with nats.js's defaults (a stack trace captured per request), as earlier runs of
+  // this bench measured the baseline: shown beside it, not used for the ratios.
+  const ncDefaults = await natsConnect({ servers: natsUrl, name: "bench-raw-requester-defaults" });
+  cleanups.push(() => ncDefaults.drain().catch(() => ncDefaults.close()));
   const pingBody = encoder.encode(JSON.stringify({ p: 1 }));
 
   // Raw TCP ping-pong connection to the worker process.
@@ -364,6 +370,7 @@ export async function setUpFixture(
     embPing,
     embStream,
     nc,
+    ncDefaults,
     pingBody,
     tcp,
     tcpReader,

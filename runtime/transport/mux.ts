@@ -195,6 +195,25 @@ export interface MuxConnectionOptions {
 }
 
 /**
+ * Writes `text` as UTF-8 into `out` at `at` (room for 3 bytes per UTF-16 unit is there);
+ * short ASCII by hand, cheaper than a call into the encoder.
+ * @returns the bytes written
+ */
+function writeUtf8(out: Uint8Array, at: number, text: string): number {
+  const n = text.length;
+  if (n <= 512) {
+    let i = 0;
+    for (; i < n; i++) {
+      const c = text.charCodeAt(i);
+      if (c >= 0x80) break;
+      out[at + i] = c;
+    }
+    if (i === n) return n;
+  }
+  return encoder.encodeInto(text, out.subarray(at)).written;
+}
+
+/**
  * One multiplexed TCP connection: writes coalesced into one buffer per flush, one read
  * loop that hands frames to their streams.
  */
@@ -274,6 +293,51 @@ export class MuxConnection {
     out.set(id, at + 8);
     if (payload.length > 0) out.set(payload, at + MUX_HEADER_BYTES);
     this.#outLen = need;
+    return this.#queued();
+  }
+
+  /**
+   * Queues one request frame, encoded straight into the output buffer (no arrays per
+   * request): the reference's TCP request message (u16 BE path length, the path, u16 BE
+   * headers length, `headers`, u32 BE payload length) whose payload is our request envelope
+   * (u32 BE header length, `header` JSON, `body` JSON; see `encodeRequest`).
+   */
+  sendRequestFrame(
+    kind: number,
+    id: Uint8Array,
+    path: Uint8Array,
+    headers: Uint8Array,
+    header: string,
+    body: string,
+  ): Promise<void> | void {
+    if (this.#closed) throw new DynamoError("multiplexed connection is closed");
+    const fixed = 2 + path.length + 2 + headers.length + 4 + 4;
+    const max = this.#outLen + MUX_HEADER_BYTES + fixed + 3 * (header.length + body.length);
+    if (max > this.#out.length) this.#grow(max);
+    const out = this.#out;
+    const view = this.#outView;
+    const at = this.#outLen;
+    let p = at + MUX_HEADER_BYTES;
+    view.setUint16(p, path.length);
+    out.set(path, p + 2);
+    p += 2 + path.length;
+    view.setUint16(p, headers.length);
+    out.set(headers, p + 2);
+    p += 2 + headers.length;
+    const payloadAt = p;
+    const h = writeUtf8(out, payloadAt + 8, header);
+    const b = writeUtf8(out, payloadAt + 8 + h, body);
+    view.setUint32(payloadAt, 4 + h + b);
+    view.setUint32(payloadAt + 4, h);
+    const len = payloadAt + 8 + h + b - (at + MUX_HEADER_BYTES);
+    if (len > MUX_MAX_PAYLOAD) throw new ProtocolError(`frame of ${len} bytes`);
+    view.setUint32(at, len);
+    out[at + 4] = kind;
+    out[at + 5] = 0;
+    out[at + 6] = 0;
+    out[at + 7] = 0;
+    out.set(id, at + 8);
+    this.#outLen = at + MUX_HEADER_BYTES + len;
     return this.#queued();
   }
 
@@ -510,6 +574,11 @@ export class MuxStream implements FrameConn {
 
   get closed(): boolean {
     return this.#closed || this.#remoteReset;
+  }
+
+  /** Sends a request frame encoded in place (see `MuxConnection.sendRequestFrame`). */
+  sendRequest(path: Uint8Array, headers: Uint8Array, header: string, body: string): void {
+    void this.#mux.sendRequestFrame(MuxKind.Request, this.#id, path, headers, header, body);
   }
 
   /** Sends a frame of this stream's own kind (a request, an acceptance, an open). */

@@ -38,7 +38,7 @@ import type {
   RequestPlane,
   Subscription,
 } from "./types.ts";
-import { encodeRequest, utf8Text } from "./wire.ts";
+import { utf8Text } from "./wire.ts";
 import { addDeadline, type Deadline, removeDeadline } from "./_deadlines.ts";
 
 const encoder = new TextEncoder();
@@ -439,9 +439,6 @@ export class TcpRequestPlane implements RequestPlane {
     const { signal } = options;
     signal?.throwIfAborted();
     const parsed = this.#target(target);
-    const payload = message instanceof Uint8Array
-      ? message
-      : encodeRequest(message.header, message.body);
     const timeoutMs = options.timeoutMs ?? 5000;
     const deadline = performance.now() + timeoutMs;
     const reserved = options.streamId === undefined
@@ -467,7 +464,18 @@ export class TcpRequestPlane implements RequestPlane {
     // signal all settle it.
     const answer = Promise.withResolvers<number>();
     stream.onAnswer = answer.resolve;
-    stream.sendRaw(MuxKind.Request, muxRequest(parsed.pathBytes, payload));
+    if (message instanceof Uint8Array) {
+      stream.sendRaw(MuxKind.Request, muxRequest(parsed.pathBytes, message));
+    } else {
+      // Encoded straight into the connection's output buffer, as encodeMuxRequest(path,
+      // encodeRequest(header, body)) would lay it out.
+      stream.sendRequest(
+        parsed.pathBytes,
+        NO_HEADERS,
+        JSON.stringify(message.header),
+        JSON.stringify(message.body ?? null),
+      );
+    }
     const timeout: Deadline = {
       at: deadline,
       fire: () =>

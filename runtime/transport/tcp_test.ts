@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { FrameType } from "./types.ts";
 import { decodeMuxRequest, encodeMuxRequest, parseTcpTarget, TcpRequestPlane } from "./tcp.ts";
 import { decodeRequest, encodeRequest } from "./wire.ts";
-import { MUX_STREAM_WINDOW, MuxKind, muxStreamId, readMuxHandshake } from "./mux.ts";
+import { MUX_STREAM_WINDOW, MuxConnection, MuxKind, muxStreamId, readMuxHandshake } from "./mux.ts";
 import { NoInstancesError, TimeoutError } from "../errors.ts";
 import { encodeTcpRequest, type ReferenceTcpRequest, TcpRequestDecoder } from "./reference_wire.ts";
 import { RequestConnection } from "../reference/request_connection.ts";
@@ -418,4 +418,58 @@ Deno.test("a malformed first frame is answered with what was wrong and closes on
     await caller.close();
     await w.close();
   }
+});
+
+Deno.test("a request encoded in place in the mux output is byte for byte encodeMuxRequest(path, encodeRequest(header, body))", async () => {
+  const text = fc.oneof(
+    fc.string({ maxLength: 30 }),
+    fc.string({ unit: "binary", maxLength: 40 }),
+    fc.string({ unit: "binary", minLength: 600, maxLength: 3000 }),
+  );
+  await fc.assert(
+    fc.asyncProperty(
+      text,
+      text,
+      fc.string({ minLength: 1, maxLength: 40 }),
+      async (id, t, path) => {
+        const written: Uint8Array[] = [];
+        const conn = {
+          read: () => new Promise<number | null>(() => {}),
+          write: (b: Uint8Array) => (written.push(b.slice()), Promise.resolve(b.length)),
+          close() {},
+        } as unknown as Deno.Conn;
+        const mux = new MuxConnection(conn);
+        try {
+          const ids = muxStreamId(crypto.randomUUID())!;
+          const header = {
+            id,
+            request_type: "single_in" as const,
+            response_type: "many_out" as const,
+            connection_info: { mux: { stream_id: ids.key } },
+          };
+          const body = { text: t, n: [1, 2] };
+          mux.openStream(ids.key, ids.bytes).sendRequest(
+            new TextEncoder().encode(path),
+            new TextEncoder().encode("{}"),
+            JSON.stringify(header),
+            JSON.stringify(body),
+          );
+          await new Promise((r) => setTimeout(r, 0)); // the flush
+          const frame = new Uint8Array(written.reduce((n, b) => n + b.length, 0));
+          let off = 0;
+          for (const b of written) frame.set(b, off), off += b.length;
+          const want = encodeMuxRequest(path, encodeRequest(header, body));
+          assert.equal(new DataView(frame.buffer).getUint32(0), want.length);
+          assert.equal(frame[4], MuxKind.Request);
+          assert.deepEqual(frame.subarray(8, 24), ids.bytes);
+          assert.deepEqual(frame.subarray(24), want);
+          const got = decodeRequest(decodeMuxRequest(frame.subarray(24)).payload);
+          assert.deepEqual(got, { header, body });
+        } finally {
+          mux.close();
+        }
+      },
+    ),
+    { numRuns: 150 },
+  );
 });

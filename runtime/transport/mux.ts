@@ -105,6 +105,26 @@ function readU32(buf: Uint8Array, at: number): number {
   return (buf[at]! << 24 | buf[at + 1]! << 16 | buf[at + 2]! << 8 | buf[at + 3]!) >>> 0;
 }
 
+/**
+ * Whether `id` (a UUID, dashed or not, any case) names the stream whose key is `key`: the
+ * same test as `muxStreamId(id)?.key === key`, without building either.
+ */
+export function sameStreamId(id: string, key: string): boolean {
+  const dashed = id.length === 36;
+  if ((!dashed && id.length !== 32) || key.length !== 32) return false;
+  let at = 0;
+  for (let k = 0; k < 32; k++) {
+    if (dashed && (at === 8 || at === 13 || at === 18 || at === 23)) {
+      if (id.charCodeAt(at) !== 45) return false; // "-"
+      at++;
+    }
+    let c = id.charCodeAt(at++);
+    if (c >= 65 && c <= 70) c |= 32; // A-F as a-f
+    if (c !== key.charCodeAt(k)) return false;
+  }
+  return true;
+}
+
 function keyOf(buf: Uint8Array, off: number): string {
   let s = "";
   for (let i = off; i < off + 16; i++) s += HEX[buf[i]!];

@@ -24,6 +24,7 @@ import {
   type MuxStream,
   muxStreamId,
   readMuxHandshake,
+  sameStreamId,
 } from "./mux.ts";
 import { NatsRequestPlane } from "./nats.ts";
 import { type ReferenceTcpRequest, TcpRequestDecoder } from "./reference_wire.ts";
@@ -553,7 +554,7 @@ export class TcpRequestPlane implements RequestPlane {
         ),
       );
     }
-    if (muxStreamId(info.mux.stream_id)?.key !== current.key) {
+    if (!sameStreamId(info.mux.stream_id, current.key)) {
       return Promise.reject(
         new ProtocolError(`request names stream ${info.mux.stream_id}, not its own`),
       );

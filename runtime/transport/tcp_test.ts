@@ -3,7 +3,14 @@ import fc from "fast-check";
 import { FrameType } from "./types.ts";
 import { decodeMuxRequest, encodeMuxRequest, parseTcpTarget, TcpRequestPlane } from "./tcp.ts";
 import { decodeRequest, encodeRequest } from "./wire.ts";
-import { MUX_STREAM_WINDOW, MuxConnection, MuxKind, muxStreamId, readMuxHandshake } from "./mux.ts";
+import {
+  MUX_STREAM_WINDOW,
+  MuxConnection,
+  MuxKind,
+  muxStreamId,
+  readMuxHandshake,
+  sameStreamId,
+} from "./mux.ts";
 import { NoInstancesError, TimeoutError } from "../errors.ts";
 import { encodeTcpRequest, type ReferenceTcpRequest, TcpRequestDecoder } from "./reference_wire.ts";
 import { RequestConnection } from "../reference/request_connection.ts";
@@ -472,4 +479,26 @@ Deno.test("a request encoded in place in the mux output is byte for byte encodeM
     ),
     { numRuns: 150 },
   );
+});
+
+Deno.test("sameStreamId(id, key) is muxStreamId(id)?.key === key, without building either", () => {
+  const uuid = fc.uuid();
+  const variant = fc.tuple(uuid, fc.constantFrom("as-is", "upper", "undashed", "broken"))
+    .map(([u, how]) =>
+      how === "upper"
+        ? u.toUpperCase()
+        : how === "undashed"
+        ? u.replaceAll("-", "")
+        : how === "broken"
+        ? u.slice(0, 8) + "_" + u.slice(9)
+        : u
+    );
+  fc.assert(
+    fc.property(variant, uuid, fc.boolean(), (id, other, same) => {
+      const key = muxStreamId(same ? id.replaceAll("_", "-") : other)?.key ?? "";
+      assert.equal(sameStreamId(id, key), muxStreamId(id)?.key === key);
+    }),
+    { numRuns: 500 },
+  );
+  assert.equal(sameStreamId("x", ""), false);
 });

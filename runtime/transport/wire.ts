@@ -33,14 +33,14 @@ export function decodeRequest(payload: RequestPayload): RequestMessage {
   if (payload.length < 4) throw new Error(`request too short: ${payload.length} bytes`);
   const len = new DataView(payload.buffer, payload.byteOffset, payload.byteLength).getUint32(0);
   if (4 + len > payload.length) throw new Error(`request header length ${len} exceeds payload`);
-  const header = JSON.parse(decoder.decode(payload.subarray(4, 4 + len))) as RequestHeader;
+  const header = JSON.parse(utf8Text(payload.subarray(4, 4 + len))) as RequestHeader;
   if (
     typeof header?.id !== "string" || typeof header.connection_info !== "object" ||
     header.connection_info === null
   ) {
     throw new Error("request header lacks id or connection_info");
   }
-  const body = JSON.parse(decoder.decode(payload.subarray(4 + len)));
+  const body = JSON.parse(utf8Text(payload.subarray(4 + len)));
   return { header, body };
 }
 
@@ -55,7 +55,7 @@ export function jsonFrame(type: number, value: unknown): Frame {
  */
 export function utf8Text(bytes: Uint8Array): string {
   const n = bytes.length;
-  if (n > 128) return decoder.decode(bytes);
+  if (n > 512) return decoder.decode(bytes);
   let ascii = 0;
   for (let i = 0; i < n; i++) ascii |= bytes[i]!;
   if (ascii >= 0x80) return decoder.decode(bytes);

@@ -137,8 +137,27 @@ export interface StartEtcdOptions {
   rootPassword?: string;
 }
 
-/** Starts a single-member etcd on free loopback ports. */
-export async function startEtcd(options: StartEtcdOptions = {}): Promise<ServerProcess> {
+/**
+ * Runs `start` again (fresh ports) when the server exits before it listens: a port found free
+ * can be taken by another process before the server binds it (many tests and benches start
+ * servers at once on this machine).
+ */
+async function withFreshPorts(start: () => Promise<ServerProcess>): Promise<ServerProcess> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await start();
+    } catch (err) {
+      if (attempt >= 3 || !/exited before listening/.test(String(err))) throw err;
+    }
+  }
+}
+
+/** Starts a single-member etcd on free loopback ports (fresh ones if those were taken). */
+export function startEtcd(options: StartEtcdOptions = {}): Promise<ServerProcess> {
+  return withFreshPorts(() => startEtcdOnce(options));
+}
+
+async function startEtcdOnce(options: StartEtcdOptions): Promise<ServerProcess> {
   const port = freePort();
   const peer = freePort();
   const dataDir = await Deno.makeTempDir({ prefix: "dynamo-etcd-" });
@@ -292,8 +311,12 @@ export interface StartNatsOptions {
   tls?: { certFile: string; keyFile: string; verifyClientsCa?: string };
 }
 
-/** Starts nats-server on a free loopback port. */
-export async function startNats(options: StartNatsOptions = {}): Promise<ServerProcess> {
+/** Starts nats-server on a free loopback port (a fresh one if that was taken). */
+export function startNats(options: StartNatsOptions = {}): Promise<ServerProcess> {
+  return withFreshPorts(() => startNatsOnce(options));
+}
+
+async function startNatsOnce(options: StartNatsOptions): Promise<ServerProcess> {
   const port = freePort();
   const dataDir = await Deno.makeTempDir({ prefix: "dynamo-nats-" });
   const authArgs = [

@@ -13,16 +13,17 @@ import {
   DistributedRuntime,
   echoEngine,
   MockerEngine,
+  ModelInput,
+  ModelType,
+  registerLlm,
 } from "../mod.ts";
 import { Context as RuntimeContext } from "../runtime/context.ts";
 import { ReferenceKvEventPublisher } from "../runtime/reference/kv_events.ts";
 import { ReferenceLoadPublisher } from "../runtime/reference/load_metrics.ts";
 import {
-  ID_SLOT,
   type ReferenceEndpointServer,
   referenceModelCard,
   serveReferenceEndpoint,
-  withExactId,
 } from "../runtime/reference/worker.ts";
 import { freePort, haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
 import { referencePython } from "./_helpers/reference.ts";
@@ -252,7 +253,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: "the reference frontend serves a plain serveEndpoint worker: one instance record, one port",
+  name:
+    "the reference frontend serves a plain registerLlm + serveEndpoint worker: one instance record, one model record, one port",
   ignore: python === undefined,
   fn: async () => {
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
@@ -282,22 +284,20 @@ Deno.test({
       });
       const client = await endpoint.client();
       await client.waitForInstances({ timeoutMs: 10_000 });
-      // The model card is not unified yet: the reference's card, written by hand.
-      const id = runtime.instanceId;
-      await runtime.internals.registerKey(
-        `v1/mdc/dynamo/plain/generate/${id}`,
-        withExactId({
-          type: "Model",
-          namespace: "dynamo",
-          component: "plain",
-          endpoint: "generate",
-          instance_id: ID_SLOT,
-          card_json: await referenceModelCard({
-            modelPath: await builtinTestModel(),
-            displayName: "plain-model",
-          }),
-        }, BigInt(`0x${id}`).toString()),
+      // registerLlm writes the one model record: the reference's, our card in dynamo_deno
+      // (which the reference frontend must tolerate).
+      await registerLlm(
+        ModelInput.Tokens,
+        ModelType.Chat | ModelType.Completions,
+        endpoint,
+        await builtinTestModel(),
+        { modelName: "plain-model" },
       );
+      const record = JSON.parse(
+        (await runtime.discovery.get(`v1/mdc/dynamo/plain/generate/${runtime.instanceId}`))!,
+      );
+      assert.equal(record.type, "Model");
+      assert.equal(record.dynamo_deno.display_name, "plain-model");
       const port = freePort();
       frontend = startReference(
         "dynamo.frontend",
@@ -585,6 +585,72 @@ Deno.test({
       await front?.stop();
       await stopChild(worker);
       await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "dynamo run in=dyn://... out=echo, no --reference-wire: the reference frontend lists it and streams its answers",
+  ignore: python === undefined,
+  fn: async () => {
+    const { spawnDeno } = await import("./_helpers/process.ts");
+    const { stopChild } = await import("./_helpers/frontend.ts");
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    // A plain worker of ours: registerLlm's record and serveEndpoint's listener, nothing else.
+    const worker = spawnDeno(
+      new URL("../cli/main.ts", import.meta.url).pathname,
+      { ...servers, DYN_LOG: "warn", DYN_TCP_RPC_HOST: "127.0.0.1" },
+      [
+        "run",
+        "in=dyn://dynamo.plainrun.generate",
+        "out=echo",
+        await builtinTestModel(),
+        "--model-name",
+        "cli-plain",
+      ],
+    );
+    let front: ReturnType<typeof startReference> | undefined;
+    try {
+      await worker.waitFor(
+        (l) => typeof l.text === "string" && l.text.includes("dynamo worker serving"),
+        60_000,
+        "the plain worker to serve",
+      );
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await untilListed(base, "cli-plain");
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "cli-plain",
+          messages: [{ role: "user", content: "alpha beta gamma" }],
+          stream: true,
+          max_tokens: 400,
+        }),
+      });
+      const text = await res.text();
+      assert.equal(res.status, 200, text);
+      const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+      assert.equal(events[events.length - 1], "data: [DONE]", text);
+      const content = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)))
+        .map((c) => c.choices?.[0]?.delta?.content ?? "").join("");
+      assert.match(content, /alpha beta gamma/);
+      assert.ok(events.length > 3, `one chunk per echoed token expected, got ${events.length}`);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      await stopChild(worker);
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },

@@ -9,6 +9,7 @@ import { referenceCardFile } from "../../runtime/reference/worker.ts";
 import { bareUpstreamCard } from "../engines/openai_upstream.ts";
 import { computeMdcsum } from "./card.ts";
 import { ModelLoader } from "./loader.ts";
+import { ModelManager } from "./registry.ts";
 import { loadModelSource } from "./model_source.ts";
 import {
   MODEL_CARD_PREFIX,
@@ -167,6 +168,27 @@ Deno.test("our readers: the loader reads our card from new and older records; th
   } finally {
     await worker.shutdown();
     await frontend.shutdown();
+  }
+});
+
+Deno.test("a frontend watching reference records too lists our worker once, as ours", async () => {
+  const cluster = new EmbeddedCluster();
+  const worker = await DistributedRuntime.connect({ embedded: cluster });
+  const front = await DistributedRuntime.connect({ embedded: cluster });
+  // Both watches (our entries, the reference's records) list what is there before start resolves.
+  const models = new ModelManager(front, { referenceWorkers: {} });
+  try {
+    const endpoint = worker.namespace("ns").component("backend").endpoint("generate");
+    await registerLlm(ModelInput.Tokens, ModelType.Chat, endpoint, await qwen, {
+      modelName: "once",
+    });
+    await models.start();
+    assert.deepEqual(models.list().map((m) => m.name), ["once"]);
+    assert.deepEqual([...models.get("once")!.endpoints.keys()], ["ns/backend/generate"]);
+  } finally {
+    await models.close();
+    await worker.shutdown();
+    await front.shutdown();
   }
 });
 

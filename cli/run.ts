@@ -112,10 +112,12 @@ Options:
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)
   --request-plane P        in=dyn://: tcp (default) or nats (env DYN_REQUEST_PLANE)
-  --reference-wire         in=dyn://, out=echo|mocker|llamacpp: register and serve in the
-                           reference's (ai-dynamo 1.6.1) records and request framing, so
-                           its frontend and router serve this worker (echo and mocker: MODEL
-                           a local model folder)
+  --reference-wire         in=dyn://, out=echo|mocker|llamacpp: also publish KV events and
+                           load metrics in the reference's (ai-dynamo 1.6.1) formats, for
+                           its KV router and busy checks (echo and mocker: MODEL a local
+                           model folder). Not needed for its frontend to serve the worker:
+                           every in=dyn:// worker writes the reference's records and, on
+                           the TCP plane, takes its request framing
   --delay-ms N             echo: pause per token (default 0)
   --model-path PATH        openai: card source (tokenizer, context length: a model
                            folder, repo id or GGUF); without it the card comes from the

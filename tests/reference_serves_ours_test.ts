@@ -13,16 +13,17 @@ import {
   DistributedRuntime,
   echoEngine,
   MockerEngine,
+  ModelInput,
+  ModelType,
+  registerLlm,
 } from "../mod.ts";
 import { Context as RuntimeContext } from "../runtime/context.ts";
 import { ReferenceKvEventPublisher } from "../runtime/reference/kv_events.ts";
 import { ReferenceLoadPublisher } from "../runtime/reference/load_metrics.ts";
 import {
-  ID_SLOT,
   type ReferenceEndpointServer,
   referenceModelCard,
   serveReferenceEndpoint,
-  withExactId,
 } from "../runtime/reference/worker.ts";
 import { freePort, haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
 import { referencePython } from "./_helpers/reference.ts";
@@ -252,7 +253,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: "the reference frontend serves a plain serveEndpoint worker: one instance record, one port",
+  name:
+    "the reference frontend serves a plain registerLlm + serveEndpoint worker: one instance record, one model record, one port",
   ignore: python === undefined,
   fn: async () => {
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
@@ -282,22 +284,20 @@ Deno.test({
       });
       const client = await endpoint.client();
       await client.waitForInstances({ timeoutMs: 10_000 });
-      // The model card is not unified yet: the reference's card, written by hand.
-      const id = runtime.instanceId;
-      await runtime.internals.registerKey(
-        `v1/mdc/dynamo/plain/generate/${id}`,
-        withExactId({
-          type: "Model",
-          namespace: "dynamo",
-          component: "plain",
-          endpoint: "generate",
-          instance_id: ID_SLOT,
-          card_json: await referenceModelCard({
-            modelPath: await builtinTestModel(),
-            displayName: "plain-model",
-          }),
-        }, BigInt(`0x${id}`).toString()),
+      // registerLlm writes the one model record: the reference's, our card in dynamo_deno
+      // (which the reference frontend must tolerate).
+      await registerLlm(
+        ModelInput.Tokens,
+        ModelType.Chat | ModelType.Completions,
+        endpoint,
+        await builtinTestModel(),
+        { modelName: "plain-model" },
       );
+      const record = JSON.parse(
+        (await runtime.discovery.get(`v1/mdc/dynamo/plain/generate/${runtime.instanceId}`))!,
+      );
+      assert.equal(record.type, "Model");
+      assert.equal(record.dynamo_deno.display_name, "plain-model");
       const port = freePort();
       frontend = startReference(
         "dynamo.frontend",
@@ -585,6 +585,159 @@ Deno.test({
       await front?.stop();
       await stopChild(worker);
       await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "dynamo run in=dyn://... out=echo and out=mocker, no --reference-wire: the reference frontend lists them and streams their answers",
+  ignore: python === undefined,
+  fn: async () => {
+    const { spawnDeno } = await import("./_helpers/process.ts");
+    const { stopChild } = await import("./_helpers/frontend.ts");
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    const model = await builtinTestModel();
+    // Plain workers of ours: registerLlm's record and serveEndpoint's listener, nothing else.
+    const plain = (component: string, out: string, name: string, extra: string[] = []) =>
+      spawnDeno(
+        new URL("../cli/main.ts", import.meta.url).pathname,
+        { ...servers, DYN_LOG: "warn", DYN_TCP_RPC_HOST: "127.0.0.1" },
+        ["run", `in=dyn://dynamo.${component}.generate`, `out=${out}`, model, "--model-name", name]
+          .concat(extra),
+      );
+    const workers = [
+      plain("plainecho", "echo", "cli-plain"),
+      plain("plainmock", "mocker", "cli-plain-mocker"),
+    ];
+    let front: ReturnType<typeof startReference> | undefined;
+    try {
+      for (const worker of workers) {
+        await worker.waitFor(
+          (l) => typeof l.text === "string" && l.text.includes("dynamo worker serving"),
+          60_000,
+          "the plain worker to serve",
+        );
+      }
+      const port = freePort();
+      front = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        servers,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      const stream = async (name: string, content: string, maxTokens: number) => {
+        await untilListed(base, name);
+        const res = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            model: name,
+            messages: [{ role: "user", content }],
+            stream: true,
+            max_tokens: maxTokens,
+          }),
+        });
+        const text = await res.text();
+        assert.equal(res.status, 200, text);
+        const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+        assert.equal(events[events.length - 1], "data: [DONE]", text);
+        const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)));
+        return {
+          chunks: chunks.filter((c) => c.choices?.[0]?.delta?.content).length,
+          content: chunks.map((c) => c.choices?.[0]?.delta?.content ?? "").join(""),
+          usage: chunks.find((c) => c.usage)?.usage,
+        };
+      };
+      const echoed = await stream("cli-plain", "alpha beta gamma", 400);
+      assert.match(echoed.content, /alpha beta gamma/);
+      assert.ok(echoed.chunks > 3, `one chunk per echoed token expected, got ${echoed.chunks}`);
+      const mocked = await stream("cli-plain-mocker", "delta epsilon", 12);
+      assert.ok(mocked.chunks >= 2, `the mocker streamed ${JSON.stringify(mocked)}`);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      for (const worker of workers) await stopChild(worker);
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "a text-input model with no files (an upstream's card) is listed by the reference frontend, which sends it the OpenAI request",
+  ignore: python === undefined,
+  fn: async () => {
+    const { bareUpstreamCard } = await import("../llm/engines/openai_upstream.ts");
+    const { publishModelCard } = await import("../llm/model/register.ts");
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    let runtime: DistributedRuntime | undefined;
+    let frontend: ReturnType<typeof startReference> | undefined;
+    let serving: Promise<void> | undefined;
+    const seen: Record<string, unknown>[] = [];
+    try {
+      runtime = await etcdRuntime(etcd, nats);
+      const endpoint = runtime.namespace("dynamo").component("upstream").endpoint("generate");
+      // A text-input engine (as out=openai's): the OpenAI request in, OpenAI chunks out.
+      serving = endpoint.serveEndpoint(async function* (req: Record<string, unknown>) {
+        seen.push(req);
+        const messages = req.messages as { content: string }[];
+        const base = { id: "c1", object: "chat.completion.chunk", created: 1, model: "up-model" };
+        for (const word of messages[0]!.content.split(" ")) {
+          yield { ...base, choices: [{ index: 0, delta: { content: `${word} ` } }] };
+        }
+        yield { ...base, choices: [{ index: 0, delta: {}, finish_reason: "stop" }] };
+      });
+      await publishModelCard(
+        endpoint,
+        bareUpstreamCard({
+          baseUrl: "http://127.0.0.1:9/v1",
+          upstreamModel: "up",
+          modelName: "up-model",
+        }),
+      );
+      const record = JSON.parse(
+        (await runtime.discovery.get(`v1/mdc/dynamo/upstream/generate/${runtime.instanceId}`))!,
+      );
+      assert.equal(record.card_json.model_input, "Text");
+      assert.equal(record.card_json.tokenizer, null);
+      const port = freePort();
+      frontend = startReference(
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await untilListed(base, "up-model");
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "up-model",
+          messages: [{ role: "user", content: "red green blue" }],
+          stream: true,
+        }),
+      });
+      const text = await res.text();
+      assert.equal(res.status, 200, text);
+      const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+      assert.equal(events[events.length - 1], "data: [DONE]", text);
+      const content = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)))
+        .map((c) => c.choices?.[0]?.delta?.content ?? "").join("");
+      assert.equal(content, "red green blue ");
+      assert.equal(seen.length, 1);
+      assert.deepEqual(seen[0]!.messages, [{ role: "user", content: "red green blue" }]);
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${frontend?.log()}`);
+      throw err;
+    } finally {
+      await frontend?.stop();
+      await runtime?.shutdown();
+      await serving?.catch(() => {});
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },

@@ -7,11 +7,8 @@ import { fetchCardFiles } from "./card_files.ts";
 import { Preprocessor } from "../preprocess/preprocessor.ts";
 import { type ModelDeploymentCard, ModelInput } from "../protocols.ts";
 import { Tokenizer } from "../preprocess/tokenizer.ts";
-import {
-  isReferenceModelRecord,
-  loadReferencePipeline,
-  type ReferenceWorkersOptions,
-} from "./reference_models.ts";
+import { ourCardOf } from "./reference_card.ts";
+import { loadReferencePipeline, type ReferenceWorkersOptions } from "./reference_models.ts";
 
 /** Loaded once per card: what preprocessing needs. */
 export interface ModelPipeline {
@@ -45,10 +42,10 @@ export class ModelLoader {
     const raw = await this.#runtime.discovery.get(cardKey);
     if (raw === undefined) throw new DynamoError(`model card ${cardKey} is gone`);
     const value = JSON.parse(raw);
-    if (isReferenceModelRecord(value)) {
-      return (await loadReferencePipeline(cardKey, raw, this.#reference)).card;
-    }
-    return value as ModelDeploymentCard;
+    // Ours: in `dynamo_deno` of the reference-shaped record, or the whole (earlier) record.
+    const ours = ourCardOf(value);
+    if (ours !== undefined) return ours;
+    return (await loadReferencePipeline(cardKey, raw, this.#reference)).card;
   }
 
   /**
@@ -57,7 +54,7 @@ export class ModelLoader {
    */
   async loadPipeline(cardKey: string): Promise<ModelPipeline> {
     const raw = await this.#runtime.discovery.get(cardKey);
-    if (raw !== undefined && isReferenceModelRecord(JSON.parse(raw))) {
+    if (raw !== undefined && ourCardOf(JSON.parse(raw)) === undefined) {
       return await loadReferencePipeline(cardKey, raw, this.#reference);
     }
     const card = await this.loadCard(cardKey);

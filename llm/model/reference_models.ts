@@ -62,22 +62,31 @@ export function referenceModelType(text: string): ModelType {
   return flags;
 }
 
-/** True for the value of a reference model record (ours under `v1/mdc/` are plain cards). */
+/**
+ * True for the value of a reference worker's model record. Ours under `v1/mdc/` are not: the
+ * reference-shaped ones carry our card in `dynamo_deno`, the earlier ones are plain cards.
+ */
 export function isReferenceModelRecord(value: unknown): boolean {
   return typeof value === "object" && value !== null &&
     (value as { type?: unknown }).type === "Model" &&
-    typeof (value as { card_json?: unknown }).card_json === "object";
+    typeof (value as { card_json?: unknown }).card_json === "object" &&
+    (value as { dynamo_deno?: unknown }).dynamo_deno === undefined;
 }
 
 /**
  * A reference model record watched under `v1/mdc/`, as a model entry whose card key is the
- * record's own key. Our own cards share the prefix and fail this schema (the watch skips them).
+ * record's own key. Our own records share the prefix and fail this schema (the watch skips
+ * them: our workers are listed once, from their `v1/models/` entries): the earlier plain cards
+ * are not model records, the reference-shaped ones carry our card in `dynamo_deno`.
  */
 export const referenceModelEntrySchema: z.ZodType<
   ModelEntryRecord,
   { key: string; value: unknown }
 > = z.object({ key: z.string().max(4096), value: z.unknown() }).transform(({ key, value }) => {
   const full = MODEL_CARD_PREFIX + key;
+  if (typeof value === "object" && value !== null && "dynamo_deno" in value) {
+    throw new ReferenceRecordError(full, "a worker of ours (its v1/models entry lists it)");
+  }
   const model = parseReferenceModel(full, JSON.stringify(value));
   const input = model.modelInput === "Tokens"
     ? ModelInput.Tokens

@@ -1,5 +1,6 @@
 // registerLlm (seeds 001/002): loads a model's card, uploads its files to the object store,
 // and publishes the card and a model entry under the worker's lease so frontends find it.
+// The card's record is the reference's model record, ours inside (./reference_card.ts).
 
 import type { Endpoint } from "../../runtime/component.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
@@ -8,6 +9,7 @@ import type { ModelDeploymentCard, ModelEntry, ModelInput, ModelType } from "../
 import { computeMdcsum, validateModelInput, validateModelType } from "./card.ts";
 import { cardObjectName } from "./card_files.ts";
 import { type LoadedModel, type LoadModelOptions, loadModelSource } from "./model_source.ts";
+import { encodeModelRecord, referenceCardOf } from "./reference_card.ts";
 
 /** Options of {@linkcode registerLlm} (the seeds' register_llm kwargs). */
 export type RegisterLlmOptions = Omit<LoadModelOptions, "modelInput" | "modelType">;
@@ -30,7 +32,8 @@ function endpointNames(endpoint: Endpoint): [string, string, string] {
  * Registers a model served by this worker's endpoint: builds the model deployment card
  * from `modelPath` (folder, Hugging Face repo id, or GGUF file), uploads its files to the
  * object store (content-addressed: `sha256/{hex}`), and puts the card
- * (`v1/mdc/{ns}/{component}/{endpoint}/{instance}`) and the model entry
+ * (`v1/mdc/{ns}/{component}/{endpoint}/{instance}`: the reference's (ai-dynamo 1.6.1) model
+ * record, its card naming the model's files, ours in `dynamo_deno`) and the model entry
  * (`v1/models/...`) on the runtime's lease: they vanish when the worker stops and come
  * back by themselves after a lease loss. Nothing is registered when an argument is bad
  * or the model cannot be loaded.
@@ -144,6 +147,18 @@ export async function publishModelCard(
 
   const card: ModelDeploymentCard = { ...loaded.card, mdcsum: computeMdcsum(loaded.card) };
   const cardKey = modelCardKey(endpoint);
+  // One model record: the reference's (ai-dynamo 1.6.1), so its frontend lists the model,
+  // with our card in `dynamo_deno`, which it ignores and our frontend reads.
+  const record = encodeModelRecord(
+    {
+      namespace: endpoint.component.namespace.name,
+      component: endpoint.component.name,
+      endpoint: endpoint.name,
+      instanceId: endpoint.instanceId,
+    },
+    await referenceCardOf(loaded, card),
+    card,
+  );
   const entry: ModelEntry = {
     name: card.display_name,
     endpoint: {
@@ -158,7 +173,7 @@ export async function publishModelCard(
   };
   signal?.throwIfAborted();
   // The card goes first: a frontend that sees the entry must find its card.
-  await rt.registerKey(cardKey, JSON.stringify(card));
+  await rt.registerKey(cardKey, record);
   try {
     await rt.registerKey(modelEntryKey(endpoint), JSON.stringify(entry));
   } catch (err) {

@@ -15,6 +15,7 @@ import {
 } from "../protocols.ts";
 import { modelCardKey, modelEntryKey, registerLlm } from "./register.ts";
 import { builtinTestModel } from "./test_model.ts";
+import { referenceModelCard } from "../../runtime/reference/worker.ts";
 
 const root = await Deno.makeTempDir({ prefix: "dynamo-register-test-" });
 // The Qwen3 tokenizer is 11 MB: materialize the folder once for the whole file.
@@ -54,7 +55,37 @@ Deno.test("registerLlm() puts the card and the model entry on the lease, and fil
 
     const cards = await observer.discovery.list(MODEL_CARD_PREFIX);
     assert.deepEqual(cards.map((kv) => kv.key), [cardKey]);
-    const stored = JSON.parse(cards[0]!.value) as ModelDeploymentCard;
+    // The reference's model record (ai-dynamo 1.6.1): the u64 id exact, its card naming the
+    // model folder's files, ours in dynamo_deno.
+    const record = JSON.parse(cards[0]!.value);
+    assert.equal(record.type, "Model");
+    assert.deepEqual(
+      [record.namespace, record.component, record.endpoint],
+      ["qwen", "backend", "generate"],
+    );
+    assert.ok(
+      cards[0]!.value.includes(`"instance_id":${BigInt(`0x${worker.instanceId}`)},`),
+      cards[0]!.value.slice(0, 200),
+    );
+    const cardJson = record.card_json;
+    assert.equal(cardJson.display_name, "Qwen3-0.6B");
+    assert.equal(cardJson.kv_cache_block_size, 32);
+    assert.equal(cardJson.migration_limit, 2);
+    assert.equal(cardJson.model_type, "Chat | Completions");
+    assert.equal(cardJson.model_input, "Tokens");
+    assert.equal(cardJson.source_path, await qwen);
+    // As the card of the folder that matches the reference's own card (golden test).
+    assert.deepEqual(
+      cardJson,
+      await referenceModelCard({
+        modelPath: await qwen,
+        displayName: "Qwen3-0.6B",
+        contextLength: card.context_length,
+        kvCacheBlockSize: 32,
+        migrationLimit: 2,
+      }),
+    );
+    const stored = record.dynamo_deno as ModelDeploymentCard;
     assert.deepEqual(stored, card);
     const entry = JSON.parse((await observer.discovery.get(entryKey))!) as ModelEntry;
     assert.deepEqual(entry, {
@@ -236,7 +267,7 @@ Deno.test({
       assert.equal(entry.model_type, ModelType.Backend);
       const stored = JSON.parse(
         (await frontend.discovery.get(entry.card_key))!,
-      ) as ModelDeploymentCard;
+      ).dynamo_deno as ModelDeploymentCard;
       assert.equal(stored.mdcsum, card.mdcsum);
       assert.equal(computeMdcsum(stored), stored.mdcsum);
       const files = await fetchCardFiles(frontend.objects, stored);

@@ -96,7 +96,9 @@ export interface ListReferenceModelsOptions {
 }
 
 /**
- * The models reference workers serve now, one entry per worker and model.
+ * The models reference workers serve now, one entry per worker and model. Our workers'
+ * records (`registerLlm`: the same record, our card in `dynamo_deno`) are listed too: the
+ * reference frontend serves them alike.
  *
  * @param discovery where the reference registers (its etcd)
  * @param options namespace filter, `onInvalid`

@@ -201,12 +201,17 @@ export function referenceRequestServer(
     const started = accept(request);
     const ctx = new Context(started.id);
     live.add(ctx);
-    const ended = respond(started, ctx).catch((err) =>
-      log.warn("reference request failed", {
-        request: started.id,
-        error: (err as Error).message,
-      })
-    ).finally(() => live.delete(ctx));
+    const ended = respond(started, ctx).catch((err) => {
+      // The caller hanging up mid-stream (the reference frontend does once it has max_tokens
+      // tokens, or its client left) is not a failure of ours: a write then meets a closed pipe.
+      const hungUp = ctx.isKilled() || err instanceof Deno.errors.BrokenPipe ||
+        err instanceof Deno.errors.ConnectionReset;
+      (hungUp ? log.debug : log.warn).call(
+        log,
+        hungUp ? "reference caller hung up" : "reference request failed",
+        { request: started.id, error: (err as Error).message },
+      );
+    }).finally(() => live.delete(ctx));
     options.onContext?.(ctx, ended);
   };
 

@@ -208,6 +208,42 @@ export interface ReferenceModelCardInit {
   totalKvBlocks?: number;
   /** The worker publishes KV events (`ReferenceKvEventPublisher`), for the reference's KV router. */
   kvEvents?: boolean;
+  /** What the model serves, the reference's text (default "Chat | Completions"). */
+  modelType?: string;
+  /** What the worker takes: "Tokens" (default) or "Text". */
+  modelInput?: "Tokens" | "Text";
+  /** The tool-call parser the frontend applies (the reference's names; default none). */
+  toolCallParser?: string;
+  /** The reasoning parser the frontend applies (the reference's names; default none). */
+  reasoningParser?: string;
+  /** Engine facts for the frontend (`runtime_config.runtime_data`; default `{}`). */
+  runtimeData?: Record<string, unknown>;
+}
+
+/** One file a reference card names: its path, blake3 checksum and size. */
+export interface ReferenceCardFile {
+  /** Path on the worker's machine (or a URL its system server answers). */
+  path: string;
+  /** `blake3:<hex>` of the bytes. */
+  checksum: string;
+  /** Bytes. */
+  size: number;
+}
+
+/**
+ * The file entry of a reference card for `bytes` stored at `path`.
+ *
+ * @param path where the file lies
+ * @param bytes its content
+ * @returns path, blake3 checksum and size
+ */
+export async function referenceCardFile(
+  path: string,
+  bytes: Uint8Array,
+): Promise<ReferenceCardFile> {
+  const { blake3 } = await import("@noble/hashes/blake3");
+  const hex = Array.from(blake3(bytes), (b) => b.toString(16).padStart(2, "0")).join("");
+  return { path, checksum: `blake3:${hex}`, size: bytes.length };
 }
 
 /**
@@ -221,7 +257,6 @@ export interface ReferenceModelCardInit {
 export async function referenceModelCard(
   init: ReferenceModelCardInit,
 ): Promise<Record<string, unknown>> {
-  const { blake3 } = await import("@noble/hashes/blake3");
   const dir = init.modelPath.replace(/\/+$/, "");
   const file = async (name: string, required = true) => {
     const path = `${dir}/${name}`;
@@ -232,27 +267,67 @@ export async function referenceModelCard(
       if (!required && err instanceof Deno.errors.NotFound) return undefined;
       throw err;
     }
-    const hex = Array.from(blake3(bytes), (b) => b.toString(16).padStart(2, "0")).join("");
-    return { path, checksum: `blake3:${hex}`, size: bytes.length };
+    return await referenceCardFile(path, bytes);
   };
-  const config = await file("config.json");
-  const configJson = JSON.parse(await Deno.readTextFile(config!.path)) as Record<string, unknown>;
-  const architectural = Number(configJson.max_position_embeddings ?? 0) || 0;
-  const generation = await file("generation_config.json", false);
+  return referenceCardJson({
+    ...init,
+    sourcePath: dir,
+    config: await file("config.json"),
+    tokenizer: await file("tokenizer.json"),
+    tokenizerConfig: await file("tokenizer_config.json"),
+    generationConfig: await file("generation_config.json", false),
+  });
+}
+
+/** What {@linkcode referenceCardJson} describes: the card's facts and the files it names. */
+export interface ReferenceCardJsonInit extends Omit<ReferenceModelCardInit, "modelPath"> {
+  /** Where the worker loaded the model from (`source_path`). */
+  sourcePath: string;
+  /** config.json (`model_info`; none: null). */
+  config?: ReferenceCardFile;
+  /** tokenizer.json (`tokenizer`; none: null). */
+  tokenizer?: ReferenceCardFile;
+  /** tokenizer_config.json (`prompt_formatter`; none: null). */
+  tokenizerConfig?: ReferenceCardFile;
+  /** generation_config.json (`gen_config`; none: null). */
+  generationConfig?: ReferenceCardFile;
+}
+
+/**
+ * The reference's model card JSON from its facts and the files it names (read from the
+ * config's path for `architectural_max_context_length`). A file that is not there leaves its
+ * section null.
+ *
+ * @param init the served name, source, files, context and KV settings
+ * @returns the card JSON
+ */
+export async function referenceCardJson(
+  init: ReferenceCardJsonInit,
+): Promise<Record<string, unknown>> {
+  let architectural = 0;
+  if (init.config) {
+    const configJson = JSON.parse(await Deno.readTextFile(init.config.path)) as Record<
+      string,
+      unknown
+    >;
+    architectural = Number(configJson.max_position_embeddings ?? 0) || 0;
+  }
   return {
     display_name: init.displayName,
     slug: init.displayName.toLowerCase().replace(/[^a-z0-9]+/g, "_"),
-    source_path: dir,
-    model_info: { hf_config_json: config },
-    tokenizer: { hf_tokenizer_json: await file("tokenizer.json") },
-    prompt_formatter: { hf_tokenizer_config_json: await file("tokenizer_config.json") },
-    gen_config: generation ? { hf_generation_config_json: generation } : null,
+    source_path: init.sourcePath,
+    model_info: init.config ? { hf_config_json: init.config } : null,
+    tokenizer: init.tokenizer ? { hf_tokenizer_json: init.tokenizer } : null,
+    prompt_formatter: init.tokenizerConfig
+      ? { hf_tokenizer_config_json: init.tokenizerConfig }
+      : null,
+    gen_config: init.generationConfig ? { hf_generation_config_json: init.generationConfig } : null,
     architectural_max_context_length: architectural,
     context_length: init.contextLength ?? 0,
     kv_cache_block_size: init.kvCacheBlockSize ?? 16,
     migration_limit: init.migrationLimit ?? 0,
-    model_type: "Chat | Completions",
-    model_input: "Tokens",
+    model_type: init.modelType ?? "Chat | Completions",
+    model_input: init.modelInput ?? "Tokens",
     worker_type: "aggregated",
     needs: [],
     runtime_config: {
@@ -260,8 +335,8 @@ export async function referenceModelCard(
       total_kv_blocks: init.totalKvBlocks ?? null,
       max_num_seqs: null,
       max_num_batched_tokens: null,
-      tool_call_parser: null,
-      reasoning_parser: null,
+      tool_call_parser: init.toolCallParser ?? null,
+      reasoning_parser: init.reasoningParser ?? null,
       tool_call_arguments_format: "json_string",
       structural_tag_mode: "off",
       structural_tag_scope: "auto",
@@ -271,7 +346,7 @@ export async function referenceModelCard(
       data_parallel_size: 1,
       enable_local_indexer: false,
       kv_event_publishing_enabled: init.kvEvents ?? false,
-      runtime_data: {},
+      runtime_data: init.runtimeData ?? {},
       enable_eagle: false,
     },
     media_decoder: null,

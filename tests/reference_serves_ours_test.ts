@@ -743,6 +743,79 @@ Deno.test({
   },
 });
 
+/** Our mocker workers of one reference endpoint, each with its KV events in the reference's format. */
+interface KvMockerFleet {
+  runtimes: DistributedRuntime[];
+  engines: MockerEngine[];
+  publishers: ReferenceKvEventPublisher[];
+  /** Requests each worker took. */
+  served: number[];
+  /** Per worker: true to publish its events as lost (for a gap). */
+  lose: boolean[];
+  close(): Promise<void>;
+}
+
+/** `n` mocker workers serving `kv-mocker` at dynamo/backend/generate, publishing KV events. */
+async function kvMockerFleet(
+  n: number,
+  etcd: { url: string },
+  nats: { url: string },
+  modelPath: string,
+): Promise<KvMockerFleet> {
+  const fleet: KvMockerFleet = {
+    runtimes: [],
+    engines: [],
+    publishers: [],
+    served: Array(n).fill(0),
+    lose: Array(n).fill(false),
+    async close() {
+      for (const c of closers) await c();
+      for (const e of fleet.engines) await e.close();
+      for (const rt of fleet.runtimes) await rt.shutdown();
+    },
+  };
+  const closers: (() => Promise<void>)[] = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      const runtime = await etcdRuntime(etcd, nats);
+      fleet.runtimes.push(runtime);
+      const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
+      // The publisher starts once the worker serves; the engine reaches it through this.
+      const events: { pub?: ReferenceKvEventPublisher } = {};
+      const engine = new MockerEngine({
+        speedupRatio: 20,
+        blockSize: 16,
+        onKvEvent: (data) =>
+          fleet.lose[i] ? events.pub?.publishLost(data) : events.pub?.publish(data),
+      });
+      fleet.engines.push(engine);
+      const server = await serveReferenceEndpoint({
+        runtime,
+        ...target,
+        handler: async function* (req: Record<string, unknown>, ctx: Context) {
+          fleet.served[i]!++;
+          for await (const out of engine.handler(req as never, ctx)) yield out as never;
+        },
+        card: await referenceModelCard({
+          modelPath,
+          displayName: "kv-mocker",
+          kvCacheBlockSize: 16,
+          kvEvents: true,
+        }),
+      });
+      const pub = await ReferenceKvEventPublisher.start({ runtime, ...target });
+      events.pub = pub;
+      fleet.publishers.push(pub);
+      closers.push(() => pub.close());
+      closers.push(() => server.close());
+    }
+  } catch (err) {
+    await fleet.close();
+    throw err;
+  }
+  return fleet;
+}
+
 Deno.test({
   name: "the reference's KV router routes by our workers' KV events (ZeroMQ, its format)",
   ignore: python === undefined,
@@ -750,45 +823,11 @@ Deno.test({
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
     const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
     const modelPath = await builtinTestModel();
-    const runtimes: DistributedRuntime[] = [];
-    const closers: (() => Promise<void>)[] = [];
-    const engines: MockerEngine[] = [];
-    const publishers: ReferenceKvEventPublisher[] = [];
-    const served = [0, 0];
+    let fleet: KvMockerFleet | undefined;
     let front: ReturnType<typeof startReference> | undefined;
     try {
-      for (let i = 0; i < 2; i++) {
-        const runtime = await etcdRuntime(etcd, nats);
-        runtimes.push(runtime);
-        const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
-        // The publisher starts once the worker serves; the engine reaches it through this.
-        const events: { pub?: ReferenceKvEventPublisher } = {};
-        const engine = new MockerEngine({
-          speedupRatio: 20,
-          blockSize: 16,
-          onKvEvent: (data) => events.pub?.publish(data),
-        });
-        engines.push(engine);
-        const server = await serveReferenceEndpoint({
-          runtime,
-          ...target,
-          handler: async function* (req: Record<string, unknown>, ctx: Context) {
-            served[i]!++;
-            for await (const out of engine.handler(req as never, ctx)) yield out as never;
-          },
-          card: await referenceModelCard({
-            modelPath,
-            displayName: "kv-mocker",
-            kvCacheBlockSize: 16,
-            kvEvents: true,
-          }),
-        });
-        const pub = await ReferenceKvEventPublisher.start({ runtime, ...target });
-        events.pub = pub;
-        publishers.push(pub);
-        closers.push(() => pub.close());
-        closers.push(() => server.close());
-      }
+      fleet = await kvMockerFleet(2, etcd, nats, modelPath);
+      const { engines, publishers, served } = fleet;
       const port = freePort();
       front = startReference(
         "dynamo.frontend",
@@ -838,9 +877,7 @@ Deno.test({
       throw err;
     } finally {
       await front?.stop();
-      for (const c of closers) await c();
-      for (const e of engines) await e.close();
-      for (const rt of runtimes) await rt.shutdown();
+      await fleet?.close();
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },
@@ -853,12 +890,8 @@ Deno.test({
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
     const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
     const modelPath = await builtinTestModel();
-    const runtimes: DistributedRuntime[] = [];
-    const closers: (() => Promise<void>)[] = [];
-    const engines: MockerEngine[] = [];
-    const publishers: ReferenceKvEventPublisher[] = [];
-    const lose = [false, false];
-    const served = [0, 0];
+    const fleet = await kvMockerFleet(2, etcd, nats, modelPath);
+    const { runtimes, engines, publishers, served, lose } = fleet;
     let front: ReturnType<typeof startReference> | undefined;
     const prompt = (seed: number) => Array.from({ length: 160 }, (_, i) => 1000 + seed * 200 + i);
     const computeOn = async (worker: number, tokens: number[]) => {
@@ -889,37 +922,6 @@ Deno.test({
       );
     };
     try {
-      for (let i = 0; i < 2; i++) {
-        const runtime = await etcdRuntime(etcd, nats);
-        runtimes.push(runtime);
-        const target = { namespace: "dynamo", component: "backend", endpoint: "generate" };
-        const events: { pub?: ReferenceKvEventPublisher } = {};
-        const engine = new MockerEngine({
-          speedupRatio: 20,
-          blockSize: 16,
-          onKvEvent: (data) => lose[i] ? events.pub?.publishLost(data) : events.pub?.publish(data),
-        });
-        engines.push(engine);
-        const server = await serveReferenceEndpoint({
-          runtime,
-          ...target,
-          handler: async function* (req: Record<string, unknown>, ctx: Context) {
-            served[i]!++;
-            for await (const out of engine.handler(req as never, ctx)) yield out as never;
-          },
-          card: await referenceModelCard({
-            modelPath,
-            displayName: "kv-mocker",
-            kvCacheBlockSize: 16,
-            kvEvents: true,
-          }),
-        });
-        const pub = await ReferenceKvEventPublisher.start({ runtime, ...target });
-        events.pub = pub;
-        publishers.push(pub);
-        closers.push(() => pub.close());
-        closers.push(() => server.close());
-      }
       // Before any router follows them: these events reach nobody.
       await computeOn(1, prompt(1));
       await computeOn(0, prompt(2));
@@ -974,9 +976,7 @@ Deno.test({
       throw err;
     } finally {
       await front?.stop();
-      for (const c of closers) await c();
-      for (const e of engines) await e.close();
-      for (const rt of runtimes) await rt.shutdown();
+      await fleet?.close();
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },

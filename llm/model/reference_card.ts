@@ -134,7 +134,9 @@ export async function referenceCardOf(
   card: Omit<ModelDeploymentCard, "mdcsum">,
   options: ReferenceCardOptions = {},
 ): Promise<Record<string, unknown>> {
-  const dir = await cardFolder(loaded, card, options.filesDir ?? tmpdir());
+  // Best effort: where the files cannot be written out (a read-only temp dir), the reference's
+  // card names none; our own card, which our frontend reads, does not depend on it.
+  const dir = await cardFolder(loaded, card, options.filesDir ?? tmpdir()).catch(() => undefined);
   const files: Partial<Record<(typeof NAMES)[number][0], ReferenceCardFile>> = {};
   if (dir !== undefined) {
     for (const [field, name] of NAMES) {

@@ -199,3 +199,17 @@ globalThis.addEventListener("unload", () => {
     // already gone
   }
 });
+
+Deno.test("where the files cannot be written out, the reference card names none and registration goes on", async () => {
+  const gguf = await tinyLlamaGguf({ dir: join(root, "gguf-ro") });
+  const loaded = await loadModelSource(gguf, { modelName: "tiny" });
+  // A path no folder can be made under (a file stands where the folder would go).
+  const blocker = join(root, "not-a-dir");
+  await Deno.writeTextFile(blocker, "");
+  const cardJson = await referenceCardOf(loaded, loaded.card, { filesDir: join(blocker, "x") });
+  assert.equal(cardJson.display_name, "tiny");
+  assert.equal(
+    (cardJson.tokenizer as Record<string, unknown> | null | undefined)?.hf_tokenizer_json,
+    undefined,
+  );
+});

@@ -23,6 +23,7 @@ import { ZmqSubscriber } from "../../runtime/reference/zmq_sub.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { computeLocalHashes } from "../kv_router/hashing.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "../kv_router/policy.ts";
+import { ActiveSequences } from "../kv_router/scheduler.ts";
 import type { KvCacheEventData } from "../kv_router/protocols.ts";
 import { RadixTree } from "../kv_router/radix_tree.ts";
 import type { TokenRouter } from "../pipeline/route.ts";
@@ -277,7 +278,8 @@ export class ReferenceKvRouter implements TokenRouter {
   readonly #policy: RoutingPolicy;
   readonly #sub: EventSubscription;
   readonly #consuming: Promise<void>;
-  readonly #inflight = new Map<string, number>();
+  /** This router's requests in flight per worker: prefill until the first output, then blocks. */
+  readonly #active: ActiveSequences;
   readonly #loads = new Map<string, ReferenceLoad>();
   /** Per worker: the id of the last event applied (known once one came, or its state did). */
   readonly #lastEventId = new Map<string, number>();
@@ -316,7 +318,10 @@ export class ReferenceKvRouter implements TokenRouter {
   ) {
     this.#client = client;
     this.#blockSize = blockSize;
-    this.#policy = new RoutingPolicy(blockSize, options);
+    const policy = this.#policy = new RoutingPolicy(blockSize, options);
+    this.#active = new ActiveSequences(blockSize, {
+      onFirstOutput: (routedWith, ttftMs) => policy.ttftModel.observe(routedWith, ttftMs),
+    });
     const sub = events.subscribe(referenceKvEventsSubject(endpoint));
     this.#sub = sub;
     const log = this.#log = options.logger ?? silentLogger;
@@ -631,48 +636,54 @@ export class ReferenceKvRouter implements TokenRouter {
       computeLocalHashes(request.token_ids, this.#blockSize),
     );
     const requestBlocks = Math.ceil(request.token_ids.length / this.#blockSize);
-    let total = 0;
     const candidates = ids.map((workerId) => {
-      const activeRequests = this.#inflight.get(workerId) ?? 0;
-      total += activeRequests;
+      const book = this.#active.load(workerId);
       const load = this.#loads.get(workerId);
       return {
         workerId,
-        overlapBlocks: scores.get(workerId) ?? 0,
+        overlapBlocks: Math.min(scores.get(workerId) ?? 0, requestBlocks),
         requestBlocks,
-        // Not kv_used_blocks (all the reference's mocker reports): with it as active blocks,
-        // bench:versus's multi-tenant kv p90 was 17-35x the reference's in 3 runs of 3, though
-        // the router without it had such runs too (BENCHMARKS.md); left out until measured.
-        activeBlocks: load?.activeDecodeBlocks ?? 0,
-        prefillBlocks: Math.ceil((load?.activePrefillTokens ?? 0) / this.#blockSize),
-        activeRequests,
+        // What the worker reports (the reference's mocker reports only kv_used_blocks, left
+        // out: BENCHMARKS.md), else this router's own book of what it sent there.
+        activeBlocks: Math.max(load?.activeDecodeBlocks ?? 0, book.activeBlocks),
+        prefillBlocks: Math.max(
+          Math.ceil((load?.activePrefillTokens ?? 0) / this.#blockSize),
+          book.prefillBlocks,
+        ),
+        activeRequests: book.requests,
+        waitingRequests: book.waiting,
       };
     });
-    const chosen = this.#policy.choose(candidates, { totalRequests: total });
-    const stream = await this.#client.direct<T>(request, chosen.workerId, options);
-    return this.#counted(stream);
+    const chosen = this.#policy.choose(candidates, { totalRequests: this.#active.totalRequests });
+    const key = `${options.context?.id ?? ""}/${crypto.randomUUID()}`;
+    this.#active.add(key, chosen.workerId, request.token_ids.length, chosen.overlapBlocks);
+    let stream: ResponseStream<T>;
+    try {
+      stream = await this.#client.direct<T>(request, chosen.workerId, options);
+    } catch (err) {
+      this.#active.free(key);
+      throw err;
+    }
+    return this.#booked(stream, key);
   }
 
-  #counted<T>(stream: ResponseStream<T>): ResponseStream<T> {
-    const id = stream.instanceId;
-    this.#inflight.set(id, (this.#inflight.get(id) ?? 0) + 1);
-    const inflight = this.#inflight;
-    let done = false;
-    const release = () => {
-      if (done) return;
-      done = true;
-      const n = (inflight.get(id) ?? 1) - 1;
-      if (n > 0) inflight.set(id, n);
-      else inflight.delete(id);
-    };
+  /** The stream, with the book following it: tokens as they come, out when it ends. */
+  #booked<T extends { token_ids?: number[] }>(
+    stream: ResponseStream<T>,
+    key: string,
+  ): ResponseStream<T> {
+    const book = this.#active;
     return {
       context: stream.context,
-      instanceId: id,
+      instanceId: stream.instanceId,
       async *[Symbol.asyncIterator]() {
         try {
-          yield* stream;
+          for await (const out of stream) {
+            book.progress(key, out?.token_ids?.length ?? 0);
+            yield out;
+          }
         } finally {
-          release();
+          book.free(key);
         }
       },
     };

@@ -202,3 +202,60 @@ Deno.test("ReferenceKvRouter: a worker's reported load (kv_metrics, ZeroMQ) weig
     await discovery.close();
   }
 });
+
+Deno.test("ReferenceKvRouter books what it sent: a worker still prefilling a long prompt is passed over, and the book empties as streams end", async () => {
+  const events = new LocalEventPlane(new LocalEventBus());
+  const endpoint = { namespace: "dynamo", component: "backend", name: "generate" };
+  const sent: string[] = [];
+  // Streams that hold their first output until released: the prompts are "still prefilling".
+  const release: Array<() => void> = [];
+  const client = {
+    path: "dynamo/backend/generate",
+    availableInstanceIds: () => ["a", "b"],
+    direct: (_req: unknown, id: string) => {
+      sent.push(id);
+      const first = new Promise<void>((r) => release.push(r));
+      return Promise.resolve({
+        context: {},
+        instanceId: id,
+        async *[Symbol.asyncIterator]() {
+          await first;
+          yield { token_ids: [1] };
+        },
+      });
+    },
+    roundRobin: () => Promise.reject(new Error("not expected")),
+  };
+  const router = new ReferenceKvRouter(events, endpoint, client as never, 16);
+  try {
+    const prompt = (seed: number, blocks: number) =>
+      Array.from({ length: blocks * 16 }, (_, k) => seed * 10_000 + k);
+    // A long cold prompt goes somewhere; then short cold prompts avoid the worker prefilling it.
+    const long = await router.generate({ token_ids: prompt(1, 400) }, {});
+    const busy = sent[0]!;
+    const reads: Promise<unknown>[] = [];
+    const drain = async (s: AsyncIterable<unknown>) => {
+      for await (const _ of s) { /* read */ }
+    };
+    reads.push(drain(long));
+    for (let i = 0; i < 3; i++) {
+      reads.push(drain(await router.generate({ token_ids: prompt(2 + i, 2) }, {})));
+    }
+    assert.deepEqual(sent.slice(1), Array(3).fill(busy === "a" ? "b" : "a"));
+    for (const r of release) r();
+    await Promise.all(reads);
+    // Every stream over: nothing left booked, cold prompts go in turn again.
+    sent.length = 0;
+    release.length = 0;
+    const more: Promise<unknown>[] = [];
+    for (let i = 0; i < 4; i++) {
+      more.push(drain(await router.generate({ token_ids: prompt(10 + i, 2) }, {})));
+      for (const r of release.splice(0)) r();
+    }
+    await Promise.all(more);
+    assert.deepEqual([...sent].sort(), ["a", "a", "b", "b"]);
+  } finally {
+    await router.close();
+    await events.close();
+  }
+});

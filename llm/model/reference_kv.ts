@@ -21,7 +21,8 @@ import {
 import { decodeReferenceLoad, type ReferenceLoad } from "../../runtime/reference/load_metrics.ts";
 import { ZmqSubscriber } from "../../runtime/reference/zmq_sub.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
-import { computeLocalHashes } from "../kv_router/hashing.ts";
+import { computeBlockHashesSync } from "../kv_router/hashing.ts";
+import { PendingPrefills } from "../kv_router/pending_prefills.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "../kv_router/policy.ts";
 import { ActiveSequences } from "../kv_router/scheduler.ts";
 import type { KvCacheEventData } from "../kv_router/protocols.ts";
@@ -280,6 +281,8 @@ export class ReferenceKvRouter implements TokenRouter {
   readonly #consuming: Promise<void>;
   /** This router's requests in flight per worker: prefill until the first output, then blocks. */
   readonly #active: ActiveSequences;
+  /** Prompts sent and not yet answered, as cached where they went (their prefill is under way). */
+  readonly #pending = new PendingPrefills();
   readonly #loads = new Map<string, ReferenceLoad>();
   /** Per worker: the id of the last event applied (known once one came, or its state did). */
   readonly #lastEventId = new Map<string, number>();
@@ -632,16 +635,20 @@ export class ReferenceKvRouter implements TokenRouter {
       allowed === undefined || allowed.has(id)
     );
     if (ids.length === 0) return await this.#client.roundRobin<T>(request, options);
-    const { scores } = this.tree.findMatches(
-      computeLocalHashes(request.token_ids, this.#blockSize),
-    );
+    const hashes = computeBlockHashesSync(request.token_ids, this.#blockSize);
+    const { scores } = this.tree.findMatches(hashes.local);
+    // Prefixes still being prefilled where this router sent them count as cached there.
+    const soon = this.#pending.size === 0
+      ? undefined
+      : this.#pending.findMatches(hashes.local).scores;
     const requestBlocks = Math.ceil(request.token_ids.length / this.#blockSize);
     const candidates = ids.map((workerId) => {
       const book = this.#active.load(workerId);
       const load = this.#loads.get(workerId);
+      const cached = Math.max(scores.get(workerId) ?? 0, soon?.get(workerId) ?? 0);
       return {
         workerId,
-        overlapBlocks: Math.min(scores.get(workerId) ?? 0, requestBlocks),
+        overlapBlocks: Math.min(cached, requestBlocks),
         requestBlocks,
         // What the worker reports (the reference's mocker reports only kv_used_blocks, left
         // out: BENCHMARKS.md), else this router's own book of what it sent there.
@@ -657,10 +664,12 @@ export class ReferenceKvRouter implements TokenRouter {
     const chosen = this.#policy.choose(candidates, { totalRequests: this.#active.totalRequests });
     const key = `${options.context?.id ?? ""}/${crypto.randomUUID()}`;
     this.#active.add(key, chosen.workerId, request.token_ids.length, chosen.overlapBlocks);
+    this.#pending.add(key, chosen.workerId, hashes.local, hashes.sequence);
     let stream: ResponseStream<T>;
     try {
       stream = await this.#client.direct<T>(request, chosen.workerId, options);
     } catch (err) {
+      this.#pending.done(key);
       this.#active.free(key);
       throw err;
     }
@@ -673,16 +682,19 @@ export class ReferenceKvRouter implements TokenRouter {
     key: string,
   ): ResponseStream<T> {
     const book = this.#active;
+    const pending = this.#pending;
     return {
       context: stream.context,
       instanceId: stream.instanceId,
       async *[Symbol.asyncIterator]() {
         try {
           for await (const out of stream) {
+            pending.done(key);
             book.progress(key, out?.token_ids?.length ?? 0);
             yield out;
           }
         } finally {
+          pending.done(key);
           book.free(key);
         }
       },

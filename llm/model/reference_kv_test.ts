@@ -259,3 +259,46 @@ Deno.test("ReferenceKvRouter books what it sent: a worker still prefilling a lon
     await events.close();
   }
 });
+
+Deno.test("ReferenceKvRouter counts a prompt still being prefilled as cached where it went: prompts sharing its prefix follow it", async () => {
+  const events = new LocalEventPlane(new LocalEventBus());
+  const endpoint = { namespace: "dynamo", component: "backend", name: "generate" };
+  const sent: string[] = [];
+  const release: Array<() => void> = [];
+  const client = {
+    path: "dynamo/backend/generate",
+    availableInstanceIds: () => ["a", "b"],
+    direct: (_req: unknown, id: string) => {
+      sent.push(id);
+      const first = new Promise<void>((r) => release.push(r));
+      return Promise.resolve({
+        context: {},
+        instanceId: id,
+        async *[Symbol.asyncIterator]() {
+          await first;
+          yield { token_ids: [1] };
+        },
+      });
+    },
+    roundRobin: () => Promise.reject(new Error("not expected")),
+  };
+  const router = new ReferenceKvRouter(events, endpoint, client as never, 16);
+  try {
+    // A tenant's long system prompt, then its users' prompts: no KV event has come yet.
+    const system = Array.from({ length: 64 * 16 }, (_, k) => 70_000 + k);
+    const reads: Promise<unknown>[] = [];
+    const drain = async (s: AsyncIterable<unknown>) => {
+      for await (const _ of s) { /* read */ }
+    };
+    for (let user = 0; user < 4; user++) {
+      const prompt = [...system, ...Array.from({ length: 32 }, (_, k) => 90_000 + user * 100 + k)];
+      reads.push(drain(await router.generate({ token_ids: prompt }, {})));
+    }
+    assert.deepEqual(sent, Array(4).fill(sent[0]), "the prefix is computed once, where it went");
+    for (const r of release) r();
+    await Promise.all(reads);
+  } finally {
+    await router.close();
+    await events.close();
+  }
+});

@@ -203,11 +203,14 @@ Deno.test("ReferenceKvRouter: a worker's reported load (kv_metrics, ZeroMQ) weig
   }
 });
 
-Deno.test("ReferenceKvRouter books what it sent: a worker still prefilling a long prompt is passed over, and the book empties as streams end", async () => {
+/**
+ * A ReferenceKvRouter over two fake workers "a" and "b" whose streams hold their first output
+ * until released (the prompts are "still prefilling"); `sent` lists where each request went.
+ */
+function heldRouter() {
   const events = new LocalEventPlane(new LocalEventBus());
   const endpoint = { namespace: "dynamo", component: "backend", name: "generate" };
   const sent: string[] = [];
-  // Streams that hold their first output until released: the prompts are "still prefilling".
   const release: Array<() => void> = [];
   const client = {
     path: "dynamo/backend/generate",
@@ -227,6 +230,11 @@ Deno.test("ReferenceKvRouter books what it sent: a worker still prefilling a lon
     roundRobin: () => Promise.reject(new Error("not expected")),
   };
   const router = new ReferenceKvRouter(events, endpoint, client as never, 16);
+  return { events, router, sent, release };
+}
+
+Deno.test("ReferenceKvRouter books what it sent: a worker still prefilling a long prompt is passed over, and the book empties as streams end", async () => {
+  const { events, router, sent, release } = heldRouter();
   try {
     const prompt = (seed: number, blocks: number) =>
       Array.from({ length: blocks * 16 }, (_, k) => seed * 10_000 + k);
@@ -261,28 +269,7 @@ Deno.test("ReferenceKvRouter books what it sent: a worker still prefilling a lon
 });
 
 Deno.test("ReferenceKvRouter counts a prompt still being prefilled as cached where it went: prompts sharing its prefix follow it", async () => {
-  const events = new LocalEventPlane(new LocalEventBus());
-  const endpoint = { namespace: "dynamo", component: "backend", name: "generate" };
-  const sent: string[] = [];
-  const release: Array<() => void> = [];
-  const client = {
-    path: "dynamo/backend/generate",
-    availableInstanceIds: () => ["a", "b"],
-    direct: (_req: unknown, id: string) => {
-      sent.push(id);
-      const first = new Promise<void>((r) => release.push(r));
-      return Promise.resolve({
-        context: {},
-        instanceId: id,
-        async *[Symbol.asyncIterator]() {
-          await first;
-          yield { token_ids: [1] };
-        },
-      });
-    },
-    roundRobin: () => Promise.reject(new Error("not expected")),
-  };
-  const router = new ReferenceKvRouter(events, endpoint, client as never, 16);
+  const { events, router, sent, release } = heldRouter();
   try {
     // A tenant's long system prompt, then its users' prompts: no KV event has come yet.
     const system = Array.from({ length: 64 * 16 }, (_, k) => 70_000 + k);

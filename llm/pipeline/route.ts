@@ -2,6 +2,7 @@
 // (round robin, random, or the KV router for models that take tokens).
 
 import type { Context } from "../../runtime/context.ts";
+import { withDeadline } from "../../runtime/_deadline.ts";
 import { NoInstancesError, TimeoutError } from "../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
@@ -184,31 +185,13 @@ async function firstListing(
   context: Context,
 ): Promise<EndpointClient> {
   const ms = Math.max(policy.instanceWaitMs, 1000);
-  const signal = context.signal;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let onAbort: (() => void) | undefined;
-  try {
-    const client = await Promise.race([
-      group.client,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(
-          () =>
-            reject(
-              new TimeoutError(
-                `discovery did not list the instances of ${group.path} within ${ms} ms`,
-              ),
-            ),
-          ms,
-        );
-        onAbort = () => reject(signal.reason);
-        if (signal.aborted) onAbort();
-        else signal.addEventListener("abort", onAbort, { once: true });
-      }),
-    ]);
-    listed.set(group.client, client);
-    return client;
-  } finally {
-    clearTimeout(timer);
-    if (onAbort) signal.removeEventListener("abort", onAbort);
-  }
+  const gone = context.stopped().then(() => Promise.reject(context.signal.reason));
+  gone.catch(() => {}); // after the listing came, a stop is nobody's business here
+  const client = await withDeadline(
+    Promise.race([group.client, gone]),
+    ms,
+    () => new TimeoutError(`discovery did not list the instances of ${group.path} within ${ms} ms`),
+  );
+  listed.set(group.client, client);
+  return client;
 }

@@ -378,17 +378,7 @@ export class MuxConnection {
     const out = this.#out;
     const at = this.#outLen;
     const p = at + MUX_HEADER_BYTES;
-    const n = text.length;
-    let i = 0;
-    // Short ASCII text (most items) by hand: cheaper than a call into the encoder.
-    if (n <= 256) {
-      for (; i < n; i++) {
-        const c = text.charCodeAt(i);
-        if (c >= 0x80) break;
-        out[p + i] = c;
-      }
-    }
-    const len = i === n ? n : encoder.encodeInto(text, out.subarray(p)).written;
+    const len = writeUtf8(out, p, text);
     if (len > MUX_MAX_PAYLOAD) throw new ProtocolError(`frame of ${len} bytes`);
     this.#outView.setUint32(at, len);
     out[at + 4] = kind;

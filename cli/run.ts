@@ -40,7 +40,6 @@ import {
 } from "./_common.ts";
 import { HTTP_FLAGS, parseHttpFlags } from "./frontend.ts";
 import { rejectReferenceOnlyFlags } from "./_reference_flags.ts";
-import { type ReferenceWorkers, serveReferenceWorkers } from "./_reference_worker.ts";
 import { serveFrontend, untilSignal } from "./_http.ts";
 import { huggingFaceOptionsFromEnv } from "./_huggingface.ts";
 import { downloadGguf, parseGgufRef } from "../llm/model/huggingface.ts";
@@ -112,12 +111,10 @@ Options:
   --context-length N       override the model's context length
   --migration-limit N      migrations per request (default 0)
   --request-plane P        in=dyn://: tcp (default) or nats (env DYN_REQUEST_PLANE)
-  --reference-wire         in=dyn://, out=echo|mocker|llamacpp: also publish KV events and
-                           load metrics in the reference's (ai-dynamo 1.6.1) formats, for
-                           its KV router and busy checks (echo and mocker: MODEL a local
-                           model folder). Not needed for its frontend to serve the worker:
-                           every in=dyn:// worker writes the reference's records and, on
-                           the TCP plane, takes its request framing
+  --reference-wire         accepted for old scripts; what it did is the default now:
+                           every in=dyn:// worker writes the reference's (ai-dynamo
+                           1.6.1) records, takes its request framing on the TCP plane,
+                           and on etcd publishes KV events and load in its formats
   --delay-ms N             echo: pause per token (default 0)
   --model-path PATH        openai: card source (tokenizer, context length: a model
                            folder, repo id or GGUF); without it the card comes from the
@@ -355,28 +352,7 @@ async function run(args: string[], io: Io): Promise<number> {
       : DistributedRuntime.connect({ logger, embedded, metrics, tracing });
   let mockers: MockerWorkers | undefined;
   const workerRuntimes: DistributedRuntime[] = [];
-  let referenceWorkers: ReferenceWorkers | undefined;
   try {
-    if (values["reference-wire"]) {
-      referenceWorkers = await serveReferenceWorkers({
-        engine: output as "echo" | "mocker" | "llamacpp",
-        numWorkers: mocker?.numWorkers ?? llama?.numWorkers ?? 1,
-        runtime,
-        another: workerRuntime,
-        target,
-        modelPath,
-        modelName,
-        contextLength,
-        migrationLimit,
-        kvBlockSize: llama?.engine.kvBlockSize,
-        echoDelayMs: delayMs,
-        mocker: mocker?.engine,
-        llama: llama?.engine,
-        logger,
-      });
-      workerRuntimes.push(...referenceWorkers.runtimes);
-      return await serveUntilSignal();
-    }
     if (llama) {
       // Loaded only here: node-llama-cpp costs ~140 ms to import, other engines skip it.
       // Not a literal specifier, so that `deno bundle` leaves node-llama-cpp (native binaries
@@ -521,7 +497,6 @@ async function run(args: string[], io: Io): Promise<number> {
     return await serveUntilSignal();
   } finally {
     signals.dispose();
-    await referenceWorkers?.close();
     await mockers?.shutdown();
     // A worker's runtime shutdown waits for its requests, then its engine closes.
     await Promise.all(workerRuntimes.map((rt) => rt.shutdown()));

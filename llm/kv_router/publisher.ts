@@ -11,6 +11,8 @@ import type { Component } from "../../runtime/component.ts";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { EventSubscription } from "../../runtime/events/mod.ts";
 import type { Logger } from "../../runtime/logger.ts";
+import { ReferenceKvEventPublisher } from "../../runtime/reference/kv_events.ts";
+import { referenceRuntimeOf } from "../../runtime/reference/worker.ts";
 import { type BlockHash, computeLocalHashes } from "./hashing.ts";
 import {
   encodeKvStateChunk,
@@ -32,6 +34,14 @@ export interface KvEventPublisherOptions {
   kvBlockSize: number;
   /** Entries per state-dump chunk (default 16384, about 400 KB: under NATS's 1 MiB). */
   dumpChunkEntries?: number;
+  /**
+   * The endpoint these events are about, for the reference's (ai-dynamo 1.6.1) KV router. On a
+   * runtime with etcd discovery each event also goes out in the reference's own format on its
+   * event plane (a ZeroMQ channel named in etcd, with the KV-state query its router recovers
+   * from), so a reference frontend routes by this worker's cache as well. Default `"generate"`
+   * (the name the reference's workers serve their engine under); `false`: our format only.
+   */
+  referenceEndpoint?: string | false;
 }
 
 /** What {@linkcode KvEventPublisher.publishStored} takes (the seeds' `publish_stored`). */
@@ -80,6 +90,11 @@ export class KvEventPublisher {
   readonly #log: Logger;
   readonly #resync: EventSubscription;
   #eventId = 0;
+  /** The reference-format publisher being started, then started (undefined: none). */
+  #reference?: Promise<ReferenceKvEventPublisher | undefined>;
+  #referencePub?: ReferenceKvEventPublisher;
+  /** Events published while the reference-format publisher starts, in order. */
+  #early?: KvCacheEventData[];
 
   /**
    * Creates a publisher of one worker's KV cache events.
@@ -103,11 +118,50 @@ export class KvEventPublisher {
     const serving = this.#serveResync();
     rt.track(serving);
     serving.catch((err) => this.#log.warn("resync service failed", { error: String(err) }));
+    const endpoint = options.referenceEndpoint ?? "generate";
+    // The reference names a worker by its instance id: events about another one stay ours.
+    if (endpoint !== false && rt.discovery.kind === "etcd" && this.workerId === rt.instanceId) {
+      this.#early = [];
+      this.#reference = ReferenceKvEventPublisher.start({
+        runtime: referenceRuntimeOf(rt),
+        namespace: component.namespace.name,
+        component: component.name,
+        endpoint,
+        logger: this.#log,
+      }).then((pub) => {
+        for (const data of this.#early ?? []) pub.publish(data);
+        this.#early = undefined;
+        this.#referencePub = pub;
+        return pub;
+      }, (err) => {
+        this.#early = undefined;
+        if (!rt.shutdownSignal.aborted) {
+          this.#log.warn("cannot publish KV events in the reference's format", {
+            error: String(err),
+          });
+        }
+        return undefined;
+      });
+      rt.shutdownSignal.addEventListener("abort", () => void this.#closeReference(), {
+        once: true,
+      });
+    }
   }
 
-  /** Resolves once resync requests reach this publisher. */
+  /**
+   * Resolves once resync requests reach this publisher (and, on etcd, once its events go out
+   * in the reference's format too).
+   */
   get ready(): Promise<void> {
-    return this.#resync.ready ?? Promise.resolve();
+    return Promise.all([this.#resync.ready, this.#reference]).then(() => {});
+  }
+
+  /**
+   * The same events in the reference's format (see `referenceEndpoint`), once started;
+   * undefined when not published so.
+   */
+  get reference(): ReferenceKvEventPublisher | undefined {
+    return this.#referencePub;
   }
 
   /** Id of the last event published (0 before the first). */
@@ -178,6 +232,8 @@ export class KvEventPublisher {
   publish(data: KvCacheEventData): Promise<void> {
     try {
       this.#record(data);
+      if (this.#referencePub) this.#referencePub.publish(data);
+      else this.#early?.push(data);
       const bytes = encodeRouterEvent({
         worker_id: this.workerId,
         event: { event_id: ++this.#eventId, data },
@@ -188,9 +244,16 @@ export class KvEventPublisher {
     }
   }
 
-  /** Stops answering resync requests. */
+  /** Stops answering resync requests (and publishing in the reference's format). */
   async close(): Promise<void> {
-    await this.#resync.unsubscribe();
+    await Promise.all([this.#resync.unsubscribe(), this.#closeReference()]);
+  }
+
+  #closeReference(): Promise<void> {
+    const starting = this.#reference;
+    this.#reference = undefined;
+    this.#referencePub = undefined;
+    return starting?.then((pub) => pub?.close()) ?? Promise.resolve();
   }
 
   #record(data: KvCacheEventData): void {

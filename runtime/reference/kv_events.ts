@@ -9,11 +9,11 @@
 // the blocks the worker holds (tests/golden/reference_1.6.1/kv_state.json).
 
 import { encode } from "@msgpack/msgpack";
-import type { DistributedRuntime } from "../distributed_runtime.ts";
 import type { Logger } from "../logger.ts";
 import {
   ID_SLOT,
   type ReferenceEndpointServer,
+  type ReferenceRuntime,
   serveReferenceEndpoint,
   withExactId,
 } from "./worker.ts";
@@ -34,7 +34,7 @@ export type ReferenceKvEventData =
 /** Options of {@linkcode ReferenceKvEventPublisher.start}. */
 export interface ReferenceKvEventPublisherOptions {
   /** The worker's runtime: its lease id is the events' worker id and holds the record. */
-  runtime: DistributedRuntime;
+  runtime: ReferenceRuntime;
   /** The endpoint whose KV events these are. */
   namespace: string;
   /** The endpoint's component. */
@@ -217,6 +217,12 @@ export class ReferenceKvEventPublisher {
   /** Publishes one event (ids increase by one from 1, per worker) and keeps it for queries. */
   publish(data: ReferenceKvEventData): void {
     const eventId = this.#state.record(data);
+    // Kept for queries either way; encoded only for someone to hear (a router that comes later
+    // recovers the state through the query).
+    if (this.#pub.subscribers === 0) {
+      this.#sequence++;
+      return;
+    }
     this.#pub.publish(encodeReferenceKvMessage({
       publisherId: this.publisherId,
       sequence: this.#sequence++,

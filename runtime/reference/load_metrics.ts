@@ -8,10 +8,11 @@
 // ReferenceKvRouter reads the reference workers' as load in its cost.
 
 import { decode, encode } from "@msgpack/msgpack";
-import type { DistributedRuntime } from "../distributed_runtime.ts";
 import { ProtocolError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { Handler } from "../serve_request.ts";
+import type { Endpoint } from "../component.ts";
+import { type ReferenceRuntime, referenceRuntimeOf } from "./worker.ts";
 import { ZmqPublisher } from "./zmq_pub.ts";
 
 /** One worker's load, as the reference's `ActiveLoad` carries it (null: not known). */
@@ -138,7 +139,7 @@ export function decodeReferenceLoad(
 /** Options of {@linkcode ReferenceLoadPublisher.start}. */
 export interface ReferenceLoadPublisherOptions {
   /** The worker's runtime: its lease id is the worker id and holds the record. */
-  runtime: DistributedRuntime;
+  runtime: ReferenceRuntime;
   /** The endpoint whose load this is. */
   namespace: string;
   /** The endpoint's component. */
@@ -170,7 +171,7 @@ export class ReferenceLoadPublisher {
   #sequence = 0n;
   #prefillTokens = 0;
   #decodeBlocks = 0;
-  #last = "";
+  #last: ReferenceLoad | undefined;
 
   private constructor(
     pub: ZmqPublisher,
@@ -241,7 +242,7 @@ export class ReferenceLoadPublisher {
 
   /** Publishes one load report (what {@linkcode ReferenceLoadPublisher.track} sends itself). */
   publish(load: ReferenceLoad = this.load): void {
-    this.#last = JSON.stringify(load);
+    this.#last = { ...load };
     this.#pub.publish(encodeReferenceLoadMessage({
       publisherId: this.publisherId,
       sequence: this.#sequence++,
@@ -287,12 +288,48 @@ export class ReferenceLoadPublisher {
   }
 
   #changed(): void {
-    if (JSON.stringify(this.load) !== this.#last) this.publish();
+    const last = this.#last;
+    if (
+      last === undefined || last.activeDecodeBlocks !== this.#decodeBlocks ||
+      last.activePrefillTokens !== this.#prefillTokens
+    ) this.publish();
   }
 
   /** Removes the record and stops the publisher. */
   async close(): Promise<void> {
     await this.#unregister().catch(() => {});
     await this.#pub.close();
+  }
+}
+
+/**
+ * The load of an endpoint of ours in the reference's format, for a reference frontend's busy
+ * checks and routers that weigh load: started when the endpoint's runtime uses etcd discovery
+ * (the reference reads nothing else), otherwise, or when it cannot start, none (logged).
+ *
+ * @param endpoint the endpoint whose engine's requests are counted (wrap it with `track`)
+ * @param options tokens per KV block (default 16)
+ * @returns the publisher, or undefined
+ */
+export async function referenceLoadFor(
+  endpoint: Endpoint,
+  options: { blockSize?: number } = {},
+): Promise<ReferenceLoadPublisher | undefined> {
+  const rt = endpoint.component.runtimeInternals;
+  if (rt.discovery.kind !== "etcd") return undefined;
+  try {
+    return await ReferenceLoadPublisher.start({
+      runtime: referenceRuntimeOf(rt),
+      namespace: endpoint.component.namespace.name,
+      component: endpoint.component.name,
+      endpoint: endpoint.name,
+      blockSize: options.blockSize,
+      logger: rt.logger,
+    });
+  } catch (err) {
+    if (!rt.shutdownSignal.aborted) {
+      rt.logger.warn("cannot publish load in the reference's format", { error: String(err) });
+    }
+    return undefined;
   }
 }

@@ -55,6 +55,8 @@ export {
   referenceModelCard,
   type ReferenceModelCardInit,
   referenceOutput,
+  type ReferenceRuntime,
+  referenceRuntimeOf,
   serveReferenceEndpoint,
   type ServeReferenceEndpointOptions,
 } from "./worker.ts";
@@ -70,6 +72,7 @@ export {
   decodeReferenceLoad,
   encodeReferenceLoadMessage,
   type ReferenceLoad,
+  referenceLoadFor,
   type ReferenceLoadMessageInit,
   ReferenceLoadPublisher,
   type ReferenceLoadPublisherOptions,

@@ -5,6 +5,7 @@
 // annotated items, ending with its final item and sentinel; the caller's "stop" or "kill" on the
 // response connection, or the connection closing, stops the engine).
 
+import type { RuntimeInternals } from "../component.ts";
 import type { DistributedRuntime } from "../distributed_runtime.ts";
 import { InvalidArgumentError, ProtocolError } from "../errors.ts";
 import { type Logger, silentLogger } from "../logger.ts";
@@ -15,10 +16,32 @@ import { referenceRequestServer } from "./serve_requests.ts";
 import { REFERENCE_INSTANCES_PREFIX } from "./instances.ts";
 import { REFERENCE_MODELS_PREFIX } from "./models.ts";
 
+/**
+ * What the reference's records need of a runtime: the id its records carry (the lease id), its
+ * discovery, its request plane, and keys on its lease. A {@linkcode DistributedRuntime} is one;
+ * {@linkcode referenceRuntimeOf} makes one from an endpoint's runtime.
+ */
+export type ReferenceRuntime = Pick<
+  DistributedRuntime,
+  "leaseId" | "discovery" | "plane" | "internals"
+>;
+
+/**
+ * The runtime behind a component or endpoint, as the reference's records need it; the worker
+ * id is the runtime's instance id (its first lease's id, kept across lease losses, as the
+ * project's own records keep it).
+ *
+ * @param rt `component.runtimeInternals`
+ * @returns the view
+ */
+export function referenceRuntimeOf(rt: RuntimeInternals): ReferenceRuntime {
+  return { leaseId: rt.instanceId, discovery: rt.discovery, plane: rt.plane, internals: rt };
+}
+
 /** Options of {@linkcode serveReferenceEndpoint}. */
 export interface ServeReferenceEndpointOptions {
   /** The runtime whose etcd lease the records live on (etcd discovery). */
-  runtime: DistributedRuntime;
+  runtime: ReferenceRuntime;
   /** The endpoint's namespace. */
   namespace: string;
   /** The endpoint's component. */

@@ -2,7 +2,7 @@
 // Reference (ai-dynamo 1.6.1) processes for interop tests: the venv scripts/setup_reference.sh
 // installs, and a mocker worker started on loopback against a test's etcd and NATS.
 
-import { builtinTestModel } from "../../mod.ts";
+import { builtinTestModel, DistributedRuntime } from "../../mod.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -125,4 +125,112 @@ export async function referenceWorkerId(mocker: ReferenceMocker): Promise<string
   const m = /dynamo_endpoint="generate"[^}]*worker_id="([0-9a-f]+)"/.exec(await res.text());
   if (!m) throw new Error(`${mocker.systemUrl}/metrics names no worker_id of generate`);
   return m[1]!;
+}
+
+/** Environment that keeps reference processes on loopback. */
+export const LOOPBACK = {
+  DYN_TCP_RPC_HOST: "127.0.0.1",
+  DYN_EVENT_PLANE_HOST: "127.0.0.1",
+  DYN_TCP_RESPONSE_STREAM_HOST: "127.0.0.1",
+  DYN_SYSTEM_HOST: "127.0.0.1",
+  DYN_HTTP_HOST: "127.0.0.1",
+  // REFERENCE_LOG=debug (and REFERENCE_LOG_TAIL=400000) shows what the reference processes did.
+  DYN_LOG: Deno.env.get("REFERENCE_LOG") ?? "warn",
+};
+
+/** A reference process started by {@linkcode startReferenceProcess}. */
+export interface ReferenceProcess {
+  readonly child: Deno.ChildProcess;
+  /** The tail of its stderr. */
+  log(): string;
+  /** SIGTERM, then SIGKILL after 10 s; waits for the exit. */
+  stop(): Promise<void>;
+}
+
+/** A reference process (`python -m MODULE ...args`) on loopback, its stderr's tail kept. */
+export function startReferenceProcess(
+  python: string,
+  module: string,
+  args: string[],
+  servers: { ETCD_ENDPOINTS: string; NATS_SERVER: string },
+): ReferenceProcess {
+  const child = new Deno.Command(python, {
+    args: ["-m", module, ...args],
+    env: { ...servers, ...LOOPBACK },
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  let tail = "";
+  (async () => {
+    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+      tail = (tail + chunk).slice(-(Number(Deno.env.get("REFERENCE_LOG_TAIL")) || 4000));
+    }
+  })().catch(() => {});
+  return {
+    child,
+    log: () => tail,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch { /* exited */ }
+      const timer = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* exited */ }
+      }, 10_000);
+      await child.status;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Polls `probe` every 250 ms until it returns a value; throws after `ms`. */
+export async function until<T>(
+  what: string,
+  ms: number,
+  probe: () => Promise<T | undefined>,
+): Promise<T> {
+  const deadline = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      const got = await probe();
+      if (got !== undefined) return got;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what} (last error: ${last})`);
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+/** A runtime of ours on the test's etcd + NATS (its lease holds our workers' records). */
+export function etcdRuntime(
+  etcd: { url: string },
+  nats: { url: string },
+): Promise<DistributedRuntime> {
+  return DistributedRuntime.connect({
+    discovery: "etcd",
+    requestPlane: "tcp",
+    etcdEndpoints: etcd.url,
+    natsServer: nats.url,
+  });
+}
+
+/** The model names a frontend at `base` lists. */
+export async function listedModels(base: string): Promise<string[]> {
+  const list = await (await fetch(`${base}/v1/models`)).json();
+  return (list.data as { id: string }[]).map((m) => m.id);
+}
+
+/** Waits until the frontend at `base` lists `model`. */
+export function untilListed(base: string, model: string): Promise<true> {
+  return until(
+    `${model} in the reference frontend's /v1/models`,
+    90_000,
+    async () => (await listedModels(base)).includes(model) ? true : undefined,
+  );
 }

@@ -5,6 +5,10 @@
 import type { Endpoint } from "../../../runtime/component.ts";
 import { fromForwardPassMetrics, KvMetricsPublisher } from "../../kv_router/metrics.ts";
 import { KvEventPublisher } from "../../kv_router/publisher.ts";
+import {
+  referenceLoadFor,
+  type ReferenceLoadPublisher,
+} from "../../../runtime/reference/load_metrics.ts";
 import { registerLlm, type RegisterLlmOptions } from "../../model/register.ts";
 import { type ModelDeploymentCard, ModelInput, ModelType } from "../../protocols.ts";
 import { LlamaCppEngine, type LlamaCppEngineOptions } from "./engine.ts";
@@ -67,16 +71,22 @@ export async function runLlamaCppWorker(
   await component.createService();
   const kvBlockSize = options.kvBlockSize ?? 16;
   const publish = options.publish ?? true;
-  const events = publish ? new KvEventPublisher(component, { kvBlockSize }) : undefined;
+  const events = publish
+    ? new KvEventPublisher(component, { kvBlockSize, referenceEndpoint: endpoint.name })
+    : undefined;
   const metrics = publish ? new KvMetricsPublisher() : undefined;
+  let load: ReferenceLoadPublisher | undefined;
   const log = component.runtimeInternals.logger;
   const closePublishers = async () => {
     metrics?.close();
     await events?.close();
+    await load?.close();
   };
   let engine: LlamaCppEngine;
   try {
     if (metrics) await metrics.createEndpoint(component);
+    // On etcd, its load in the reference's format too (its frontend's busy checks read it).
+    if (publish) load = await referenceLoadFor(endpoint, { blockSize: kvBlockSize });
     engine = await LlamaCppEngine.load(modelPath, {
       ...options,
       kvBlockSize,
@@ -92,7 +102,9 @@ export async function runLlamaCppWorker(
     await closePublishers();
     throw err;
   }
-  const serving = endpoint.serveEndpoint(engine.handler, { gracefulShutdown: true });
+  const serving = endpoint.serveEndpoint(load ? load.track(engine.handler) : engine.handler, {
+    gracefulShutdown: true,
+  });
   const closed = serving.finally(async () => {
     await engine.close();
     await closePublishers();

@@ -13,6 +13,7 @@ import { registerLlm, type RegisterLlmOptions } from "../../model/register.ts";
 import { builtinTestModel } from "../../model/test_model.ts";
 import { fromForwardPassMetrics, KvMetricsPublisher } from "../../kv_router/metrics.ts";
 import { KvEventPublisher } from "../../kv_router/publisher.ts";
+import { referenceLoadFor } from "../../../runtime/reference/load_metrics.ts";
 import { MockerEngine, type MockerEngineOptions } from "./engine.ts";
 
 /** Options of {@linkcode runMockerWorker}. */
@@ -36,6 +37,8 @@ export interface MockerWorker {
   readonly endpoint: Endpoint;
   /** The published model card. */
   readonly card: ModelDeploymentCard;
+  /** Its KV event publisher (absent with `publish: false`). */
+  readonly events?: KvEventPublisher;
   /** Resolves when the endpoint stops serving (the runtime shut down). */
   readonly serving: Promise<void>;
 }
@@ -65,11 +68,14 @@ export async function runMockerWorker(
   const component = endpoint.component;
   await component.createService();
   const publish = options.publish ?? true;
+  const blockSize = options.blockSize ?? 16;
   const events = publish
-    ? new KvEventPublisher(component, { kvBlockSize: options.blockSize ?? 16 })
+    ? new KvEventPublisher(component, { kvBlockSize: blockSize, referenceEndpoint: endpoint.name })
     : undefined;
   const metrics = publish ? new KvMetricsPublisher() : undefined;
   if (metrics) await metrics.createEndpoint(component);
+  // On etcd, its load in the reference's format too (its frontend's busy checks read it).
+  const load = publish ? await referenceLoadFor(endpoint, { blockSize }) : undefined;
   const engine = new MockerEngine({
     ...options,
     onKvEvent: (data) => {
@@ -82,13 +88,14 @@ export async function runMockerWorker(
     },
   });
   const serving = endpoint.serveEndpoint(
-    engine.handler,
+    load ? load.track(engine.handler) : engine.handler,
     { gracefulShutdown: true },
   );
   const closed = serving.finally(async () => {
     await engine.close();
     metrics?.close();
     await events?.close();
+    await load?.close();
   });
   try {
     const card = await registerLlm(
@@ -103,7 +110,7 @@ export async function runMockerWorker(
         kvCacheBlockSize: engine.blockManager.blockSize,
       },
     );
-    return { engine, endpoint, card, serving: closed };
+    return { engine, endpoint, card, events, serving: closed };
   } catch (err) {
     await engine.close();
     closed.catch(() => {});

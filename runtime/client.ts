@@ -18,6 +18,7 @@ import { instancePrefix } from "./keys.ts";
 import { instanceRecordSchema } from "./names.ts";
 import { hurryStream, openStream, type ResponseStream } from "./stream.ts";
 import type { RequestPlane } from "./transport/mod.ts";
+import { natsConnectionOf } from "./transport/tcp.ts";
 import { ReferenceClient } from "./reference/client.ts";
 import { ReferenceWorkerRefusedError } from "./reference/errors.ts";
 import { parseReferenceInstance, type ReferenceInstance } from "./reference/instances.ts";
@@ -401,6 +402,8 @@ export class Client {
       ackTimeoutMs: this.#deps.connectTimeoutMs,
       callHomeTimeoutMs: this.#deps.connectTimeoutMs,
       idleTimeoutMs: this.#deps.streamIdleTimeoutMs,
+      // Workers on the reference's NATS request plane are sent to on the runtime's connection.
+      nats: natsConnectionOf(this.#deps.plane),
     });
     const context = options.context ?? new Context();
     const abort = new AbortController();

@@ -26,6 +26,7 @@ import {
 import { type Handler, serveRequest } from "./serve_request.ts";
 import { referenceRequestServer } from "./reference/serve_requests.ts";
 import type { TcpRequestPlane } from "./transport/tcp.ts";
+import { isTwoPartMessage } from "./transport/reference_wire.ts";
 import type { EndpointStats, RequestTally, RuntimeMetrics } from "./metrics/runtime_metrics.ts";
 import {
   decodeRequest,
@@ -266,20 +267,11 @@ export class Endpoint {
     const log = rt.logger.child({ endpoint: this.path });
     const inflight = new Set<Promise<void>>();
     const contexts = new Set<Context>();
-
     const stats = rt.metrics.endpoint(ns, this.component.name, this.name);
-    const onRequest = (payload: RequestPayload) => {
-      const task = this.#handle(payload, handler as Handler, log, contexts, stats);
-      inflight.add(task);
-      task.then(() => inflight.delete(task), (err) => {
-        inflight.delete(task);
-        log.error("request handling failed", { error: String(err) });
-      });
-    };
-    const sub = await rt.plane.serve(subject, onRequest);
-    // On the TCP plane the same listener takes the reference's framing too: the reference's
-    // callers reach this endpoint at the same address and path.
-    const reference = tcp
+
+    // The reference's framing too, on the TCP plane (the same listener: the reference's callers
+    // reach this endpoint at the same address and path) and on NATS (the same subject).
+    const reference = tcp || rt.plane.kind === "nats"
       ? referenceRequestServer({
         path: subject,
         handler: handler as Handler<never, unknown>,
@@ -299,7 +291,25 @@ export class Endpoint {
         },
       })
       : undefined;
-    const referenceSub = reference
+    const onRequest = (payload: RequestPayload) => {
+      if (reference && isTwoPartMessage(payload)) {
+        // The reference's NATS request plane (acknowledged empty, as the plane does ours).
+        try {
+          reference.handle({ endpointPath: subject, headers: {}, payload });
+        } catch (err) {
+          log.warn("refusing a reference request", { error: String(err) });
+        }
+        return;
+      }
+      const task = this.#handle(payload, handler as Handler, log, contexts, stats);
+      inflight.add(task);
+      task.then(() => inflight.delete(task), (err) => {
+        inflight.delete(task);
+        log.error("request handling failed", { error: String(err) });
+      });
+    };
+    const sub = await rt.plane.serve(subject, onRequest);
+    const referenceSub = reference && tcp
       ? await (rt.plane as TcpRequestPlane).serveReference(subject, reference.handle)
       : undefined;
     // The reference's record (its key, its fields), our facts in `dynamo_deno`.

@@ -574,3 +574,83 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "our frontend on the NATS request plane serves reference mocker workers on theirs: listed, streamed, a hang-up stops them",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { etcd: etcd.url, nats: nats.url };
+    const onNats = { DYN_REQUEST_PLANE: "nats" };
+    const mockers = await Promise.all(
+      [0, 1].map(() => startReferenceMocker(python!, servers, { modelName: MODEL, env: onNats })),
+    );
+    const frontendLog: string[] = [];
+    const frontend = spawnDeno(
+      CLI,
+      { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, ...onNats },
+      ["frontend", "--http-port", "0", "--http-host", "127.0.0.1"],
+      { onStderrLine: (l) => frontendLog.push(l) },
+    );
+    const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
+    const diagnose = () =>
+      `\nfrontend log: ${frontendLog.slice(-20).join("\n")}` +
+      mockers.map((m, i) => `\nmocker ${i} stderr: ${m.stderrTail().slice(-1500)}`).join("");
+    try {
+      const workers = await waitForReferenceInstances(discovery, ENDPOINT, {
+        count: 2,
+        timeoutMs: 90_000,
+      });
+      // Their records name NATS subjects, not TCP addresses.
+      assert.ok(workers.every((w) => w.natsSubject?.startsWith("dynamo_backend.generate-")));
+      const base = await frontendUrl(frontend, 60_000);
+      await until(
+        async () => (await (await fetch(`${base}/v1/models`)).json()).data as { id: string }[],
+        (data) => data.some((m) => m.id === MODEL),
+        30_000,
+        `${MODEL} in /v1/models`,
+      );
+      for (let i = 0; i < 4; i++) {
+        const res = await chat(base, { max_tokens: 6, stream: true });
+        assert.equal(res.status, 200, diagnose());
+        const payloads = [];
+        for await (const p of sse(res)) payloads.push(p);
+        assert.equal(payloads.at(-1), "[DONE]", diagnose());
+        const chunks = payloads.slice(0, -1).map((p) => JSON.parse(p));
+        assert.ok(chunks.some((c) => c.choices[0]?.finish_reason === "length"), diagnose());
+      }
+      for (const m of mockers) {
+        const n = await referenceMetric(m, "dynamo_component_requests_total");
+        assert.ok(n >= 1, `worker ${m.systemUrl} served ${n} requests`);
+      }
+      // A client hanging up: the worker's request stops (20,000 tokens would take minutes).
+      const client = new AbortController();
+      const res = await chat(base, { max_tokens: 20_000, stream: true }, client.signal);
+      assert.equal(res.status, 200);
+      const reading = sse(res);
+      await reading.next();
+      const worker = await until(
+        () => busyWorker(mockers),
+        (m) => m !== undefined,
+        10_000,
+        "one worker with the request in flight",
+      );
+      client.abort();
+      await reading.return(undefined).catch(() => {});
+      await until(
+        () => referenceMetric(worker!, "dynamo_component_inflight_requests"),
+        (n) => n === 0,
+        15_000,
+        `the worker at ${worker!.systemUrl} to stop the request`,
+      );
+    } catch (err) {
+      throw new Error(`${(err as Error).message}${diagnose()}`, { cause: err });
+    } finally {
+      await stopChild(frontend);
+      await Promise.all(mockers.map((m) => m.kill()));
+      await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});

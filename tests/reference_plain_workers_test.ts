@@ -233,3 +233,74 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "the reference frontend on its NATS request plane serves a plain worker of ours on the NATS plane; a hang-up stops it",
+  ignore: python === undefined,
+  fn: async () => {
+    const { DistributedRuntime } = await import("../mod.ts");
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const runtime = await DistributedRuntime.connect({
+      discovery: "etcd",
+      requestPlane: "nats",
+      etcdEndpoints: etcd.url,
+      natsServer: nats.url,
+    });
+    let front: ReferenceProcess | undefined;
+    try {
+      const endpoint = runtime.namespace("dynamo").component("backend").endpoint("generate");
+      await runMockerWorker(endpoint, {
+        speedupRatio: 1,
+        register: { modelName: "nats-plane-mocker" },
+      });
+      const port = freePort();
+      front = startReferenceProcess(
+        python!,
+        "dynamo.frontend",
+        ["--http-port", String(port), "--router-mode", "round-robin"],
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, DYN_REQUEST_PLANE: "nats" },
+      );
+      const base = `http://127.0.0.1:${port}`;
+      await untilListed(base, "nats-plane-mocker");
+      const chat = (maxTokens: number, signal?: AbortSignal) =>
+        fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            model: "nats-plane-mocker",
+            messages: [{ role: "user", content: "hello over NATS" }],
+            max_tokens: maxTokens,
+            stream: true,
+          }),
+          // Every wait has a deadline: a worker that never calls home must fail the test.
+          signal: signal ?? AbortSignal.timeout(30_000),
+        });
+      const whole = await chat(5);
+      const text = await whole.text();
+      assert.equal(whole.status, 200, text);
+      assert.match(text, /"finish_reason":"length"[^]*data: \[DONE\]\s*$/, text);
+      assert.equal(await served(runtime), 1);
+      // A long one, hung up on after its first chunk: our worker stops it.
+      const hangUp = new AbortController();
+      const long = await chat(30_000, hangUp.signal);
+      const reader = long.body!.getReader();
+      await reader.read();
+      assert.equal(await served(runtime, "inflight_requests"), 1);
+      hangUp.abort();
+      await reader.cancel().catch(() => {});
+      await until(
+        "our NATS-plane worker to stop the request after the hang-up",
+        10_000,
+        async () => (await served(runtime, "inflight_requests")) === 0 ? true : undefined,
+      );
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      await runtime.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});

@@ -9,6 +9,7 @@ import { InvalidArgumentError } from "../../runtime/errors.ts";
 import { keyInstanceId } from "../../runtime/keys.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import { ReferenceClient } from "../../runtime/reference/client.ts";
+import { natsConnectionOf } from "../../runtime/transport/tcp.ts";
 import { ReferenceEndpointClient } from "../../runtime/reference/endpoint_client.ts";
 import {
   MODEL_CARD_PREFIX,
@@ -316,6 +317,8 @@ export class ModelManager {
     return this.#referenceClient ??= ReferenceClient.create({
       callHomeHostname: this.#referenceOptions?.callHomeHostname,
       logger: this.#log,
+      // Workers on the reference's NATS request plane are sent to on the runtime's connection.
+      nats: natsConnectionOf(this.#runtime.plane),
     });
   }
 }

@@ -1,6 +1,6 @@
 // A caller of reference (ai-dynamo 1.6.1) workers: sends a PreprocessedRequest over a worker's
 // TCP request plane (one persistent connection per worker address, the reference's framing, a
-// msgpack body), and streams the answer the worker sends back by dialling this client's
+// msgpack body) or its NATS request plane (the same two-part message on its subject), and streams the answer the worker sends back by dialling this client's
 // call-home server. Every wait has a deadline; a stream the caller leaves early is stopped with
 // the reference's own control message.
 
@@ -13,10 +13,13 @@ import {
   StreamIncompleteError,
   TimeoutError,
 } from "../errors.ts";
+import { ErrorCode, headers as natsHeaders, type Msg, NatsError } from "nats";
 import type { Logger } from "../logger.ts";
+import type { NatsConnection } from "../nats_connection.ts";
 import { parseTraceparent } from "../tracing/traceparent.ts";
 import { encodeTwoPart, ReferenceWireError } from "../transport/reference_wire.ts";
 import { writeAll } from "./_io.ts";
+import { ReferenceWorkerRefusedError } from "./errors.ts";
 import { type CallHomeConnection, CallHomeServer } from "./call_home.ts";
 import type { ReferenceInstance } from "./instances.ts";
 import { RequestConnection } from "./request_connection.ts";
@@ -40,6 +43,11 @@ export interface ReferenceClientOptions {
   idleTimeoutMs?: number;
   /** Hears of refused call-home connections. */
   logger?: Logger;
+  /**
+   * The NATS connection requests to workers on the reference's NATS request plane go out on
+   * (`{nats_tcp: subject}` records); without one such workers are refused with a reason.
+   */
+  nats?: NatsConnection;
 }
 
 /** Options of {@linkcode ReferenceClient.generate}. */
@@ -67,6 +75,7 @@ export class ReferenceClient {
   readonly #ackTimeoutMs: number;
   readonly #callHomeTimeoutMs: number;
   readonly #idleTimeoutMs: number;
+  readonly #nats: NatsConnection | undefined;
   #closed = false;
 
   private constructor(options: ReferenceClientOptions) {
@@ -78,6 +87,7 @@ export class ReferenceClient {
     this.#ackTimeoutMs = options.ackTimeoutMs ?? 5_000;
     this.#callHomeTimeoutMs = options.callHomeTimeoutMs ?? 10_000;
     this.#idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
+    this.#nats = options.nats;
   }
 
   /**
@@ -195,16 +205,20 @@ export class ReferenceClient {
         header: new TextEncoder().encode(JSON.stringify(header)),
         body,
       });
-      const conn = await this.#connection(instance);
-      await conn.send(
-        {
-          endpointPath: instance.endpointPath,
-          headers: { "request-id": id, "x-endpoint-path": instance.endpointPath, ...trace },
-          payload,
-        },
-        this.#ackTimeoutMs,
-        signal,
-      );
+      if (instance.natsSubject !== undefined) {
+        await this.#sendNats(instance.natsSubject, payload, { "request-id": id, ...trace }, signal);
+      } else {
+        const conn = await this.#connection(instance);
+        await conn.send(
+          {
+            endpointPath: instance.endpointPath,
+            headers: { "request-id": id, "x-endpoint-path": instance.endpointPath, ...trace },
+            payload,
+          },
+          this.#ackTimeoutMs,
+          signal,
+        );
+      }
       response = await callHome;
     } catch (err) {
       stopWaiting.abort();
@@ -222,8 +236,10 @@ export class ReferenceClient {
     parse: (body: unknown, bytes: Uint8Array) => RawItem<T>,
     bigints: boolean,
   ): AsyncGenerator<T, void, undefined> {
-    const where =
-      `reference worker ${instance.instanceId} at ${instance.hostname}:${instance.port}`;
+    const where = `reference worker ${instance.instanceId} at ` +
+      (instance.natsSubject !== undefined
+        ? `nats:${instance.natsSubject}`
+        : `${instance.hostname}:${instance.port}`);
     let finished = false;
     let items = 0;
     const stop = () => {
@@ -338,6 +354,53 @@ export class ReferenceClient {
     await this.#server.close();
   }
 
+  /**
+   * Sends a request on the reference's NATS request plane: the two-part message to the worker's
+   * subject, its headers as NATS headers; the worker's reply is the acknowledgement (empty).
+   */
+  async #sendNats(
+    subject: string,
+    payload: Uint8Array,
+    headers: Record<string, string>,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const nc = this.#nats;
+    if (!nc) {
+      throw new ReferenceWorkerRefusedError(
+        `nats:${subject}`,
+        "the worker takes requests on NATS and this caller has no NATS connection",
+      );
+    }
+    const h = natsHeaders();
+    for (const [k, v] of Object.entries(headers)) h.set(k, v);
+    let reply: Msg;
+    try {
+      const sent = nc.request(subject, payload, { timeout: this.#ackTimeoutMs, headers: h });
+      reply = signal ? await abortable(sent, signal) : await sent;
+    } catch (err) {
+      if (signal?.aborted) throw err;
+      if (err instanceof NatsError && err.code === ErrorCode.NoResponders) {
+        throw new ReferenceWorkerRefusedError(`nats:${subject}`, "no worker listens", {
+          cause: err,
+        });
+      }
+      if (err instanceof NatsError && err.code === ErrorCode.Timeout) {
+        throw new TimeoutError(
+          `no acknowledgement from the reference worker at nats:${subject} within ` +
+            `${this.#ackTimeoutMs} ms`,
+          { cause: err },
+        );
+      }
+      throw new ReferenceWorkerRefusedError(`nats:${subject}`, (err as Error).message, {
+        cause: err,
+      });
+    }
+    if (reply.data.length > 0) {
+      const text = new TextDecoder().decode(reply.data.subarray(0, 4096));
+      throw new ReferenceWorkerRefusedError(`nats:${subject}`, text);
+    }
+  }
+
   async #connection(instance: ReferenceInstance): Promise<RequestConnection> {
     const key = `${instance.hostname}:${instance.port}`;
     const existing = this.#connections.get(key);
@@ -411,4 +474,14 @@ function traceHeaders(options: ReferenceGenerateOptions): Record<string, string>
     );
   }
   return tracestate === undefined ? { traceparent } : { traceparent, tracestate };
+}
+
+/** `promise`, or a rejection with the signal's reason once it aborts. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }

@@ -19,10 +19,15 @@ export interface ReferenceInstance {
   component: string;
   /** The endpoint name. */
   endpoint: string;
-  /** Request-plane host (an IP literal or a name). */
+  /** Request-plane host (an IP literal or a name; empty for a worker on NATS). */
   hostname: string;
-  /** Request-plane TCP port. */
+  /** Request-plane TCP port (0 for a worker on NATS). */
   port: number;
+  /**
+   * The NATS subject the worker takes requests on, when it runs the reference's NATS request
+   * plane (`{nats_tcp: subject}`; `DYN_REQUEST_PLANE=nats`); absent on TCP.
+   */
+  natsSubject?: string;
   /** The endpoint path requests are framed with: `<hex id>/<namespace>/<component>/<endpoint>`. */
   endpointPath: string;
   /** The request body codec the worker expects ("msgpack" or "json"). */
@@ -86,7 +91,25 @@ export function parseReferenceInstance(key: string, value: string): ReferenceIns
   if (codec !== "msgpack" && codec !== "json") fail(`unknown codec ${JSON.stringify(codec)}`);
   const transport = r.transport as Record<string, unknown> | null | undefined;
   const tcp = typeof transport === "object" && transport !== null ? transport.tcp : undefined;
-  if (typeof tcp !== "string") fail("transport is not {tcp: ...} (only TCP is spoken)");
+  const nats = typeof transport === "object" && transport !== null ? transport.nats_tcp : undefined;
+  if (typeof nats === "string") {
+    // The reference's subject: `<namespace>_<component>.<endpoint>-<hex id>`, plain characters.
+    if (!/^[A-Za-z0-9_.-]{1,256}$/.test(nats) || !nats.endsWith(`-${instanceId}`)) {
+      fail(`transport.nats_tcp ${JSON.stringify(nats)} is not this instance's subject`);
+    }
+    return {
+      instanceId,
+      namespace,
+      component,
+      endpoint,
+      hostname: "",
+      port: 0,
+      endpointPath: `${instanceId}/${namespace}/${component}/${endpoint}`,
+      codec: codec as "msgpack" | "json",
+      natsSubject: nats,
+    };
+  }
+  if (typeof tcp !== "string") fail("transport is neither {tcp: ...} nor {nats_tcp: ...}");
   const m = /^([^/\s]+):(\d{1,5})\/(.+)$/.exec(tcp as string) ??
     fail(`transport.tcp ${JSON.stringify(tcp)} is not host:port/path`);
   const [, hostname, portText, endpointPath] = m as unknown as [string, string, string, string];

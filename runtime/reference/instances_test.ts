@@ -29,13 +29,39 @@ Deno.test("the reference's captured instance record parses", () => {
   });
 });
 
+Deno.test("a reference worker on its NATS request plane: its record names the subject", () => {
+  // As a 1.6.1 mocker wrote it with DYN_REQUEST_PLANE=nats (captured 2026-11-25).
+  const key = "v1/instances/dynamo/backend/generate/7c3ca212aa826208";
+  const record = '{"type":"Endpoint","component":"backend","endpoint":"generate",' +
+    '"namespace":"dynamo","instance_id":8952208360359485960,' +
+    '"transport":{"nats_tcp":"dynamo_backend.generate-7c3ca212aa826208"},' +
+    '"device_type":"cuda","request_plane_codec":"msgpack"}';
+  assert.deepEqual(parseReferenceInstance(key, record), {
+    instanceId: "7c3ca212aa826208",
+    namespace: "dynamo",
+    component: "backend",
+    endpoint: "generate",
+    hostname: "",
+    port: 0,
+    endpointPath: "7c3ca212aa826208/dynamo/backend/generate",
+    codec: "msgpack",
+    natsSubject: "dynamo_backend.generate-7c3ca212aa826208",
+  });
+});
+
 Deno.test("malformed instance records are refused with the key and the reason", () => {
   const bad: [string, string, RegExp][] = [
     [KEY, "{", /not JSON/],
     [KEY, "[]", /not a JSON object/],
     [KEY, JSON.stringify({ ...golden, type: "Model" }), /not "Endpoint"/],
     [KEY, JSON.stringify({ ...golden, component: "other" }), /component/],
-    [KEY, JSON.stringify({ ...golden, transport: { nats_tcp: "x" } }), /only TCP/],
+    [KEY, JSON.stringify({ ...golden, transport: { nats_tcp: "x" } }), /not this instance's/],
+    [
+      KEY,
+      JSON.stringify({ ...golden, transport: { nats_tcp: "a b-4e24a21101676f09" } }),
+      /not this instance's/,
+    ],
+    [KEY, JSON.stringify({ ...golden, transport: { http: "x" } }), /neither/],
     [KEY, JSON.stringify({ ...golden, transport: { tcp: "127.0.0.1/x" } }), /host:port/],
     [KEY, JSON.stringify({ ...golden, transport: { tcp: "h:70000/" + KEY.slice(13) } }), /port/],
     [

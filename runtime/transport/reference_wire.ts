@@ -42,6 +42,18 @@ export interface ReferenceTcpRequest {
 const TWO_PART_PREFIX = 24;
 
 /**
+ * Whether a request plane's message is a reference two-part message (a u64 header length, so
+ * four zero bytes first) rather than our envelope (a u32 header length, never zero).
+ *
+ * @param payload a request as the plane delivered it
+ * @returns true for the reference's framing
+ */
+export function isTwoPartMessage(payload: unknown): payload is Uint8Array {
+  return payload instanceof Uint8Array && payload.length >= TWO_PART_PREFIX &&
+    payload[0] === 0 && payload[1] === 0 && payload[2] === 0 && payload[3] === 0;
+}
+
+/**
  * Encodes a two-part message: header length (u64 BE), body length (u64 BE), a checksum (u64,
  * 0: the reference sends none), the header, the body.
  *

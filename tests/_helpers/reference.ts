@@ -56,7 +56,7 @@ export function freeShortPort(): number {
 export async function startReferenceMocker(
   python: string,
   servers: { etcd: string; nats: string },
-  options: { modelName: string; args?: string[] },
+  options: { modelName: string; args?: string[]; env?: Record<string, string> },
 ): Promise<ReferenceMocker> {
   const systemPort = freeShortPort();
   const child = new Deno.Command(python, {
@@ -78,6 +78,7 @@ export async function startReferenceMocker(
       DYN_SYSTEM_HOST: "127.0.0.1",
       DYN_SYSTEM_PORT: String(systemPort),
       DYN_LOG: "warn",
+      ...options.env,
     },
     stdin: "null",
     stdout: "null",
@@ -152,7 +153,7 @@ export function startReferenceProcess(
   python: string,
   module: string,
   args: string[],
-  servers: { ETCD_ENDPOINTS: string; NATS_SERVER: string },
+  servers: { ETCD_ENDPOINTS: string; NATS_SERVER: string } & Record<string, string>,
 ): ReferenceProcess {
   const child = new Deno.Command(python, {
     args: ["-m", module, ...args],

@@ -205,6 +205,6 @@ for (const r of replicas) {
 if (jsonPath) {
   await Deno.writeTextFile(
     jsonPath,
-    JSON.stringify({ workers: WORKERS, rows, replicaSync: replicas }, null, 2),
+    JSON.stringify({ workers: WORKERS, rows, replicaSync: replicas }, null, 2) + "\n",
   );
 }

@@ -8,6 +8,13 @@
 // "near saturation" is the load factor at which round-robin's p90 TTFT reaches 4x its unloaded
 // p90 (found by bisection), "moderate" half of that. Nothing about the router changes per trace.
 //
+// Lower bounds (part of every row): `bound`, each request alone on a worker of its own holding
+// every prefix the ceiling counts for it (no queue, no pass in flight: see cli/_bench/oracle.ts),
+// a bound no router can beat; and the `oracle` fleet, the same 8 workers and scheduler where the
+// worker a request goes to is first given every block of its prefix that any worker computed
+// (one shared cache), placed by round-robin and by the KV router's policy: what perfect cache
+// reuse would give with those placements (not a bound: a better placement could do better).
+//
 // Flags: --seeds N (default 5), --workers N (default 8), --mooncake-requests N (default 3000),
 // --json PATH, --quick (2 seeds, 1000 Mooncake requests), --reference-cost (the kv side with the
 // reference's weighted cost at weight 1, the default before the predicted-TTFT cost).
@@ -15,7 +22,8 @@
 import { simulate } from "../cli/_bench/simulate.ts";
 import { synthesizeTrace, SYNTHETIC_PRESETS } from "../cli/_bench/synthetic.ts";
 import { loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
-import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
+import { type ModeSummary, percentile, summarizeMode } from "../cli/_bench/report.ts";
+import { ttftLowerBounds } from "../cli/_bench/oracle.ts";
 import { flag } from "./_stats.ts";
 
 const quick = Deno.args.includes("--quick");
@@ -33,6 +41,12 @@ interface Row {
   ceiling: number;
   rr: ModeSummary;
   kv: ModeSummary;
+  /** p90 of the per-request TTFT lower bounds (ms): no router can have a lower p90. */
+  boundP90: number;
+  /** The shared-cache oracle fleet placed by round-robin. */
+  oracleRr: ModeSummary;
+  /** The shared-cache oracle fleet placed by the KV router's policy. */
+  oracleKv: ModeSummary;
 }
 
 function run(
@@ -41,6 +55,7 @@ function run(
   load: number,
   numGpuBlocks?: number,
   routers = 1,
+  sharedCache = false,
 ): ModeSummary {
   const r = simulate(trace, {
     workers: WORKERS,
@@ -51,6 +66,7 @@ function run(
     numGpuBlocks,
     routers,
     replicaSync: routers > 1,
+    sharedCache,
   });
   return summarizeMode(r.results, r.seconds);
 }
@@ -94,6 +110,7 @@ const replicas: Array<{ trace: string; level: string; hitRatio: number; p90Ratio
 for (const [name, trace, blocks] of traces) {
   const sat = saturation(trace, blocks);
   const ceiling = prefixCeiling(trace).tokens;
+  const boundP90 = percentile(ttftLowerBounds(trace, 16), 90);
   for (const [level, load] of [["moderate", sat / 2], ["saturation", sat]] as const) {
     const row = {
       trace: name,
@@ -102,6 +119,9 @@ for (const [name, trace, blocks] of traces) {
       ceiling,
       rr: run(trace, "round-robin", load, blocks),
       kv: run(trace, "kv", load, blocks),
+      boundP90,
+      oracleRr: run(trace, "round-robin", load, blocks, 1, true),
+      oracleKv: run(trace, "kv", load, blocks, 1, true),
     };
     rows.push(row);
     if (name.endsWith(" seed 1") && row.ceiling > 0) {
@@ -117,23 +137,31 @@ for (const [name, trace, blocks] of traces) {
     console.error(
       `[routing] ${name}, ${level} (load ${load.toFixed(2)}): p90 TTFT rr/kv ${
         (row.rr.ttft_ms.p90 / row.kv.ttft_ms.p90).toFixed(2)
-      }x, kv hit ${(hit * 100).toFixed(0)}% of ceiling`,
+      }x, kv hit ${(hit * 100).toFixed(0)}% of ceiling; kv/rr p90 ${
+        (row.kv.ttft_ms.p90 / row.rr.ttft_ms.p90).toFixed(2)
+      }x, bound ${(boundP90 / row.rr.ttft_ms.p90).toFixed(2)}x, oracle rr ${
+        (row.oracleRr.ttft_ms.p90 / row.rr.ttft_ms.p90).toFixed(2)
+      }x kv ${(row.oracleKv.ttft_ms.p90 / row.rr.ttft_ms.p90).toFixed(2)}x`,
     );
   }
 }
 
 console.log(`\nKV router (defaults) vs round-robin, ${WORKERS} simulated mocker workers`);
 console.log(
-  "| trace | load | RR p90 TTFT ms | KV p90 TTFT ms | KV / RR p90 | ceiling | KV hit / ceiling | RR hit / ceiling | failed |",
+  "| trace | load | RR p90 TTFT ms | KV p90 TTFT ms | KV / RR p90 | bound / RR p90 | oracle RR, KV / RR p90 | ceiling | KV hit / ceiling | oracle hit / ceiling | RR hit / ceiling | failed |",
 );
-console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
 for (const r of rows) {
   const pct = (x: number) => r.ceiling > 0 ? `${(x / r.ceiling * 100).toFixed(0)}%` : "n/a";
   console.log(
     `| ${r.trace} | ${r.level} (x${r.load.toFixed(2)}) | ${r.rr.ttft_ms.p90.toFixed(0)} | ${
       r.kv.ttft_ms.p90.toFixed(0)
-    } | ${(r.kv.ttft_ms.p90 / r.rr.ttft_ms.p90).toFixed(2)}x | ${(r.ceiling * 100).toFixed(1)}% | ${
-      pct(r.kv.prefix_hit_rate)
+    } | ${(r.kv.ttft_ms.p90 / r.rr.ttft_ms.p90).toFixed(2)}x | ${
+      (r.boundP90 / r.rr.ttft_ms.p90).toFixed(2)
+    }x | ${(r.oracleRr.ttft_ms.p90 / r.rr.ttft_ms.p90).toFixed(2)}x, ${
+      (r.oracleKv.ttft_ms.p90 / r.rr.ttft_ms.p90).toFixed(2)
+    }x | ${(r.ceiling * 100).toFixed(1)}% | ${pct(r.kv.prefix_hit_rate)} | ${
+      pct(r.oracleRr.prefix_hit_rate)
     } | ${pct(r.rr.prefix_hit_rate)} | ${r.kv.failed + r.rr.failed} |`,
   );
 }
@@ -151,6 +179,21 @@ console.log(
   `\ngoals met in ${met} of ${rows.length} rows (moderate: hit >= 90% of ceiling and p90 <= 0.6x ` +
     `RR; saturation: hit >= 85% and p90 >= 3x better; no-sharing: p90 within 5% of RR)`,
 );
+// The p90 goal as a ratio to round-robin's p90; a row whose bound is above it is out of reach.
+const target = (r: Row) => r.ceiling === 0 ? 1.05 : r.level === "moderate" ? 0.6 : 1 / 3;
+const unreachable = rows.filter((r) => r.boundP90 > target(r) * r.rr.ttft_ms.p90);
+const oracleMisses = rows.filter((r) =>
+  Math.min(r.oracleRr.ttft_ms.p90, r.oracleKv.ttft_ms.p90) > target(r) * r.rr.ttft_ms.p90
+);
+console.log(
+  `p90 goal below the lower bound (no router reaches it) in ${unreachable.length} of ${rows.length} rows` +
+    (unreachable.length ? `: ${unreachable.map((r) => `${r.trace} ${r.level}`).join("; ")}` : ""),
+);
+console.log(
+  `p90 goal missed by the shared-cache oracle with both placements in ${oracleMisses.length} of ` +
+    `${rows.length} rows` +
+    (oracleMisses.length ? `: ${oracleMisses.map((r) => `${r.trace} ${r.level}`).join("; ")}` : ""),
+);
 console.log("\nTwo routers with replica sync against one (hit rate, p90 TTFT):");
 for (const r of replicas) {
   console.log(
@@ -162,6 +205,6 @@ for (const r of replicas) {
 if (jsonPath) {
   await Deno.writeTextFile(
     jsonPath,
-    JSON.stringify({ workers: WORKERS, rows, replicaSync: replicas }, null, 2),
+    JSON.stringify({ workers: WORKERS, rows, replicaSync: replicas }, null, 2) + "\n",
   );
 }

@@ -13,7 +13,7 @@ import { PendingPrefills } from "../../llm/kv_router/pending_prefills.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "../../llm/kv_router/policy.ts";
 import { RadixTree } from "../../llm/kv_router/radix_tree.ts";
 import { ActiveSequences, type WorkerCandidate } from "../../llm/kv_router/scheduler.ts";
-import { BlockManager } from "../../llm/engines/mocker/block_manager.ts";
+import { BlockManager, type FullBlock } from "../../llm/engines/mocker/block_manager.ts";
 import {
   hashPromptBlocks,
   Scheduler,
@@ -53,6 +53,13 @@ export interface SimulateOptions {
   seed?: number;
   /** Period of the per-worker load samples in simulated ms (default 1000). */
   sampleMs?: number;
+  /**
+   * An oracle for lower-bound experiments, not a real fleet: when a request arrives, the
+   * worker it goes to is given, free and at once, every block of its prompt's prefix that any
+   * worker has computed (as if all workers shared one cache, within each worker's own size).
+   * Default false.
+   */
+  sharedCache?: boolean;
 }
 
 /** What a simulated replay measured. */
@@ -94,12 +101,19 @@ export function simulate(
   let now = 0;
   const rnd = mulberry32(options.seed ?? 1);
   const tree = new RadixTree();
+  // Every block any worker has stored (the sharedCache oracle's pool).
+  const computed = new Set<bigint>();
   const workers: Worker[] = Array.from({ length: options.workers }, (_, i) => {
     const id = `w${i}`;
     const blocks = new BlockManager({
       numGpuBlocks: options.numGpuBlocks,
       blockSize: bs,
-      onEvent: (data) => tree.apply(id, data),
+      onEvent: (data) => {
+        tree.apply(id, data);
+        if (options.sharedCache && typeof data === "object" && "stored" in data) {
+          for (const b of data.stored.blocks) computed.add(b.block_hash);
+        }
+      },
     });
     const scheduler = new Scheduler(blocks, {
       maxNumSeqs: options.maxNumSeqs,
@@ -165,6 +179,23 @@ export function simulate(
     };
   };
 
+  // The sharedCache oracle: copies into `w` the blocks of the prompt's prefix that some worker
+  // computed and `w` lacks, as inactive cached blocks (room permitting).
+  const share = (w: Worker, blocks: FullBlock[]) => {
+    const bm = w.blocks;
+    const hashes = blocks.map((b) => b.sequenceHash);
+    const have = bm.matchPrefix(hashes);
+    let end = have;
+    while (end < blocks.length && computed.has(hashes[end]!)) end++;
+    if (end === have) return;
+    // Hold the prefix already there so that making room cannot evict it.
+    bm.acquireCached(hashes.slice(0, have));
+    const add = blocks.slice(have, have + Math.min(end - have, bm.availableBlocks));
+    bm.allocate(add.length);
+    bm.commit(have > 0 ? hashes[have - 1]! : null, add);
+    bm.release(hashes.slice(0, have + add.length).reverse(), 0);
+  };
+
   const startStep = (w: Worker) => {
     if (w.busyUntil !== undefined || !w.scheduler.hasWork) return;
     const plan = w.scheduler.schedule();
@@ -198,11 +229,13 @@ export function simulate(
     if (hashes) routers[r]!.pending.add(key, worker.id, hashes.local, hashes.sequence);
     let last = 0;
     let seq: Sequence | undefined = undefined;
+    const blocks = hashPromptBlocks(tokens, bs);
+    if (options.sharedCache) share(worker, blocks);
     seq = worker.scheduler.add({
       id: key,
       tokenIds: tokens,
       maxTokens: req.outputLength,
-      blocks: hashPromptBlocks(tokens, bs),
+      blocks,
       nextToken: (k) => 1000 + ((i * 7919 + k * 104729) % 30000),
       onToken: (_token, finished) => {
         result.outputTokens++;

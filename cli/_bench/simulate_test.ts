@@ -75,3 +75,21 @@ Deno.test("simulate: prompts sharing a prefix still being prefilled reuse it ins
   const uncached = r.results.reduce((a, x) => a + x.promptTokens - (x.cachedTokens ?? 0), 0);
   assert.ok(uncached < 2 * tenants * 2048, `${uncached} tokens computed`);
 });
+
+Deno.test("simulate: the sharedCache oracle gives a worker the prefix another worker computed", () => {
+  // Two prompts sharing 1,024 tokens, one second apart; round-robin sends them to two workers.
+  const shared = Array.from({ length: 64 }, (_, i) => i + 1);
+  const trace = [
+    { timestamp: 0, inputLength: 1500, outputLength: 2, hashIds: [...shared, ...ids(100, 30)] },
+    { timestamp: 1000, inputLength: 1500, outputLength: 2, hashIds: [...shared, ...ids(200, 30)] },
+  ].map((r) => ({ ...r, blockTokens: 16 }));
+  const run = (sharedCache: boolean) =>
+    simulate(trace, { workers: 2, mode: "round-robin", load: 1, blockSize: 16, sharedCache })
+      .results.map((r) => r.cachedTokens);
+  assert.deepEqual(run(false), [0, 0]);
+  assert.deepEqual(run(true), [0, 1024]);
+
+  function ids(from: number, n: number): number[] {
+    return Array.from({ length: n }, (_, i) => from + i);
+  }
+});

@@ -134,26 +134,50 @@ export interface PrefixCeiling {
 
 /** The prefix-reuse ceiling of a list of requests, replayed in order. */
 export function prefixCeiling(requests: readonly TraceRequest[]): PrefixCeiling {
-  const seen = new Set<string>();
   let hitBlocks = 0;
   let blocks = 0;
   let hitTokens = 0;
   let tokens = 0;
-  for (const r of requests) {
+  for (const r of walkCeiling(requests)) {
+    hitBlocks += r.hitBlocks;
+    blocks += r.blocks;
+    hitTokens += r.hitTokens;
+    tokens += r.tokens;
+  }
+  return { blocks: blocks ? hitBlocks / blocks : 0, tokens: tokens ? hitTokens / tokens : 0 };
+}
+
+/**
+ * Per request, the prompt tokens the ceiling counts as cached: those of its trace blocks whose
+ * whole prefix an earlier request (in trace order) had.
+ *
+ * @param requests the trace, in arrival order
+ * @returns one count per request, in the same order
+ */
+export function ceilingHitTokens(requests: readonly TraceRequest[]): number[] {
+  return walkCeiling(requests).map((r) => r.hitTokens);
+}
+
+function walkCeiling(
+  requests: readonly TraceRequest[],
+): Array<{ hitBlocks: number; blocks: number; hitTokens: number; tokens: number }> {
+  const seen = new Set<string>();
+  return requests.map((r) => {
+    const out = { hitBlocks: 0, blocks: 0, hitTokens: 0, tokens: 0 };
     let key = "";
     const block = blockTokensOf(r);
     r.hashIds.forEach((id, i) => {
       key += `${id},`;
       const len = Math.min(block, r.inputLength - i * block);
-      blocks++;
-      tokens += len;
+      out.blocks++;
+      out.tokens += len;
       if (seen.has(key)) {
-        hitBlocks++;
-        hitTokens += len;
+        out.hitBlocks++;
+        out.hitTokens += len;
       } else {
         seen.add(key);
       }
     });
-  }
-  return { blocks: blocks ? hitBlocks / blocks : 0, tokens: tokens ? hitTokens / tokens : 0 };
+    return out;
+  });
 }

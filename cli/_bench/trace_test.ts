@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import { parseTrace, prefixCeiling, promptTokens, TRACE_BLOCK_TOKENS } from "./trace.ts";
+import {
+  ceilingHitTokens,
+  parseTrace,
+  prefixCeiling,
+  promptTokens,
+  TRACE_BLOCK_TOKENS,
+} from "./trace.ts";
 
 const line = (ts: number, input: number, ids: number[], output = 10) =>
   JSON.stringify({ timestamp: ts, input_length: input, output_length: output, hash_ids: ids });
@@ -49,4 +55,5 @@ Deno.test("prefixCeiling counts blocks whose whole prefix was seen before", () =
   const c = prefixCeiling(reqs);
   assert.equal(c.blocks, 3 / 8);
   assert.equal(c.tokens, (3 * 512) / (6 * 512 + 512 + 88));
+  assert.deepEqual(ceilingHitTokens(reqs), [0, 1024, 0, 512]);
 });

@@ -168,6 +168,8 @@ async function one(
       ? spawn(Deno.execPath(), [
         "run",
         "-A",
+        // e.g. VERSUS_DENO_FLAGS="--cpu-prof --cpu-prof-dir=prof" to profile our frontend.
+        ...(Deno.env.get("VERSUS_DENO_FLAGS")?.split(/\s+/).filter(Boolean) ?? []),
         "cli/main.ts",
         "frontend",
         "--reference-workers",

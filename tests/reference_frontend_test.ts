@@ -10,6 +10,7 @@
 
 import assert from "node:assert/strict";
 import { connect } from "nats";
+import OpenAI from "openai";
 import {
   decodeReferenceKvEvents,
   parseReferenceKvChannel,
@@ -188,6 +189,36 @@ Deno.test({
         assert.ok(content.length > 0, "streamed text");
         assert.ok(chunks.some((c) => c.choices[0]?.finish_reason === "length"));
         assert.equal(chunks.at(-1).usage.completion_tokens, 10);
+      });
+
+      await t.step("the official openai client gets a chat whole and streamed", async () => {
+        const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+        const whole = await client.chat.completions.create({
+          model: MODEL,
+          messages: [{ role: "user", content: "Tell me about interop." }],
+          max_tokens: 8,
+        });
+        assert.equal(whole.choices[0]!.finish_reason, "length");
+        assert.ok((whole.choices[0]!.message.content ?? "").length > 0, "some text");
+        assert.equal(whole.usage?.completion_tokens, 8);
+        const stream = await client.chat.completions.create({
+          model: MODEL,
+          messages: [{ role: "user", content: "Tell me about interop." }],
+          max_tokens: 8,
+          stream: true,
+          stream_options: { include_usage: true },
+        });
+        let text = "";
+        let finish: string | null | undefined;
+        let usage;
+        for await (const chunk of stream) {
+          text += chunk.choices[0]?.delta?.content ?? "";
+          finish ??= chunk.choices[0]?.finish_reason;
+          usage ??= chunk.usage ?? undefined;
+        }
+        assert.ok(text.length > 0, "streamed text");
+        assert.equal(finish, "length");
+        assert.equal(usage?.completion_tokens, 8);
       });
 
       await t.step("requests go to both reference workers", async () => {

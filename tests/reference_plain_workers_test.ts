@@ -174,133 +174,88 @@ Deno.test({
   },
 });
 
-Deno.test({
-  name: "a client hanging up on the reference frontend stops a plain mocker worker's request",
-  ignore: python === undefined,
-  fn: async () => {
-    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
-    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
-    const runtime = await etcdRuntime(etcd, nats);
-    let front: ReferenceProcess | undefined;
-    try {
-      const endpoint = runtime.namespace("dynamo").component("backend").endpoint("generate");
-      // About 6 ms a token: the whole answer would take nearly three minutes.
-      await runMockerWorker(endpoint, {
-        speedupRatio: 1,
-        register: { modelName: "plain-slow-mocker" },
-      });
-      const port = freePort();
-      front = startReferenceProcess(
-        python!,
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
-        servers,
-      );
-      const base = `http://127.0.0.1:${port}`;
-      await untilListed(base, "plain-slow-mocker");
-      const hangUp = new AbortController();
-      const res = await fetch(`${base}/v1/chat/completions`, {
+/**
+ * A slow plain mocker worker of ours on `plane`, behind a reference frontend on the same request
+ * plane: a short chat streams whole, and a long one the client hangs up on is stopped.
+ */
+async function streamsAndStops(plane: "tcp" | "nats"): Promise<void> {
+  const { DistributedRuntime } = await import("../mod.ts");
+  const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+  const runtime = await DistributedRuntime.connect({
+    discovery: "etcd",
+    requestPlane: plane,
+    etcdEndpoints: etcd.url,
+    natsServer: nats.url,
+  });
+  const model = `slow-mocker-${plane}`;
+  let front: ReferenceProcess | undefined;
+  try {
+    const endpoint = runtime.namespace("dynamo").component("backend").endpoint("generate");
+    // About 6 ms a token: a 30,000-token answer would take minutes.
+    await runMockerWorker(endpoint, { speedupRatio: 1, register: { modelName: model } });
+    const port = freePort();
+    front = startReferenceProcess(
+      python!,
+      "dynamo.frontend",
+      ["--http-port", String(port), "--router-mode", "round-robin"],
+      { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, DYN_REQUEST_PLANE: plane },
+    );
+    const base = `http://127.0.0.1:${port}`;
+    await untilListed(base, model);
+    const chat = (maxTokens: number, signal?: AbortSignal) =>
+      fetch(`${base}/v1/chat/completions`, {
         method: "POST",
         headers: { "content-type": "application/json" },
         body: JSON.stringify({
-          model: "plain-slow-mocker",
-          messages: [{ role: "user", content: "tell me everything" }],
-          max_tokens: 30_000,
+          model,
+          messages: [{ role: "user", content: `hello over ${plane}` }],
+          max_tokens: maxTokens,
           stream: true,
         }),
-        signal: hangUp.signal,
+        // Every wait has a deadline: a worker that never calls home must fail the test.
+        signal: signal ?? AbortSignal.timeout(30_000),
       });
-      assert.equal(res.status, 200);
-      const reader = res.body!.getReader();
-      await reader.read(); // the first chunk: the engine is generating
-      assert.equal(await served(runtime, "inflight_requests"), 1);
-      hangUp.abort();
-      await reader.cancel().catch(() => {});
-      const stoppedAt = Date.now();
-      await until(
-        "our worker to stop the request after the hang-up",
-        10_000,
-        async () => (await served(runtime, "inflight_requests")) === 0 ? true : undefined,
-      );
-      console.log(`request stopped ${Date.now() - stoppedAt} ms after the hang-up`);
-    } catch (err) {
-      console.error(`reference frontend log (tail):\n${front?.log()}`);
-      throw err;
-    } finally {
-      await front?.stop();
-      await runtime.shutdown();
-      await Promise.all([etcd.stop(), nats.stop()]);
-    }
-  },
+    const whole = await chat(5);
+    const text = await whole.text();
+    assert.equal(whole.status, 200, text);
+    assert.match(text, /"finish_reason":"length"[^]*data: \[DONE\]\s*$/, text);
+    assert.equal(await served(runtime), 1);
+    // A long one, hung up on after its first chunk: our worker stops it.
+    const hangUp = new AbortController();
+    const long = await chat(30_000, hangUp.signal);
+    assert.equal(long.status, 200);
+    const reader = long.body!.getReader();
+    await reader.read(); // the first chunk: the engine is generating
+    assert.equal(await served(runtime, "inflight_requests"), 1);
+    hangUp.abort();
+    await reader.cancel().catch(() => {});
+    const stoppedAt = Date.now();
+    await until(
+      `our ${plane}-plane worker to stop the request after the hang-up`,
+      10_000,
+      async () => (await served(runtime, "inflight_requests")) === 0 ? true : undefined,
+    );
+    console.log(`request stopped ${Date.now() - stoppedAt} ms after the hang-up`);
+  } catch (err) {
+    console.error(`reference frontend log (tail):\n${front?.log()}`);
+    throw err;
+  } finally {
+    await front?.stop();
+    await runtime.shutdown();
+    await Promise.all([etcd.stop(), nats.stop()]);
+  }
+}
+
+Deno.test({
+  name:
+    "the reference frontend streams a plain mocker worker's answer; a client hanging up stops it (TCP plane)",
+  ignore: python === undefined,
+  fn: () => streamsAndStops("tcp"),
 });
 
 Deno.test({
   name:
     "the reference frontend on its NATS request plane serves a plain worker of ours on the NATS plane; a hang-up stops it",
   ignore: python === undefined,
-  fn: async () => {
-    const { DistributedRuntime } = await import("../mod.ts");
-    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
-    const runtime = await DistributedRuntime.connect({
-      discovery: "etcd",
-      requestPlane: "nats",
-      etcdEndpoints: etcd.url,
-      natsServer: nats.url,
-    });
-    let front: ReferenceProcess | undefined;
-    try {
-      const endpoint = runtime.namespace("dynamo").component("backend").endpoint("generate");
-      await runMockerWorker(endpoint, {
-        speedupRatio: 1,
-        register: { modelName: "nats-plane-mocker" },
-      });
-      const port = freePort();
-      front = startReferenceProcess(
-        python!,
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
-        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, DYN_REQUEST_PLANE: "nats" },
-      );
-      const base = `http://127.0.0.1:${port}`;
-      await untilListed(base, "nats-plane-mocker");
-      const chat = (maxTokens: number, signal?: AbortSignal) =>
-        fetch(`${base}/v1/chat/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({
-            model: "nats-plane-mocker",
-            messages: [{ role: "user", content: "hello over NATS" }],
-            max_tokens: maxTokens,
-            stream: true,
-          }),
-          // Every wait has a deadline: a worker that never calls home must fail the test.
-          signal: signal ?? AbortSignal.timeout(30_000),
-        });
-      const whole = await chat(5);
-      const text = await whole.text();
-      assert.equal(whole.status, 200, text);
-      assert.match(text, /"finish_reason":"length"[^]*data: \[DONE\]\s*$/, text);
-      assert.equal(await served(runtime), 1);
-      // A long one, hung up on after its first chunk: our worker stops it.
-      const hangUp = new AbortController();
-      const long = await chat(30_000, hangUp.signal);
-      const reader = long.body!.getReader();
-      await reader.read();
-      assert.equal(await served(runtime, "inflight_requests"), 1);
-      hangUp.abort();
-      await reader.cancel().catch(() => {});
-      await until(
-        "our NATS-plane worker to stop the request after the hang-up",
-        10_000,
-        async () => (await served(runtime, "inflight_requests")) === 0 ? true : undefined,
-      );
-    } catch (err) {
-      console.error(`reference frontend log (tail):\n${front?.log()}`);
-      throw err;
-    } finally {
-      await front?.stop();
-      await runtime.shutdown();
-      await Promise.all([etcd.stop(), nats.stop()]);
-    }
-  },
+  fn: () => streamsAndStops("nats"),
 });

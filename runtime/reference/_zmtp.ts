@@ -58,6 +58,8 @@ export function readyCommand(socketType: "SUB" | "PUB"): Uint8Array {
 export class Reader {
   readonly #conn: Deno.Conn;
   #buf = new Uint8Array(0);
+  /** Where reads land (reused: a fresh 64 KiB per read cost more than the frames in it). */
+  #chunk = new Uint8Array(65536);
   #eof = false;
 
   constructor(conn: Deno.Conn) {
@@ -71,15 +73,17 @@ export class Reader {
         if (this.#buf.length === 0) return undefined;
         throw new ProtocolError(`the peer closed mid-frame (${this.#buf.length} of ${n})`);
       }
-      const chunk = new Uint8Array(Math.max(65536, n - this.#buf.length));
-      const got = await this.#conn.read(chunk);
+      if (this.#chunk.length < n - this.#buf.length) {
+        this.#chunk = new Uint8Array(n - this.#buf.length);
+      }
+      const got = await this.#conn.read(this.#chunk);
       if (got === null) {
         this.#eof = true;
         continue;
       }
       const next = new Uint8Array(this.#buf.length + got);
       next.set(this.#buf);
-      next.set(chunk.subarray(0, got), this.#buf.length);
+      next.set(this.#chunk.subarray(0, got), this.#buf.length);
       this.#buf = next;
     }
     const out = this.#buf.slice(0, n);

@@ -120,22 +120,30 @@ export class TwoPartDecoder {
       const buf = this.#buf;
       if (buf.length < TWO_PART_PREFIX) break;
       const view = new DataView(buf.buffer, buf.byteOffset, buf.length);
-      const headerLen = view.getBigUint64(0);
-      const bodyLen = view.getBigUint64(8);
-      if (headerLen > BigInt(MAX_TWO_PART_PART) || bodyLen > BigInt(MAX_TWO_PART_PART)) {
+      // u64 BE lengths, read as two u32 halves (no BigInt per message): a high half that is not
+      // zero is past any limit.
+      const headerHigh = view.getUint32(0);
+      const headerLen = view.getUint32(4);
+      const bodyHigh = view.getUint32(8);
+      const bodyLen = view.getUint32(12);
+      if (
+        headerHigh !== 0 || bodyHigh !== 0 || headerLen > MAX_TWO_PART_PART ||
+        bodyLen > MAX_TWO_PART_PART
+      ) {
         throw new ReferenceWireError(
-          `two-part lengths ${headerLen}/${bodyLen} exceed ${MAX_TWO_PART_PART}`,
+          `two-part lengths ${view.getBigUint64(0)}/${view.getBigUint64(8)} exceed ` +
+            `${MAX_TWO_PART_PART}`,
           this.#consumed,
         );
       }
-      if (view.getBigUint64(16) !== 0n) {
+      if (view.getUint32(16) !== 0 || view.getUint32(20) !== 0) {
         throw new ReferenceWireError("two-part checksum is not 0", this.#consumed + 16);
       }
-      const end = TWO_PART_PREFIX + Number(headerLen) + Number(bodyLen);
+      const end = TWO_PART_PREFIX + headerLen + bodyLen;
       if (buf.length < end) break;
       out.push({
-        header: buf.slice(TWO_PART_PREFIX, TWO_PART_PREFIX + Number(headerLen)),
-        body: buf.slice(TWO_PART_PREFIX + Number(headerLen), end),
+        header: buf.slice(TWO_PART_PREFIX, TWO_PART_PREFIX + headerLen),
+        body: buf.slice(TWO_PART_PREFIX + headerLen, end),
       });
       this.#buf = buf.subarray(end);
       this.#consumed += end;

@@ -95,6 +95,8 @@ export class KvEventPublisher {
   #referencePub?: ReferenceKvEventPublisher;
   /** Events published while the reference-format publisher starts, in order. */
   #early?: KvCacheEventData[];
+  /** Stops closing the reference-format publisher at the runtime's shutdown. */
+  #unlisten?: () => void;
 
   /**
    * Creates a publisher of one worker's KV cache events.
@@ -142,9 +144,9 @@ export class KvEventPublisher {
         }
         return undefined;
       });
-      rt.shutdownSignal.addEventListener("abort", () => void this.#closeReference(), {
-        once: true,
-      });
+      const onShutdown = () => void this.#closeReference();
+      rt.shutdownSignal.addEventListener("abort", onShutdown, { once: true });
+      this.#unlisten = () => rt.shutdownSignal.removeEventListener("abort", onShutdown);
     }
   }
 
@@ -250,6 +252,7 @@ export class KvEventPublisher {
   }
 
   #closeReference(): Promise<void> {
+    this.#unlisten?.();
     const starting = this.#reference;
     this.#reference = undefined;
     this.#referencePub = undefined;

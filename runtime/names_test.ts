@@ -68,17 +68,20 @@ Deno.test("our discovery reads our records old and new, and leaves reference-wir
   assert.ok(!read(unknown).success);
 });
 
-Deno.test("the reference workers' client takes theirs and ours on TCP (whose listener speaks both)", () => {
+Deno.test("the reference workers' client takes theirs and ours on TCP and NATS (both speak its framing)", () => {
   assert.equal(parseReferenceInstance(KEY, JSON.stringify(golden)).port, 43491);
   const referenceWire = parseReferenceInstance(KEY, encodeInstanceRecord(ours("reference")));
   assert.equal(referenceWire.endpointPath, "4e24a21101676f09/dynamo/backend/generate");
   assert.equal(parseReferenceInstance(KEY, encodeInstanceRecord(ours("dynamo"))).port, 43491);
-  // Ours on the NATS plane: not the reference's TCP wire.
+  // Ours on the NATS plane: reached on its subject, as the reference's own NATS workers are.
   const nats: InstanceRecord = {
     ...ours("dynamo"),
     transport: { nats_tcp: "dynamo_backend.generate-4e24a21101676f09" },
   };
-  assert.throws(() => parseReferenceInstance(KEY, encodeInstanceRecord(nats)), /only TCP/);
+  assert.equal(
+    parseReferenceInstance(KEY, encodeInstanceRecord(nats)).natsSubject,
+    "dynamo_backend.generate-4e24a21101676f09",
+  );
   const odd = JSON.parse(encodeInstanceRecord(ours("dynamo")));
   odd.dynamo_deno.wire = "carrier-pigeon";
   assert.throws(() => parseReferenceInstance(KEY, JSON.stringify(odd)), /unknown wire/);

@@ -203,9 +203,11 @@ export interface TcpResponseServerOptions {
 export class TcpResponseServer {
   readonly address: string;
   readonly #listener: Deno.TcpListener;
+  /**
+   * Pending streams by their multiplexed key (32 hex digits) where the stream id is a UUID,
+   * else by the stream id itself (see {@linkcode pendingKey}).
+   */
   readonly #pending = new Map<string, (conn: FrameConn) => void>();
-  /** Pending UUID stream ids by their multiplexed key (32 hex digits). */
-  readonly #byKey = new Map<string, string>();
   readonly #handshakeTimeoutMs: number;
   readonly #conns = new Set<TcpFrameConn>();
   readonly #muxes = new Set<MuxConnection>();
@@ -261,14 +263,12 @@ export class TcpResponseServer {
       const mux = new MuxConnection(raw, {
         onUnknown: (c, kind, key, id) => {
           if (kind !== MuxKind.Open) return; // a late frame of a stream already over
-          const streamId = this.#byKey.get(key);
-          const deliver = streamId === undefined ? undefined : this.#pending.get(streamId);
+          const deliver = this.#pending.get(key);
           if (deliver === undefined) {
             void c.sendFrame(MuxKind.Reset, id, encoder.encode("unknown stream"));
             return;
           }
-          this.#pending.delete(streamId!);
-          this.#byKey.delete(key);
+          this.#pending.delete(key);
           deliver(c.openStream(key, id));
         },
         onClose: (c) => this.#muxes.delete(c),
@@ -284,9 +284,10 @@ export class TcpResponseServer {
         throw new ProtocolError("expected a handshake frame");
       }
       const streamId = decoder.decode(frame.payload);
-      const deliver = this.#pending.get(streamId);
+      const pending = pendingKey(streamId);
+      const deliver = this.#pending.get(pending);
       if (!deliver) throw new ProtocolError(`unknown stream ${streamId}`);
-      this.#pending.delete(streamId);
+      this.#pending.delete(pending);
       this.#conns.delete(conn);
       deliver(conn);
     } catch {
@@ -301,15 +302,13 @@ export class TcpResponseServer {
   expect(streamId: string): PendingStream {
     let deliver!: (conn: FrameConn) => void;
     const connection = new Promise<FrameConn>((resolve) => (deliver = resolve));
-    this.#pending.set(streamId, deliver);
-    const key = muxStreamId(streamId)?.key;
-    if (key !== undefined) this.#byKey.set(key, streamId);
+    const key = pendingKey(streamId);
+    this.#pending.set(key, deliver);
     return {
       connectionInfo: { tcp: { address: this.address, stream_id: streamId } },
       connection,
       cancel: () => {
-        this.#pending.delete(streamId);
-        if (key !== undefined) this.#byKey.delete(key);
+        if (this.#pending.get(key) === deliver) this.#pending.delete(key);
       },
     };
   }
@@ -324,8 +323,15 @@ export class TcpResponseServer {
     for (const c of this.#conns) c.close();
     for (const m of [...this.#muxes]) m.close();
     this.#pending.clear();
-    this.#byKey.clear();
   }
+}
+
+/**
+ * A pending stream's key in a {@linkcode TcpResponseServer}: a UUID's 32 hex digits (what a
+ * multiplexed connection names it by; any spelling of the same UUID matches), else the id.
+ */
+function pendingKey(streamId: string): string {
+  return muxStreamId(streamId)?.key ?? streamId;
 }
 
 /**

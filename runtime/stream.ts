@@ -30,6 +30,7 @@ import {
   type RequestPlane,
 } from "./transport/mod.ts";
 import { toRemoteError, type WireError } from "./_stream_wire.ts";
+import { addDeadline, type Deadline, removeDeadline } from "./transport/_deadlines.ts";
 import type { TraceSpan } from "./tracing/types.ts";
 
 /** The caller's view of one response stream. */
@@ -111,11 +112,15 @@ export async function openStream<T>(
       ? { traceparent: span.traceparent }
       : { traceparent: span.traceparent, tracestate };
   }
-  const payload = plane.carriesValues ? { header, body } : encodeRequest(header, body);
+  // Planes that encode a message themselves get it as it is (the TCP plane encodes it
+  // straight into its connection's buffer).
+  const payload = plane.carriesValues || plane.encodesRequests
+    ? { header, body }
+    : encodeRequest(header, body);
 
   // Everything before the prologue races against cancellation and deadlines.
   let conn: FrameConn | undefined;
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  let connectDeadline: Deadline | undefined;
   let prologueWait: WaitingStream | undefined;
   let settled = false;
   let connected = false;
@@ -130,22 +135,24 @@ export async function openStream<T>(
       // The ack may come after the stream already opened (or failed): then no deadline. The
       // in-process plane acks once the worker had the request, which dials back at once.
       if (settled || connected || conn !== undefined) return;
-      timer = setTimeout(
-        () =>
+      // On the shared coarse timer, not a timer of its own per request.
+      connectDeadline = {
+        at: performance.now() + timeoutMs,
+        fire: () =>
           rejectWait(
             new TimeoutError(
               `${subject} accepted request ${ctx.id} but did not connect within ${timeoutMs} ms`,
             ),
           ),
-        timeoutMs,
-      );
+      };
+      addDeadline(connectDeadline);
     }, rejectWait);
     const connection = pending.connection.then((c) => (conn = c));
     await Promise.race([connection, interrupted]);
     // Connected: the worker is alive. Its first item may take as long as the engine needs
     // (a queue, a long prefill); a worker that dies meanwhile closes the connection.
     connected = true;
-    if (timer !== undefined) clearTimeout(timer);
+    if (connectDeadline !== undefined) removeDeadline(connectDeadline);
     // Usually the prologue came with the acknowledgement: then no wait (and no watch) at all.
     const poll = (conn as Partial<PollingConn>).poll;
     let prologue: Frame | null | undefined = typeof poll === "function"
@@ -203,7 +210,7 @@ export async function openStream<T>(
     throw err;
   } finally {
     settled = true;
-    if (timer !== undefined) clearTimeout(timer);
+    if (connectDeadline !== undefined) removeDeadline(connectDeadline);
     if (prologueWait) unwatchStream(prologueWait);
     signal?.removeEventListener("abort", onAbort);
     offStop();

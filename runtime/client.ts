@@ -296,27 +296,28 @@ export class Client {
   ): Promise<ResponseStream<T>> {
     // An instance that did not answer (died before discovery noticed) is skipped and the
     // request, never accepted by anyone, goes to another one.
-    const tried = new Set<string>();
+    let tried: Set<string> | undefined;
     const allowed = options.instances === undefined ? undefined : new Set(options.instances);
     if (allowed === undefined) {
       // The first try, without the bookkeeping of retries (most requests need no other).
       const ids = this.#available();
       if (ids.length === 0) throw new NoInstancesError(this.path);
       const id = pick(ids);
-      tried.add(id);
       try {
         return await this.#send<T>(this.#instances.get(id)!, id, request, options);
       } catch (err) {
         if (!(err instanceof NoInstancesError)) throw err;
+        tried = new Set([id]);
       }
     }
+    const skip = tried ?? new Set<string>();
     for (;;) {
       const ids = this.#available().filter((id) =>
-        !tried.has(id) && (allowed === undefined || allowed.has(id))
+        !skip.has(id) && (allowed === undefined || allowed.has(id))
       );
       if (ids.length === 0) throw new NoInstancesError(this.path);
       const id = pick(ids);
-      tried.add(id);
+      skip.add(id);
       try {
         return await this.#send<T>(this.#instances.get(id)!, id, request, options);
       } catch (err) {

@@ -234,7 +234,8 @@ async function serveItems(
 
 async function sendFinal(conn: FrameConn, frame: Frame): Promise<void> {
   try {
-    await conn.send(frame);
+    const sent = conn.send(frame);
+    if (sent) await sent; // most sends only queue: no turn of the microtask queue for those
     await conn.end();
   } catch {
     conn.close();

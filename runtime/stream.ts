@@ -124,9 +124,13 @@ export async function openStream<T>(
   let prologueWait: WaitingStream | undefined;
   let settled = false;
   let connected = false;
+  // Until connected, an interruption rejects the wait for the connection; later (while the
+  // prologue is awaited) a promise of its own.
   let rejectWait!: (err: unknown) => void;
-  const interrupted = new Promise<never>((_, reject) => (rejectWait = reject));
-  interrupted.catch(() => {});
+  const connecting = new Promise<FrameConn>((resolve, reject) => {
+    rejectWait = reject;
+    pending.connection.then(resolve);
+  });
   const onAbort = () => rejectWait(new CancelledError(`request ${ctx.id} cancelled`));
   signal?.addEventListener("abort", onAbort, { once: true });
   const offStop = ctx.onStop(onAbort);
@@ -147,8 +151,7 @@ export async function openStream<T>(
       };
       addDeadline(connectDeadline);
     }, rejectWait);
-    const connection = pending.connection.then((c) => (conn = c));
-    await Promise.race([connection, interrupted]);
+    conn = await connecting;
     // Connected: the worker is alive. Its first item may take as long as the engine needs
     // (a queue, a long prefill); a worker that dies meanwhile closes the connection.
     connected = true;
@@ -163,6 +166,11 @@ export async function openStream<T>(
         throw new CancelledError(`request ${ctx.id} cancelled`);
       }
     } else if (prologue !== null) {
+      if (signal?.aborted || ctx.isStopped()) {
+        throw new CancelledError(`request ${ctx.id} cancelled`);
+      }
+      const interrupted = new Promise<never>((_, reject) => (rejectWait = reject));
+      interrupted.catch(() => {});
       if (!conn!.carriesValues) {
         // The worker heartbeats while its handler works on the first item: silence is a hang.
         prologueWait = {

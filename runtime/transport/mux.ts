@@ -768,11 +768,11 @@ export class MuxStream implements FrameConn {
         // the connection closed meanwhile
       }
     }
-    this.#queue = [];
+    this.#queue.length = 0;
     this.#head = 0;
     const w = this.#waiter;
     this.#waiter = undefined;
     w?.(null);
-    for (const c of this.#creditWaiters.splice(0)) c();
+    if (this.#creditWaiters.length > 0) { for (const c of this.#creditWaiters.splice(0)) c(); }
   }
 }

@@ -271,7 +271,8 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
   /** Watched for stalls (connections across processes; in process, a stall is a slow handler). */
   readonly #watched: boolean;
   #stalled = false;
-  readonly #poll: (() => Frame | null | undefined) | undefined;
+  /** The connection, when it can hand over a queued frame without a promise (else undefined). */
+  readonly #polling: PollingConn | undefined;
   readonly #ctx: Context;
   readonly #subject: string;
   readonly #signal: AbortSignal | undefined;
@@ -298,7 +299,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
     this.idleTicks = livenessTicks(idleTimeoutMs);
     this.#watched = conn.carriesValues !== true;
     const poll = (conn as Partial<PollingConn>).poll;
-    this.#poll = typeof poll === "function" ? poll.bind(conn) : undefined;
+    this.#polling = typeof poll === "function" ? conn as PollingConn : undefined;
     this.#ctx = ctx;
     this.#subject = subject;
     this.#signal = signal;
@@ -311,7 +312,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
 
   next(): Promise<IteratorResult<T>> {
     if (this.#over) return Promise.resolve(DONE);
-    const ready = this.#poll?.();
+    const ready = this.#polling?.poll();
     if (ready === undefined) {
       this.waitingSince = livenessClock.tick;
       return this.#conn.receive().then(this.#take);
@@ -328,10 +329,10 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
    * is queued (or the plane cannot tell). Throws what {@linkcode next} would reject with.
    */
   poll(): IteratorResult<T> | undefined {
-    const poll = this.#poll;
-    if (this.#over || poll === undefined) return undefined;
+    const polling = this.#polling;
+    if (this.#over || polling === undefined) return undefined;
     for (;;) {
-      const ready = poll();
+      const ready = polling.poll();
       if (ready === undefined) return undefined;
       if (ready !== null && ready.type === FrameType.Heartbeat) continue;
       // Every frame but a heartbeat settles at once.
@@ -351,10 +352,10 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
 
   /** Whether the frames already here (read and dropped) end with the worker's sentinel. */
   #finishedAlready(): boolean {
-    const poll = this.#poll;
-    if (poll === undefined) return false;
+    const polling = this.#polling;
+    if (polling === undefined) return false;
     for (;;) {
-      const ready = poll();
+      const ready = polling.poll();
       if (ready === undefined || ready === null) return false;
       if (ready.type === FrameType.Sentinel) return true;
       if (ready.type !== FrameType.Data && ready.type !== FrameType.Heartbeat) return false;

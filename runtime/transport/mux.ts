@@ -550,7 +550,8 @@ export class MuxStream implements FrameConn {
   readonly key: string;
   readonly #mux: MuxConnection;
   readonly #id: Uint8Array;
-  #queue: Frame[] = [];
+  /** Frames not yet read (made on the first frame that waits: most streams never need one). */
+  #queue: Frame[] | undefined;
   #head = 0;
   #waiter: ((f: Frame | null) => void) | undefined;
   #closed = false;
@@ -561,7 +562,7 @@ export class MuxStream implements FrameConn {
   #sentLast = false;
   #credit = MUX_STREAM_WINDOW;
   #consumed = 0;
-  #creditWaiters: Array<() => void> = [];
+  #creditWaiters: Array<() => void> | undefined;
   /** Told of the worker's answer to a request (TCP request plane). */
   onAnswer: ((kind: number, payload: Uint8Array) => void) | undefined;
 
@@ -645,7 +646,7 @@ export class MuxStream implements FrameConn {
   async #waitForCredit(p: Promise<void> | void): Promise<void> {
     if (p) await p;
     while (this.#credit <= 0 && !this.closed) {
-      await new Promise<void>((resolve) => this.#creditWaiters.push(resolve));
+      await new Promise<void>((resolve) => (this.#creditWaiters ??= []).push(resolve));
     }
   }
 
@@ -679,7 +680,7 @@ export class MuxStream implements FrameConn {
       case MuxKind.WindowUpdate:
         if (payload.length === 4) {
           this.#credit += readU32(payload, 0);
-          if (this.#credit > 0) { for (const w of this.#creditWaiters.splice(0)) w(); }
+          if (this.#credit > 0) this.#wakeCreditWaiters();
         }
         return;
       case MuxKind.Reset:
@@ -696,12 +697,13 @@ export class MuxStream implements FrameConn {
     }
     if (this.#closed) return;
     const w = this.#waiter;
-    if (w !== undefined && this.#head === this.#queue.length) {
+    const queue = this.#queue;
+    if (w !== undefined && (queue === undefined || this.#head === queue.length)) {
       this.#waiter = undefined;
       this.#taken(frame);
       w(frame);
     } else {
-      this.#queue.push(frame);
+      (this.#queue ??= []).push(frame);
     }
   }
 
@@ -713,7 +715,7 @@ export class MuxStream implements FrameConn {
     const w = this.#waiter;
     this.#waiter = undefined;
     w?.(null);
-    for (const c of this.#creditWaiters.splice(0)) c();
+    this.#wakeCreditWaiters();
     this.onAnswer?.(MuxKind.Reset, EMPTY);
   }
 
@@ -731,10 +733,11 @@ export class MuxStream implements FrameConn {
 
   /** The next frame if one is queued, null once the stream is over and drained, else undefined. */
   poll(): Frame | null | undefined {
-    if (this.#head < this.#queue.length) {
-      const f = this.#queue[this.#head++]!;
-      if (this.#head === this.#queue.length) {
-        this.#queue.length = 0;
+    const queue = this.#queue;
+    if (queue !== undefined && this.#head < queue.length) {
+      const f = queue[this.#head++]!;
+      if (this.#head === queue.length) {
+        queue.length = 0;
         this.#head = 0;
       }
       this.#taken(f);
@@ -768,11 +771,18 @@ export class MuxStream implements FrameConn {
         // the connection closed meanwhile
       }
     }
-    this.#queue.length = 0;
+    this.#queue = undefined;
     this.#head = 0;
     const w = this.#waiter;
     this.#waiter = undefined;
     w?.(null);
-    if (this.#creditWaiters.length > 0) { for (const c of this.#creditWaiters.splice(0)) c(); }
+    this.#wakeCreditWaiters();
+  }
+
+  #wakeCreditWaiters(): void {
+    const waiters = this.#creditWaiters;
+    if (waiters === undefined || waiters.length === 0) return;
+    this.#creditWaiters = undefined;
+    for (const c of waiters) c();
   }
 }

@@ -94,6 +94,28 @@ export function muxStreamId(id: string): { key: string; bytes: Uint8Array } | un
   return { key, bytes };
 }
 
+/**
+ * The map key (32 lower-case hex digits) of a UUID stream id, as `muxStreamId(id)?.key`
+ * without its wire bytes; undefined for anything else.
+ */
+export function muxStreamKey(id: string): string | undefined {
+  const dashed = id.length === 36;
+  if (!dashed && id.length !== 32) return undefined;
+  let plain = true; // already lower-case, no dashes to drop
+  for (let at = 0; at < id.length; at++) {
+    const c = id.charCodeAt(at);
+    if (dashed && (at === 8 || at === 13 || at === 18 || at === 23)) {
+      if (c !== 45) return undefined; // "-"
+      continue;
+    }
+    if ((c >= 48 && c <= 57) || (c >= 97 && c <= 102)) continue; // 0-9, a-f
+    if (c >= 65 && c <= 70) plain = false; // A-F
+    else return undefined;
+  }
+  const key = dashed ? id.replaceAll("-", "") : id;
+  return plain ? key : key.toLowerCase();
+}
+
 function hexValue(c: number): number {
   if (c >= 48 && c <= 57) return c - 48; // 0-9
   c |= 32; // lower case

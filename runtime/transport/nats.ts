@@ -389,7 +389,7 @@ export class NatsRequestPlane implements RequestPlane {
     for (;;) {
       // A short outage (a server restart) must not fail requests: wait for the connection
       // within the request's deadline instead of letting nats.js buffer the request blindly.
-      await this.#whileDisconnected(deadline, signal);
+      if (this.#disconnected) await this.#whileDisconnected(deadline, signal);
       if (this.#disconnected) {
         throw new DynamoError(
           `request to ${subject} not sent: the NATS connection was down for ${timeout} ms`,

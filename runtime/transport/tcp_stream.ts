@@ -10,6 +10,7 @@ import {
   MuxConnection,
   MuxKind,
   muxStreamId,
+  muxStreamKey,
   readMuxHandshake,
 } from "./mux.ts";
 import {
@@ -331,7 +332,7 @@ export class TcpResponseServer {
  * multiplexed connection names it by; any spelling of the same UUID matches), else the id.
  */
 function pendingKey(streamId: string): string {
-  return muxStreamId(streamId)?.key ?? streamId;
+  return muxStreamKey(streamId) ?? streamId;
 }
 
 /**
@@ -357,6 +358,8 @@ const RESPONSE_MUX_HANDSHAKE = encodeMuxHandshake({ kind: "response_mux", versio
 export class CallHomePool {
   readonly #timeoutMs: number;
   readonly #pool = new Map<string, Promise<MuxConnection>>();
+  /** The pooled connections already open, for a stream opened without a wait. */
+  readonly #ready = new Map<string, MuxConnection>();
   #closed = false;
 
   /** @param timeoutMs deadline for dialling a caller (default 5000) */
@@ -368,13 +371,28 @@ export class CallHomePool {
    * Opens the stream `info` names on the pooled connection to its caller.
    * @throws {TimeoutError} the caller did not accept within the deadline
    */
-  async dial(info: ConnectionInfo): Promise<FrameConn> {
+  dial(info: ConnectionInfo): Promise<FrameConn> {
     if (!("tcp" in info)) {
-      throw new InvalidArgumentError(`not a TCP connection info: ${JSON.stringify(info)}`);
+      return Promise.reject(
+        new InvalidArgumentError(`not a TCP connection info: ${JSON.stringify(info)}`),
+      );
     }
     const ids = muxStreamId(info.tcp.stream_id);
-    if (ids === undefined || this.#closed) return await dialTcp(info, this.#timeoutMs);
-    const address = info.tcp.address;
+    if (ids === undefined || this.#closed) return dialTcp(info, this.#timeoutMs);
+    // The usual case: the connection to this caller is open already.
+    const ready = this.#ready.get(info.tcp.address);
+    if (ready !== undefined && !ready.closed) {
+      const stream = ready.openStream(ids.key, ids.bytes);
+      stream.sendRaw(MuxKind.Open);
+      return Promise.resolve(stream);
+    }
+    return this.#dialPooled(info.tcp.address, ids);
+  }
+
+  async #dialPooled(
+    address: string,
+    ids: { key: string; bytes: Uint8Array },
+  ): Promise<FrameConn> {
     // A pooled connection may have just closed (the caller restarted): then dial again, once.
     for (let attempt = 0;; attempt++) {
       let conn = this.#pool.get(address);
@@ -403,11 +421,15 @@ export class CallHomePool {
       off += await raw.write(RESPONSE_MUX_HANDSHAKE.subarray(off));
     }
     const pooled = this.#pool.get(address);
-    return new MuxConnection(raw, {
-      onClose: () => {
+    const mux = new MuxConnection(raw, {
+      onClose: (c) => {
         if (this.#pool.get(address) === pooled) this.#pool.delete(address);
+        if (this.#ready.get(address) === c) this.#ready.delete(address);
       },
     });
+    if (this.#closed) mux.close();
+    else this.#ready.set(address, mux);
+    return mux;
   }
 
   /** Closes every pooled connection (their streams end). */
@@ -415,6 +437,7 @@ export class CallHomePool {
     this.#closed = true;
     for (const p of this.#pool.values()) void p.then((m) => m.close(), () => {});
     this.#pool.clear();
+    this.#ready.clear();
   }
 }
 

@@ -19,7 +19,17 @@ export function encodeRequest(header: RequestHeader, body: unknown): Uint8Array 
     whole.set(be, 4 + he.length);
     return whole;
   }
-  // A small request: one array, encoded into (room for the worst case; the bytes written).
+  // A small request: one array, encoded into. JSON is almost always ASCII, one byte a
+  // character: try the exact size first, then room for the worst case.
+  const exact = new Uint8Array(4 + h.length + b.length);
+  const hr = encoder.encodeInto(h, exact.subarray(4));
+  if (hr.read === h.length) {
+    const br = encoder.encodeInto(b, exact.subarray(4 + hr.written));
+    if (br.read === b.length) {
+      new DataView(exact.buffer).setUint32(0, hr.written);
+      return exact.subarray(0, 4 + hr.written + br.written);
+    }
+  }
   const out = new Uint8Array(4 + 3 * (h.length + b.length));
   const hLen = encoder.encodeInto(h, out.subarray(4)).written;
   const bLen = encoder.encodeInto(b, out.subarray(4 + hLen)).written;

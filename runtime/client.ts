@@ -289,35 +289,39 @@ export class Client {
     return this.#send<T>(subject, instanceId, request, options);
   }
 
-  async #routed<T>(
+  #routed<T>(
     request: unknown,
     options: GenerateOptions,
     pick: (ids: string[]) => string,
   ): Promise<ResponseStream<T>> {
-    // An instance that did not answer (died before discovery noticed) is skipped and the
-    // request, never accepted by anyone, goes to another one.
-    let tried: Set<string> | undefined;
+    if (options.instances !== undefined) return this.#retry(request, options, pick, new Set());
+    // The first try, without the bookkeeping of retries (most requests need no other): one
+    // async step fewer per request; `#send` retries elsewhere if this instance did not answer.
+    const ids = this.#available();
+    if (ids.length === 0) return Promise.reject(new NoInstancesError(this.path));
+    const id = pick(ids);
+    return this.#send<T>(this.#instances.get(id)!, id, request, options, pick);
+  }
+
+  /**
+   * Tries instances not in `tried` (and in `options.instances`, when given) until one takes
+   * the request. An instance that did not answer (died before discovery noticed) is skipped
+   * and the request, never accepted by anyone, goes to another one.
+   */
+  async #retry<T>(
+    request: unknown,
+    options: GenerateOptions,
+    pick: (ids: string[]) => string,
+    tried: Set<string>,
+  ): Promise<ResponseStream<T>> {
     const allowed = options.instances === undefined ? undefined : new Set(options.instances);
-    if (allowed === undefined) {
-      // The first try, without the bookkeeping of retries (most requests need no other).
-      const ids = this.#available();
-      if (ids.length === 0) throw new NoInstancesError(this.path);
-      const id = pick(ids);
-      try {
-        return await this.#send<T>(this.#instances.get(id)!, id, request, options);
-      } catch (err) {
-        if (!(err instanceof NoInstancesError)) throw err;
-        tried = new Set([id]);
-      }
-    }
-    const skip = tried ?? new Set<string>();
     for (;;) {
       const ids = this.#available().filter((id) =>
-        !skip.has(id) && (allowed === undefined || allowed.has(id))
+        !tried.has(id) && (allowed === undefined || allowed.has(id))
       );
       if (ids.length === 0) throw new NoInstancesError(this.path);
       const id = pick(ids);
-      skip.add(id);
+      tried.add(id);
       try {
         return await this.#send<T>(this.#instances.get(id)!, id, request, options);
       } catch (err) {
@@ -346,15 +350,27 @@ export class Client {
     return up.length > 0 ? up : this.#ids;
   }
 
+  /**
+   * Sends to one instance. With `retryWith` (a router's first try), an instance that did not
+   * answer is skipped and the request goes to another one picked by it.
+   */
   async #send<T>(
     subject: string,
     id: string,
     request: unknown,
     options: GenerateOptions,
+    retryWith?: (ids: string[]) => string,
   ): Promise<ResponseStream<T>> {
     if (this.#deps.trace) this.#trace("route", id);
     const reference = this.#referenceWorkers.get(id);
-    if (reference) return await this.#sendReference<T>(reference, id, request, options);
+    if (reference) {
+      try {
+        return await this.#sendReference<T>(reference, id, request, options);
+      } catch (err) {
+        if (retryWith === undefined || !(err instanceof NoInstancesError)) throw err;
+        return await this.#retry(request, options, retryWith, new Set([id]));
+      }
+    }
     try {
       // Assigned once, but read by onEnd, which may in principle run before the assignment.
       // deno-lint-ignore prefer-const
@@ -375,6 +391,9 @@ export class Client {
     } catch (err) {
       if (err instanceof NoInstancesError) {
         this.reportInstanceDown(id);
+        if (retryWith !== undefined) {
+          return await this.#retry(request, options, retryWith, new Set([id]));
+        }
         throw new NoInstancesError(this.path, id);
       }
       // No acknowledgement or no call-back in time: a dead or stuck worker that discovery

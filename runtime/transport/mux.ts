@@ -74,24 +74,27 @@ export interface MuxHandshake {
 export function muxStreamId(id: string): { key: string; bytes: Uint8Array } | undefined {
   const dashed = id.length === 36;
   if (!dashed && id.length !== 32) return undefined;
-  // By hand rather than a regular expression and parseInt: this runs twice per request.
+  // By hand rather than a regular expression and parseInt: this runs on every request.
   const bytes = new Uint8Array(16);
-  let key = "";
+  let upper = false;
   let at = 0;
   for (let i = 0; i < 16; i++) {
     if (dashed && (at === 8 || at === 13 || at === 18 || at === 23)) {
       if (id.charCodeAt(at) !== 45) return undefined; // "-"
       at++;
     }
-    const hi = hexValue(id.charCodeAt(at));
-    const lo = hexValue(id.charCodeAt(at + 1));
+    const c1 = id.charCodeAt(at);
+    const c2 = id.charCodeAt(at + 1);
+    const hi = hexValue(c1);
+    const lo = hexValue(c2);
     if (hi < 0 || lo < 0) return undefined;
+    if (c1 < 97 && c1 > 57 || c2 < 97 && c2 > 57) upper = true; // A-F
     at += 2;
-    const b = hi << 4 | lo;
-    bytes[i] = b;
-    key += HEX[b];
+    bytes[i] = hi << 4 | lo;
   }
-  return { key, bytes };
+  // The key is the digits in lower case: one string operation, not one per byte.
+  const digits = dashed ? id.replaceAll("-", "") : id;
+  return { key: upper ? digits.toLowerCase() : digits, bytes };
 }
 
 /**

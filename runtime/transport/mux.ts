@@ -57,7 +57,6 @@ const FRAME_COST = 16;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const EMPTY = new Uint8Array(0);
-const HEX: string[] = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
 
 /** The handshake a connection opens with: what the dialling side wants it for. */
 export interface MuxHandshake {
@@ -150,10 +149,17 @@ export function sameStreamId(id: string, key: string): boolean {
   return true;
 }
 
+const HEX_CODES = Array.from("0123456789abcdef", (c) => c.charCodeAt(0));
+const keyCodes = new Array<number>(32);
+
+/** The map key (32 lower-case hex digits) of the 16 stream id bytes at `off`: one string. */
 function keyOf(buf: Uint8Array, off: number): string {
-  let s = "";
-  for (let i = off; i < off + 16; i++) s += HEX[buf[i]!];
-  return s;
+  for (let i = 0; i < 16; i++) {
+    const b = buf[off + i]!;
+    keyCodes[2 * i] = HEX_CODES[b >> 4]!;
+    keyCodes[2 * i + 1] = HEX_CODES[b & 15]!;
+  }
+  return String.fromCharCode.apply(null, keyCodes);
 }
 
 /** Encodes the handshake message (two-part layout: header JSON, empty body). */

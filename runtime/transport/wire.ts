@@ -60,12 +60,19 @@ export function jsonFrame(type: number, value: unknown): Frame {
 }
 
 /**
- * UTF-8 bytes as text; short ASCII (most frames) by hand, cheaper than a call into the
- * decoder.
+ * Longest text decoded by hand. Measured (Deno 2.9.6): a call into the decoder costs about
+ * 80 ns at any length up to 128 bytes; by hand 37 ns at 7 bytes, 56 at 16, 89 at 32, 163 at
+ * 64 and 321 at 128 (a request header of about 180 bytes: 450 ns by hand, 110 decoded).
+ */
+const HAND_DECODE_MAX = 24;
+
+/**
+ * UTF-8 bytes as text; short ASCII (most frames: small items, the prologue) by hand,
+ * cheaper than a call into the decoder; longer text (request headers) through the decoder.
  */
 export function utf8Text(bytes: Uint8Array): string {
   const n = bytes.length;
-  if (n > 512) return decoder.decode(bytes);
+  if (n > HAND_DECODE_MAX) return decoder.decode(bytes);
   let ascii = 0;
   for (let i = 0; i < n; i++) ascii |= bytes[i]!;
   if (ascii >= 0x80) return decoder.decode(bytes);

@@ -258,6 +258,11 @@ export class NatsRequestPlane implements RequestPlane {
     this.#tcpOptions = tcp;
     this.#callHome = new CallHomePool(tcp.handshakeTimeoutMs);
     void this.#watchStatus();
+    // Requests waiting when the connection closes (this plane closed, or nats.js gave up) fail.
+    void nc.closed().then(() => {
+      const closed = new DynamoError("the NATS connection closed");
+      for (const w of [...this.#acks.values()]) w.end(Ack.Failed, closed);
+    });
   }
 
   async #watchStatus(): Promise<void> {
@@ -277,8 +282,6 @@ export class NatsRequestPlane implements RequestPlane {
       // the connection closed
     }
     for (const wake of [...this.#reconnectWaiters]) wake();
-    const closed = new DynamoError("the NATS connection closed");
-    for (const w of [...this.#acks.values()]) w.end(Ack.Failed, closed);
   }
 
   /**

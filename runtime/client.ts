@@ -290,27 +290,32 @@ export class Client {
     return this.#send<T>(subject, instanceId, request, options);
   }
 
-  async #routed<T>(
+  #routed<T>(
     request: unknown,
     options: GenerateOptions,
     pick: (ids: string[]) => string,
   ): Promise<ResponseStream<T>> {
-    // An instance that did not answer (died before discovery noticed) is skipped and the
-    // request, never accepted by anyone, goes to another one.
-    const tried = new Set<string>();
+    if (options.instances !== undefined) return this.#retry(request, options, pick, new Set());
+    // The first try, without the bookkeeping of retries (most requests need no other): one
+    // async step fewer per request; `#send` retries elsewhere if this instance did not answer.
+    const ids = this.#available();
+    if (ids.length === 0) return Promise.reject(new NoInstancesError(this.path));
+    const id = pick(ids);
+    return this.#send<T>(this.#instances.get(id)!, id, request, options, pick);
+  }
+
+  /**
+   * Tries instances not in `tried` (and in `options.instances`, when given) until one takes
+   * the request. An instance that did not answer (died before discovery noticed) is skipped
+   * and the request, never accepted by anyone, goes to another one.
+   */
+  async #retry<T>(
+    request: unknown,
+    options: GenerateOptions,
+    pick: (ids: string[]) => string,
+    tried: Set<string>,
+  ): Promise<ResponseStream<T>> {
     const allowed = options.instances === undefined ? undefined : new Set(options.instances);
-    if (allowed === undefined) {
-      // The first try, without the bookkeeping of retries (most requests need no other).
-      const ids = this.#available();
-      if (ids.length === 0) throw new NoInstancesError(this.path);
-      const id = pick(ids);
-      tried.add(id);
-      try {
-        return await this.#send<T>(this.#instances.get(id)!, id, request, options);
-      } catch (err) {
-        if (!(err instanceof NoInstancesError)) throw err;
-      }
-    }
     for (;;) {
       const ids = this.#available().filter((id) =>
         !tried.has(id) && (allowed === undefined || allowed.has(id))
@@ -346,15 +351,27 @@ export class Client {
     return up.length > 0 ? up : this.#ids;
   }
 
+  /**
+   * Sends to one instance. With `retryWith` (a router's first try), an instance that did not
+   * answer is skipped and the request goes to another one picked by it.
+   */
   async #send<T>(
     subject: string,
     id: string,
     request: unknown,
     options: GenerateOptions,
+    retryWith?: (ids: string[]) => string,
   ): Promise<ResponseStream<T>> {
     if (this.#deps.trace) this.#trace("route", id);
     const reference = this.#referenceWorkers.get(id);
-    if (reference) return await this.#sendReference<T>(reference, id, request, options);
+    if (reference) {
+      try {
+        return await this.#sendReference<T>(reference, id, request, options);
+      } catch (err) {
+        if (retryWith === undefined || !(err instanceof NoInstancesError)) throw err;
+        return await this.#retry(request, options, retryWith, new Set([id]));
+      }
+    }
     try {
       // Assigned once, but read by onEnd, which may in principle run before the assignment.
       // deno-lint-ignore prefer-const
@@ -375,6 +392,9 @@ export class Client {
     } catch (err) {
       if (err instanceof NoInstancesError) {
         this.reportInstanceDown(id);
+        if (retryWith !== undefined) {
+          return await this.#retry(request, options, retryWith, new Set([id]));
+        }
         throw new NoInstancesError(this.path, id);
       }
       // No acknowledgement or no call-back in time: a dead or stuck worker that discovery

@@ -33,6 +33,11 @@ export class Context {
   #controller: AbortController | undefined;
   #stopReason: StopReason | undefined;
   #killed = false;
+  /**
+   * The stop listeners, in the order they were added: the first in `#listener` while it is
+   * the only one (a request usually has one at a time: no Set for it), else all in `#listeners`.
+   */
+  #listener: ((reason: StopReason) => void) | undefined;
   #listeners: Set<(reason: StopReason) => void> | undefined;
   #stopped: PromiseWithResolvers<void> | undefined;
 
@@ -104,9 +109,22 @@ export class Context {
    * @returns a function that removes the listener
    */
   onStop(fn: (reason: StopReason) => void): () => void {
-    const listeners = this.#listeners ??= new Set();
-    listeners.add(fn);
-    return () => listeners.delete(fn);
+    if (
+      this.#listener === undefined && (this.#listeners === undefined || this.#listeners.size === 0)
+    ) {
+      this.#listener = fn;
+    } else {
+      const listeners = this.#listeners ??= new Set();
+      if (this.#listener !== undefined) {
+        listeners.add(this.#listener);
+        this.#listener = undefined;
+      }
+      listeners.add(fn);
+    }
+    return () => {
+      if (this.#listener === fn) this.#listener = undefined;
+      else this.#listeners?.delete(fn);
+    };
   }
 
   #end(reason: StopReason): void {
@@ -122,6 +140,11 @@ export class Context {
       // One shared reason per kind: a DOMException per request costs a stack trace.
       this.#controller?.abort(reason === "kill" ? KILLED : STOPPED);
       this.#stopped?.resolve();
+    }
+    const only = this.#listener;
+    if (only !== undefined) {
+      only(reason);
+      return;
     }
     const listeners = this.#listeners;
     if (listeners === undefined || listeners.size === 0) return;

@@ -48,3 +48,30 @@ Deno.test("Context.linkChild() on an already stopped parent stops the child at o
 Deno.test("Context ids are unique by default", () => {
   assert.notEqual(new Context().id, new Context().id);
 });
+
+Deno.test("Context stop listeners run in the order added, each removable, one or many", () => {
+  // Every sequence of adds and removals against a model (a list in insertion order).
+  for (let seed = 0; seed < 200; seed++) {
+    let x = seed * 7919 + 1;
+    const rand = (n: number) => (x = (x * 1103515245 + 12345) % 2147483648) % n;
+    const ctx = new Context();
+    const calls: number[] = [];
+    const model: number[] = [];
+    const removers = new Map<number, () => void>();
+    for (let step = 0, next = 0; step < rand(8); step++) {
+      if (removers.size > 0 && rand(3) === 0) {
+        const ids = [...removers.keys()];
+        const id = ids[rand(ids.length)]!;
+        removers.get(id)!();
+        removers.delete(id);
+        model.splice(model.indexOf(id), 1);
+      } else {
+        const id = next++;
+        removers.set(id, ctx.onStop(() => calls.push(id)));
+        model.push(id);
+      }
+    }
+    ctx.stopGenerating();
+    assert.deepEqual(calls, model, `seed ${seed}`);
+  }
+});

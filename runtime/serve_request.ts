@@ -68,36 +68,33 @@ export interface ServeRequestOptions {
  * Worker side of one request: runs `handler`, streams its items over `conn`, and maps
  * control frames and a vanished caller onto the request's context.
  */
-export async function serveRequest(
+export function serveRequest(
   conn: FrameConn,
   header: RequestHeader,
   body: unknown,
   handler: Handler,
   options: ServeRequestOptions = {},
 ): Promise<void> {
-  const ctx = new Context(header.id);
-  const traced = options.tracing !== undefined || header.headers !== undefined;
-  if (traced) options = tracedOptions(ctx, header, options);
-  options.onContext?.(ctx);
-  const state = { complete: false };
-  void readControls(conn, ctx, state);
-  // In process the caller is never hung apart from us: no heartbeats there.
-  const beat: BeatingStream | undefined = conn.carriesValues ? undefined : {
-    lastSent: 0,
-    beatTicks: livenessTicks(options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS),
-    beat: () => {
-      if (!conn.closed) void conn.send(HEARTBEAT);
-    },
-  };
-  if (beat) beatStream(beat);
+  // Not an async function: the request's one promise is serveItems's (one step fewer).
   try {
-    await serveItems(conn, ctx, state, handler, body, header, options, beat);
-  } finally {
-    if (beat) stopBeating(beat);
-    if (traced) {
-      options.logger?.info("request completed", { request: header.id });
-      ctx.trace?.end();
-    }
+    const ctx = new Context(header.id);
+    const traced = options.tracing !== undefined || header.headers !== undefined;
+    if (traced) options = tracedOptions(ctx, header, options);
+    options.onContext?.(ctx);
+    const state = { complete: false };
+    readControls(conn, ctx, state);
+    // In process the caller is never hung apart from us: no heartbeats there.
+    const beat: BeatingStream | undefined = conn.carriesValues ? undefined : {
+      lastSent: 0,
+      beatTicks: livenessTicks(options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS),
+      beat: () => {
+        if (!conn.closed) void conn.send(HEARTBEAT);
+      },
+    };
+    if (beat) beatStream(beat);
+    return serveItems(conn, ctx, state, handler, body, header, options, beat, traced);
+  } catch (err) {
+    return Promise.reject(err);
   }
 }
 
@@ -149,119 +146,144 @@ async function serveItems(
   header: RequestHeader,
   options: ServeRequestOptions,
   beat: BeatingStream | undefined,
+  traced: boolean,
 ): Promise<void> {
-  let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined;
-  let step: IteratorResult<unknown>;
   try {
-    const result = handler(body, ctx);
-    // Most handlers are generators: no wait (a turn of the microtask queue) for those.
-    const produced: AsyncIterable<unknown> | Iterable<unknown> =
-      typeof (result as Partial<PromiseLike<unknown>>).then === "function"
-        ? await result
-        : result as AsyncIterable<unknown> | Iterable<unknown>;
-    iterator = isAsyncIterable(produced)
-      ? produced[Symbol.asyncIterator]()
-      : produced[Symbol.iterator]();
-    step = await iterator.next();
-  } catch (err) {
-    state.complete = true;
-    if (options.tally) options.tally.error = "generate";
-    if (beat) stopBeating(beat);
-    ctx.trace?.fail(err);
-    await sendFinal(conn, jsonFrame(FrameType.Prologue, { error: wireError(err) }));
-    return;
-  }
-  try {
-    const byValue = conn.carriesValues === true;
-    const sendText = typeof conn.sendDataText === "function";
-    // Bytes are counted where items are serialized (in process they are not).
-    const tally = options.tally ?? { responseBytes: 0 };
-    const p = conn.send(byValue ? PROLOGUE_OK_VALUE : PROLOGUE_OK);
-    if (p) await p;
-    while (!step.done) {
-      if (ctx.isKilled()) break;
-      if (conn.closed) {
-        ctx.kill(); // the caller hung up (checked here: a throw per abandoned stream is costly)
-        break;
-      }
-      let sent;
-      if (byValue) {
-        sent = conn.send({ type: FrameType.Data, payload: EMPTY, value: step.value ?? null });
-      } else if (sendText) {
-        const text = JSON.stringify(step.value ?? null);
-        tally.responseBytes += text.length; // UTF-16 units: bytes for the ASCII of JSON
-        sent = conn.sendDataText!(text);
-      } else {
-        const payload = encoder.encode(JSON.stringify(step.value ?? null));
-        tally.responseBytes += payload.byteLength;
-        sent = conn.send({ type: FrameType.Data, payload });
-      }
-      if (beat) beat.lastSent = livenessClock.tick;
-      if (sent) await sent;
+    let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined;
+    let step: IteratorResult<unknown>;
+    try {
+      const result = handler(body, ctx);
+      // Most handlers are generators: no wait (a turn of the microtask queue) for those.
+      const produced: AsyncIterable<unknown> | Iterable<unknown> =
+        typeof (result as Partial<PromiseLike<unknown>>).then === "function"
+          ? await result
+          : result as AsyncIterable<unknown> | Iterable<unknown>;
+      iterator = isAsyncIterable(produced)
+        ? produced[Symbol.asyncIterator]()
+        : produced[Symbol.iterator]();
       step = await iterator.next();
-    }
-    if (step.done && !ctx.isKilled()) {
-      state.complete = true;
-      if (beat) stopBeating(beat);
-      await sendFinal(conn, SENTINEL);
-    }
-  } catch (err) {
-    if (conn.closed) {
-      ctx.kill(); // the caller hung up
-    } else {
-      options.logger?.debug("handler failed mid-stream", {
-        request: header.id,
-        error: String(err),
-      });
+    } catch (err) {
       state.complete = true;
       if (options.tally) options.tally.error = "generate";
       if (beat) stopBeating(beat);
       ctx.trace?.fail(err);
-      await sendFinal(conn, jsonFrame(FrameType.Error, wireError(err)));
-      step = { done: true, value: undefined };
+      await sendFinal(conn, jsonFrame(FrameType.Prologue, { error: wireError(err) }));
+      return;
+    }
+    try {
+      const byValue = conn.carriesValues === true;
+      const sendText = typeof conn.sendDataText === "function";
+      // Bytes are counted where items are serialized (in process they are not).
+      const tally = options.tally ?? { responseBytes: 0 };
+      const p = conn.send(byValue ? PROLOGUE_OK_VALUE : PROLOGUE_OK);
+      if (p) await p;
+      while (!step.done) {
+        if (ctx.isKilled()) break;
+        if (conn.closed) {
+          ctx.kill(); // the caller hung up (checked here: a throw per abandoned stream is costly)
+          break;
+        }
+        let sent;
+        if (byValue) {
+          sent = conn.send({ type: FrameType.Data, payload: EMPTY, value: step.value ?? null });
+        } else if (sendText) {
+          const text = JSON.stringify(step.value ?? null);
+          tally.responseBytes += text.length; // UTF-16 units: bytes for the ASCII of JSON
+          sent = conn.sendDataText!(text);
+        } else {
+          const payload = encoder.encode(JSON.stringify(step.value ?? null));
+          tally.responseBytes += payload.byteLength;
+          sent = conn.send({ type: FrameType.Data, payload });
+        }
+        if (beat) beat.lastSent = livenessClock.tick;
+        if (sent) await sent;
+        step = await iterator.next();
+      }
+      if (step.done && !ctx.isKilled()) {
+        state.complete = true;
+        if (beat) stopBeating(beat);
+        await sendFinal(conn, SENTINEL);
+      }
+    } catch (err) {
+      if (conn.closed) {
+        ctx.kill(); // the caller hung up
+      } else {
+        options.logger?.debug("handler failed mid-stream", {
+          request: header.id,
+          error: String(err),
+        });
+        state.complete = true;
+        if (options.tally) options.tally.error = "generate";
+        if (beat) stopBeating(beat);
+        ctx.trace?.fail(err);
+        await sendFinal(conn, jsonFrame(FrameType.Error, wireError(err)));
+        step = { done: true, value: undefined };
+      }
+    } finally {
+      if (!step!.done) {
+        try {
+          await iterator.return?.();
+        } catch {
+          // the handler's cleanup failed; the stream is over either way
+        }
+      }
+      conn.close();
     }
   } finally {
-    if (!step!.done) {
-      try {
-        await iterator.return?.();
-      } catch {
-        // the handler's cleanup failed; the stream is over either way
-      }
+    if (beat) stopBeating(beat);
+    if (traced) {
+      options.logger?.info("request completed", { request: header.id });
+      ctx.trace?.end();
     }
-    conn.close();
   }
 }
 
 async function sendFinal(conn: FrameConn, frame: Frame): Promise<void> {
   try {
-    await conn.send(frame);
+    const sent = conn.send(frame);
+    if (sent) await sent; // most sends only queue: no turn of the microtask queue for those
     await conn.end();
   } catch {
     conn.close();
   }
 }
 
-async function readControls(
+/**
+ * Maps the caller's frames onto `ctx`: a stop or kill frame, or the caller gone before the
+ * end. Callbacks on `receive()` rather than an async loop: most requests get no frame at all,
+ * and this then costs one pending promise, not an async function's besides.
+ */
+function readControls(
   conn: FrameConn,
   ctx: Context,
   state: { complete: boolean },
-): Promise<void> {
-  try {
-    for (;;) {
-      const frame = await conn.receive();
-      if (frame === null) {
-        // The caller is gone before the end: nobody reads what we would produce.
-        if (!state.complete) ctx.kill();
-        return;
+): void {
+  const gone = (): void => {
+    // The caller is gone before the end: nobody reads what we would produce.
+    if (!state.complete) ctx.kill();
+  };
+  const onFrame = (frame: Frame | null): void => {
+    if (frame === null) return gone();
+    if (frame.type === FrameType.Control) {
+      let what: unknown;
+      try {
+        what = parseFrame(frame);
+      } catch {
+        return gone();
       }
-      if (frame.type !== FrameType.Control) continue;
-      const what = parseFrame(frame);
       if (what === "kill") ctx.kill();
       else ctx.stopGenerating();
     }
-  } catch {
-    if (!state.complete) ctx.kill();
-  }
+    next();
+  };
+  const next = (): void => {
+    try {
+      conn.receive().then(onFrame, gone);
+    } catch {
+      gone();
+    }
+  };
+  next();
 }
 
 function isAsyncIterable(x: unknown): x is AsyncIterable<unknown> {

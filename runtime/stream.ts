@@ -30,6 +30,7 @@ import {
   type RequestPlane,
 } from "./transport/mod.ts";
 import { toRemoteError, type WireError } from "./_stream_wire.ts";
+import { addDeadline, type Deadline, removeDeadline } from "./transport/_deadlines.ts";
 import type { TraceSpan } from "./tracing/types.ts";
 
 /** The caller's view of one response stream. */
@@ -111,17 +112,25 @@ export async function openStream<T>(
       ? { traceparent: span.traceparent }
       : { traceparent: span.traceparent, tracestate };
   }
-  const payload = plane.carriesValues ? { header, body } : encodeRequest(header, body);
+  // Planes that encode a message themselves get it as it is (the TCP plane encodes it
+  // straight into its connection's buffer).
+  const payload = plane.carriesValues || plane.encodesRequests
+    ? { header, body }
+    : encodeRequest(header, body);
 
   // Everything before the prologue races against cancellation and deadlines.
   let conn: FrameConn | undefined;
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  let connectDeadline: Deadline | undefined;
   let prologueWait: WaitingStream | undefined;
   let settled = false;
   let connected = false;
+  // Until connected, an interruption rejects the wait for the connection; later (while the
+  // prologue is awaited) a promise of its own.
   let rejectWait!: (err: unknown) => void;
-  const interrupted = new Promise<never>((_, reject) => (rejectWait = reject));
-  interrupted.catch(() => {});
+  const connecting = new Promise<FrameConn>((resolve, reject) => {
+    rejectWait = reject;
+    pending.connection.then(resolve);
+  });
   const onAbort = () => rejectWait(new CancelledError(`request ${ctx.id} cancelled`));
   signal?.addEventListener("abort", onAbort, { once: true });
   const offStop = ctx.onStop(onAbort);
@@ -130,22 +139,23 @@ export async function openStream<T>(
       // The ack may come after the stream already opened (or failed): then no deadline. The
       // in-process plane acks once the worker had the request, which dials back at once.
       if (settled || connected || conn !== undefined) return;
-      timer = setTimeout(
-        () =>
+      // On the shared coarse timer, not a timer of its own per request.
+      connectDeadline = {
+        at: performance.now() + timeoutMs,
+        fire: () =>
           rejectWait(
             new TimeoutError(
               `${subject} accepted request ${ctx.id} but did not connect within ${timeoutMs} ms`,
             ),
           ),
-        timeoutMs,
-      );
+      };
+      addDeadline(connectDeadline);
     }, rejectWait);
-    const connection = pending.connection.then((c) => (conn = c));
-    await Promise.race([connection, interrupted]);
+    conn = await connecting;
     // Connected: the worker is alive. Its first item may take as long as the engine needs
     // (a queue, a long prefill); a worker that dies meanwhile closes the connection.
     connected = true;
-    if (timer !== undefined) clearTimeout(timer);
+    if (connectDeadline !== undefined) removeDeadline(connectDeadline);
     // Usually the prologue came with the acknowledgement: then no wait (and no watch) at all.
     const poll = (conn as Partial<PollingConn>).poll;
     let prologue: Frame | null | undefined = typeof poll === "function"
@@ -156,6 +166,11 @@ export async function openStream<T>(
         throw new CancelledError(`request ${ctx.id} cancelled`);
       }
     } else if (prologue !== null) {
+      if (signal?.aborted || ctx.isStopped()) {
+        throw new CancelledError(`request ${ctx.id} cancelled`);
+      }
+      const interrupted = new Promise<never>((_, reject) => (rejectWait = reject));
+      interrupted.catch(() => {});
       if (!conn!.carriesValues) {
         // The worker heartbeats while its handler works on the first item: silence is a hang.
         prologueWait = {
@@ -203,7 +218,7 @@ export async function openStream<T>(
     throw err;
   } finally {
     settled = true;
-    if (timer !== undefined) clearTimeout(timer);
+    if (connectDeadline !== undefined) removeDeadline(connectDeadline);
     if (prologueWait) unwatchStream(prologueWait);
     signal?.removeEventListener("abort", onAbort);
     offStop();
@@ -256,7 +271,8 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
   /** Watched for stalls (connections across processes; in process, a stall is a slow handler). */
   readonly #watched: boolean;
   #stalled = false;
-  readonly #poll: (() => Frame | null | undefined) | undefined;
+  /** The connection, when it can hand over a queued frame without a promise (else undefined). */
+  readonly #polling: PollingConn | undefined;
   readonly #ctx: Context;
   readonly #subject: string;
   readonly #signal: AbortSignal | undefined;
@@ -283,7 +299,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
     this.idleTicks = livenessTicks(idleTimeoutMs);
     this.#watched = conn.carriesValues !== true;
     const poll = (conn as Partial<PollingConn>).poll;
-    this.#poll = typeof poll === "function" ? poll.bind(conn) : undefined;
+    this.#polling = typeof poll === "function" ? conn as PollingConn : undefined;
     this.#ctx = ctx;
     this.#subject = subject;
     this.#signal = signal;
@@ -296,7 +312,7 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
 
   next(): Promise<IteratorResult<T>> {
     if (this.#over) return Promise.resolve(DONE);
-    const ready = this.#poll?.();
+    const ready = this.#polling?.poll();
     if (ready === undefined) {
       this.waitingSince = livenessClock.tick;
       return this.#conn.receive().then(this.#take);
@@ -313,10 +329,10 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
    * is queued (or the plane cannot tell). Throws what {@linkcode next} would reject with.
    */
   poll(): IteratorResult<T> | undefined {
-    const poll = this.#poll;
-    if (this.#over || poll === undefined) return undefined;
+    const polling = this.#polling;
+    if (this.#over || polling === undefined) return undefined;
     for (;;) {
-      const ready = poll();
+      const ready = polling.poll();
       if (ready === undefined) return undefined;
       if (ready !== null && ready.type === FrameType.Heartbeat) continue;
       // Every frame but a heartbeat settles at once.
@@ -336,10 +352,10 @@ class ItemReceiver<T> implements AsyncIterableIterator<T>, WaitingStream {
 
   /** Whether the frames already here (read and dropped) end with the worker's sentinel. */
   #finishedAlready(): boolean {
-    const poll = this.#poll;
-    if (poll === undefined) return false;
+    const polling = this.#polling;
+    if (polling === undefined) return false;
     for (;;) {
-      const ready = poll();
+      const ready = polling.poll();
       if (ready === undefined || ready === null) return false;
       if (ready.type === FrameType.Sentinel) return true;
       if (ready.type !== FrameType.Data && ready.type !== FrameType.Heartbeat) return false;

@@ -57,7 +57,6 @@ const FRAME_COST = 16;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const EMPTY = new Uint8Array(0);
-const HEX: string[] = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
 
 /** The handshake a connection opens with: what the dialling side wants it for. */
 export interface MuxHandshake {
@@ -74,24 +73,49 @@ export interface MuxHandshake {
 export function muxStreamId(id: string): { key: string; bytes: Uint8Array } | undefined {
   const dashed = id.length === 36;
   if (!dashed && id.length !== 32) return undefined;
-  // By hand rather than a regular expression and parseInt: this runs twice per request.
+  // By hand rather than a regular expression and parseInt: this runs on every request.
   const bytes = new Uint8Array(16);
-  let key = "";
+  let upper = false;
   let at = 0;
   for (let i = 0; i < 16; i++) {
     if (dashed && (at === 8 || at === 13 || at === 18 || at === 23)) {
       if (id.charCodeAt(at) !== 45) return undefined; // "-"
       at++;
     }
-    const hi = hexValue(id.charCodeAt(at));
-    const lo = hexValue(id.charCodeAt(at + 1));
+    const c1 = id.charCodeAt(at);
+    const c2 = id.charCodeAt(at + 1);
+    const hi = hexValue(c1);
+    const lo = hexValue(c2);
     if (hi < 0 || lo < 0) return undefined;
+    if (c1 < 97 && c1 > 57 || c2 < 97 && c2 > 57) upper = true; // A-F
     at += 2;
-    const b = hi << 4 | lo;
-    bytes[i] = b;
-    key += HEX[b];
+    bytes[i] = hi << 4 | lo;
   }
-  return { key, bytes };
+  // The key is the digits in lower case: one string operation, not one per byte.
+  const digits = dashed ? id.replaceAll("-", "") : id;
+  return { key: upper ? digits.toLowerCase() : digits, bytes };
+}
+
+/**
+ * The map key (32 lower-case hex digits) of a UUID stream id, as `muxStreamId(id)?.key`
+ * without its wire bytes; undefined for anything else.
+ */
+export function muxStreamKey(id: string): string | undefined {
+  const dashed = id.length === 36;
+  if (!dashed && id.length !== 32) return undefined;
+  let plain = true; // already lower-case, no dashes to drop
+  for (let at = 0; at < id.length; at++) {
+    const c = id.charCodeAt(at);
+    if (dashed && (at === 8 || at === 13 || at === 18 || at === 23)) {
+      if (c !== 45) return undefined; // "-"
+      continue;
+    }
+    if ((c >= 48 && c <= 57) || (c >= 97 && c <= 102)) continue; // 0-9, a-f
+    if (c >= 65 && c <= 70) plain = false; // A-F
+    else return undefined;
+  }
+  const key = dashed ? id.replaceAll("-", "") : id;
+  return plain ? key : key.toLowerCase();
 }
 
 function hexValue(c: number): number {
@@ -125,10 +149,17 @@ export function sameStreamId(id: string, key: string): boolean {
   return true;
 }
 
+const HEX_CODES = Array.from("0123456789abcdef", (c) => c.charCodeAt(0));
+const keyCodes = new Array<number>(32);
+
+/** The map key (32 lower-case hex digits) of the 16 stream id bytes at `off`: one string. */
 function keyOf(buf: Uint8Array, off: number): string {
-  let s = "";
-  for (let i = off; i < off + 16; i++) s += HEX[buf[i]!];
-  return s;
+  for (let i = 0; i < 16; i++) {
+    const b = buf[off + i]!;
+    keyCodes[2 * i] = HEX_CODES[b >> 4]!;
+    keyCodes[2 * i + 1] = HEX_CODES[b & 15]!;
+  }
+  return String.fromCharCode.apply(null, keyCodes);
 }
 
 /** Encodes the handshake message (two-part layout: header JSON, empty body). */
@@ -550,7 +581,8 @@ export class MuxStream implements FrameConn {
   readonly key: string;
   readonly #mux: MuxConnection;
   readonly #id: Uint8Array;
-  #queue: Frame[] = [];
+  /** Frames not yet read (made on the first frame that waits: most streams never need one). */
+  #queue: Frame[] | undefined;
   #head = 0;
   #waiter: ((f: Frame | null) => void) | undefined;
   #closed = false;
@@ -561,7 +593,7 @@ export class MuxStream implements FrameConn {
   #sentLast = false;
   #credit = MUX_STREAM_WINDOW;
   #consumed = 0;
-  #creditWaiters: Array<() => void> = [];
+  #creditWaiters: Array<() => void> | undefined;
   /** Told of the worker's answer to a request (TCP request plane). */
   onAnswer: ((kind: number, payload: Uint8Array) => void) | undefined;
 
@@ -645,7 +677,7 @@ export class MuxStream implements FrameConn {
   async #waitForCredit(p: Promise<void> | void): Promise<void> {
     if (p) await p;
     while (this.#credit <= 0 && !this.closed) {
-      await new Promise<void>((resolve) => this.#creditWaiters.push(resolve));
+      await new Promise<void>((resolve) => (this.#creditWaiters ??= []).push(resolve));
     }
   }
 
@@ -679,7 +711,7 @@ export class MuxStream implements FrameConn {
       case MuxKind.WindowUpdate:
         if (payload.length === 4) {
           this.#credit += readU32(payload, 0);
-          if (this.#credit > 0) { for (const w of this.#creditWaiters.splice(0)) w(); }
+          if (this.#credit > 0) this.#wakeCreditWaiters();
         }
         return;
       case MuxKind.Reset:
@@ -696,12 +728,13 @@ export class MuxStream implements FrameConn {
     }
     if (this.#closed) return;
     const w = this.#waiter;
-    if (w !== undefined && this.#head === this.#queue.length) {
+    const queue = this.#queue;
+    if (w !== undefined && (queue === undefined || this.#head === queue.length)) {
       this.#waiter = undefined;
       this.#taken(frame);
       w(frame);
     } else {
-      this.#queue.push(frame);
+      (this.#queue ??= []).push(frame);
     }
   }
 
@@ -713,7 +746,7 @@ export class MuxStream implements FrameConn {
     const w = this.#waiter;
     this.#waiter = undefined;
     w?.(null);
-    for (const c of this.#creditWaiters.splice(0)) c();
+    this.#wakeCreditWaiters();
     this.onAnswer?.(MuxKind.Reset, EMPTY);
   }
 
@@ -731,10 +764,11 @@ export class MuxStream implements FrameConn {
 
   /** The next frame if one is queued, null once the stream is over and drained, else undefined. */
   poll(): Frame | null | undefined {
-    if (this.#head < this.#queue.length) {
-      const f = this.#queue[this.#head++]!;
-      if (this.#head === this.#queue.length) {
-        this.#queue.length = 0;
+    const queue = this.#queue;
+    if (queue !== undefined && this.#head < queue.length) {
+      const f = queue[this.#head++]!;
+      if (this.#head === queue.length) {
+        queue.length = 0;
         this.#head = 0;
       }
       this.#taken(f);
@@ -768,11 +802,18 @@ export class MuxStream implements FrameConn {
         // the connection closed meanwhile
       }
     }
-    this.#queue = [];
+    this.#queue = undefined;
     this.#head = 0;
     const w = this.#waiter;
     this.#waiter = undefined;
     w?.(null);
-    for (const c of this.#creditWaiters.splice(0)) c();
+    this.#wakeCreditWaiters();
+  }
+
+  #wakeCreditWaiters(): void {
+    const waiters = this.#creditWaiters;
+    if (waiters === undefined || waiters.length === 0) return;
+    this.#creditWaiters = undefined;
+    for (const c of waiters) c();
   }
 }

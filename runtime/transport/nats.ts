@@ -2,7 +2,7 @@
 // request at once, and streams its answer over TCP to the caller's listener (on a pooled
 // connection per caller that carries many streams).
 
-import { type ConnectionOptions, ErrorCode, NatsError } from "nats";
+import { type ConnectionOptions, createInbox, ErrorCode, type Msg, NatsError } from "nats";
 import type { NatsConnection } from "../nats_connection.ts";
 import * as tls from "node:tls";
 import type { Duplex } from "node:stream";
@@ -20,6 +20,7 @@ import type {
   Subscription,
 } from "./types.ts";
 import { encodeRequest } from "./wire.ts";
+import { addDeadline, type Deadline, removeDeadline } from "./_deadlines.ts";
 import { CallHomePool, TcpResponseServer, type TcpResponseServerOptions } from "./tcp_stream.ts";
 
 /** Options of {@linkcode NatsRequestPlane.connect}. */
@@ -180,6 +181,56 @@ const RESUBSCRIBE_GRACE_MS = 3000;
 /** Pause between tries of a request while the connection or its subscribers come back (ms). */
 const RETRY_MS = 50;
 
+/** How a request's wait for its acknowledgement ended. */
+const enum Ack {
+  /** The worker acknowledged it. */
+  Ok,
+  /** The connection dropped before the acknowledgement: send it again once back. */
+  Dropped,
+  /** The deadline passed. */
+  TimedOut,
+  /** No subscriber on the subject (the server's 503). */
+  NoResponders,
+  /** The connection closed, or the reply subscription failed (`error` says why). */
+  Failed,
+}
+
+/**
+ * One request waiting for its acknowledgement, and its deadline on the shared coarse timer:
+ * one object and one promise per request, where nats.js's `request()` takes a timer, a
+ * deferred, a subscription token and (on every answer) an error object with a stack trace.
+ */
+class AckWait implements Deadline {
+  readonly at: number;
+  readonly #waits: Map<string, AckWait>;
+  readonly #token: string;
+  #settle!: (how: Ack) => void;
+  /** Settles once with how the wait ended. */
+  readonly done: Promise<Ack>;
+  /** Why it failed ({@linkcode Ack.Failed}). */
+  error: unknown;
+
+  constructor(waits: Map<string, AckWait>, token: string, at: number) {
+    this.#waits = waits;
+    this.#token = token;
+    this.at = at;
+    this.done = new Promise<Ack>((resolve) => (this.#settle = resolve));
+    waits.set(token, this);
+  }
+
+  /** Ends the wait (the first call counts). */
+  end(how: Ack, error?: unknown): void {
+    if (!this.#waits.delete(this.#token)) return;
+    removeDeadline(this);
+    this.error = error;
+    this.#settle(how);
+  }
+
+  fire(): void {
+    this.end(Ack.TimedOut);
+  }
+}
+
 /** Requests over NATS core, response streams over TCP call-home. */
 export class NatsRequestPlane implements RequestPlane {
   readonly kind = "nats";
@@ -195,14 +246,23 @@ export class NatsRequestPlane implements RequestPlane {
   #reconnectedAt = -Infinity;
   /** Requests waiting for the connection to come back. */
   readonly #reconnectWaiters = new Set<() => void>();
-  /** Requests waiting for their acknowledgement, told when the connection drops. */
-  readonly #disconnectWaiters = new Set<() => void>();
+  /** Requests waiting for their acknowledgement, by the last token of their reply subject. */
+  readonly #acks = new Map<string, AckWait>();
+  /** `<inbox>.`: the prefix of every reply subject; the plane's one subscription takes `<inbox>.*`. */
+  #replyPrefix: string | undefined;
+  /** The token of the next request's reply subject. */
+  #nextToken = 0;
 
   private constructor(nc: NatsConnection, tcp: TcpResponseServerOptions) {
     this.nc = nc;
     this.#tcpOptions = tcp;
     this.#callHome = new CallHomePool(tcp.handshakeTimeoutMs);
     void this.#watchStatus();
+    // Requests waiting when the connection closes (this plane closed, or nats.js gave up) fail.
+    void nc.closed().then(() => {
+      const closed = new DynamoError("the NATS connection closed");
+      for (const w of [...this.#acks.values()]) w.end(Ack.Failed, closed);
+    });
   }
 
   async #watchStatus(): Promise<void> {
@@ -210,7 +270,8 @@ export class NatsRequestPlane implements RequestPlane {
       for await (const s of this.nc.status()) {
         if (s.type === "disconnect" || s.type === "reconnecting") {
           this.#disconnected = true;
-          for (const lost of [...this.#disconnectWaiters]) lost();
+          // A request in flight when the connection drops never gets its answer.
+          for (const w of [...this.#acks.values()]) w.end(Ack.Dropped);
         } else if (s.type === "reconnect") {
           this.#disconnected = false;
           this.#reconnectedAt = performance.now();
@@ -221,6 +282,31 @@ export class NatsRequestPlane implements RequestPlane {
       // the connection closed
     }
     for (const wake of [...this.#reconnectWaiters]) wake();
+  }
+
+  /**
+   * The reply subject prefix, subscribing on first use: one wildcard subscription takes every
+   * acknowledgement, matched to its request by the subject's last token.
+   */
+  #replies(): string {
+    if (this.#replyPrefix !== undefined) return this.#replyPrefix;
+    const prefix = `${createInbox()}.`;
+    const skip = prefix.length;
+    this.nc.subscribe(`${prefix}*`, {
+      callback: (err: NatsError | null, msg: Msg) => {
+        if (err) {
+          // The subscription is gone (a permissions violation): the next request subscribes again.
+          if (this.#replyPrefix === prefix) this.#replyPrefix = undefined;
+          for (const w of [...this.#acks.values()]) w.end(Ack.Failed, err);
+          return;
+        }
+        const w = this.#acks.get(msg.subject.slice(skip));
+        if (w === undefined) return; // late: timed out or dropped already
+        // NATS core's "no responders" is an empty message with a 503 status header.
+        w.end(msg.data.length === 0 && msg.headers?.code === 503 ? Ack.NoResponders : Ack.Ok);
+      },
+    });
+    return this.#replyPrefix = prefix;
   }
 
   /** Waits until the connection is back, the deadline passes or `signal` aborts. */
@@ -306,50 +392,42 @@ export class NatsRequestPlane implements RequestPlane {
     for (;;) {
       // A short outage (a server restart) must not fail requests: wait for the connection
       // within the request's deadline instead of letting nats.js buffer the request blindly.
-      await this.#whileDisconnected(deadline, signal);
+      if (this.#disconnected) await this.#whileDisconnected(deadline, signal);
       if (this.#disconnected) {
         throw new DynamoError(
           `request to ${subject} not sent: the NATS connection was down for ${timeout} ms`,
         );
       }
-      const left = Math.max(1, Math.round(deadline - performance.now()));
-      // A request in flight when the connection drops never gets its answer: send it again
-      // once the connection is back rather than wait out the deadline.
-      let lost!: () => void;
-      const dropped = new Promise<"dropped">((resolve) => (lost = () => resolve("dropped")));
-      this.#disconnectWaiters.add(lost);
+      const replies = this.#replies();
+      const token = (this.#nextToken++).toString(36);
+      const wait = new AckWait(this.#acks, token, deadline);
+      addDeadline(wait);
       try {
-        const sent = this.nc.request(subject, payload, { timeout: left });
-        if (await Promise.race([sent, dropped]) === "dropped") {
-          sent.catch(() => {});
+        this.nc.publish(subject, payload, { reply: replies + token });
+      } catch (err) {
+        wait.end(Ack.Failed, err);
+      }
+      const how = await wait.done;
+      if (how === Ack.Ok) return;
+      if (how === Ack.Dropped) continue;
+      if (how === Ack.NoResponders) {
+        // Just after a reconnect the workers' subscriptions are still being restored.
+        const settling = performance.now() - this.#reconnectedAt < RESUBSCRIBE_GRACE_MS;
+        if ((settling || this.#disconnected) && performance.now() + RETRY_MS < deadline) {
+          await new Promise((r) => setTimeout(r, RETRY_MS));
+          signal?.throwIfAborted();
           continue;
         }
-        return;
-      } catch (err) {
-        if (err instanceof NatsError) {
-          if (err.code === ErrorCode.NoResponders) {
-            // Just after a reconnect the workers' subscriptions are still being restored.
-            const settling = performance.now() - this.#reconnectedAt < RESUBSCRIBE_GRACE_MS;
-            if ((settling || this.#disconnected) && performance.now() + RETRY_MS < deadline) {
-              await new Promise((r) => setTimeout(r, RETRY_MS));
-              signal?.throwIfAborted();
-              continue;
-            }
-            throw new NoInstancesError(subject);
-          }
-          if (err.code === ErrorCode.Timeout) {
-            throw new TimeoutError(`no acknowledgement from ${subject} within ${timeout} ms`, {
-              cause: err,
-            });
-          }
-          if (this.#disconnected && performance.now() < deadline) continue; // lost meanwhile
-        }
-        throw new DynamoError(`request to ${subject} failed: ${(err as Error).message}`, {
-          cause: err,
-        });
-      } finally {
-        this.#disconnectWaiters.delete(lost);
+        throw new NoInstancesError(subject);
       }
+      if (how === Ack.TimedOut) {
+        throw new TimeoutError(`no acknowledgement from ${subject} within ${timeout} ms`);
+      }
+      if (this.#disconnected && performance.now() < deadline) continue; // lost meanwhile
+      const err = wait.error;
+      throw new DynamoError(`request to ${subject} failed: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
   }
 

@@ -150,6 +150,7 @@ interface Reserved {
 /** Requests and their response streams on persistent, multiplexed TCP connections. */
 export class TcpRequestPlane implements RequestPlane {
   readonly kind = "tcp";
+  readonly encodesRequests = true;
   readonly #options: TcpRequestPlaneOptions;
   readonly #timeoutMs: number;
   readonly #nats: NatsRequestPlane | undefined;
@@ -440,6 +441,13 @@ export class TcpRequestPlane implements RequestPlane {
     const { signal } = options;
     signal?.throwIfAborted();
     const parsed = this.#target(target);
+    // A message is encoded now, before any wait: what the caller changes later stays out.
+    let header: string | undefined;
+    let body: string | undefined;
+    if (!(message instanceof Uint8Array)) {
+      header = JSON.stringify(message.header);
+      body = JSON.stringify(message.body ?? null);
+    }
     const timeoutMs = options.timeoutMs ?? 5000;
     const deadline = performance.now() + timeoutMs;
     const reserved = options.streamId === undefined
@@ -465,17 +473,12 @@ export class TcpRequestPlane implements RequestPlane {
     // signal all settle it.
     const answer = Promise.withResolvers<number>();
     stream.onAnswer = answer.resolve;
-    if (message instanceof Uint8Array) {
-      stream.sendRaw(MuxKind.Request, muxRequest(parsed.pathBytes, message));
+    if (header === undefined) {
+      stream.sendRaw(MuxKind.Request, muxRequest(parsed.pathBytes, message as Uint8Array));
     } else {
       // Encoded straight into the connection's output buffer, as encodeMuxRequest(path,
       // encodeRequest(header, body)) would lay it out.
-      stream.sendRequest(
-        parsed.pathBytes,
-        NO_HEADERS,
-        JSON.stringify(message.header),
-        JSON.stringify(message.body ?? null),
-      );
+      stream.sendRequest(parsed.pathBytes, NO_HEADERS, header, body!);
     }
     const timeout: Deadline = {
       at: deadline,

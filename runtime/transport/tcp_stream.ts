@@ -10,6 +10,7 @@ import {
   MuxConnection,
   MuxKind,
   muxStreamId,
+  muxStreamKey,
   readMuxHandshake,
 } from "./mux.ts";
 import {
@@ -203,9 +204,11 @@ export interface TcpResponseServerOptions {
 export class TcpResponseServer {
   readonly address: string;
   readonly #listener: Deno.TcpListener;
+  /**
+   * Pending streams by their multiplexed key (32 hex digits) where the stream id is a UUID,
+   * else by the stream id itself (see {@linkcode pendingKey}).
+   */
   readonly #pending = new Map<string, (conn: FrameConn) => void>();
-  /** Pending UUID stream ids by their multiplexed key (32 hex digits). */
-  readonly #byKey = new Map<string, string>();
   readonly #handshakeTimeoutMs: number;
   readonly #conns = new Set<TcpFrameConn>();
   readonly #muxes = new Set<MuxConnection>();
@@ -261,14 +264,12 @@ export class TcpResponseServer {
       const mux = new MuxConnection(raw, {
         onUnknown: (c, kind, key, id) => {
           if (kind !== MuxKind.Open) return; // a late frame of a stream already over
-          const streamId = this.#byKey.get(key);
-          const deliver = streamId === undefined ? undefined : this.#pending.get(streamId);
+          const deliver = this.#pending.get(key);
           if (deliver === undefined) {
             void c.sendFrame(MuxKind.Reset, id, encoder.encode("unknown stream"));
             return;
           }
-          this.#pending.delete(streamId!);
-          this.#byKey.delete(key);
+          this.#pending.delete(key);
           deliver(c.openStream(key, id));
         },
         onClose: (c) => this.#muxes.delete(c),
@@ -284,9 +285,10 @@ export class TcpResponseServer {
         throw new ProtocolError("expected a handshake frame");
       }
       const streamId = decoder.decode(frame.payload);
-      const deliver = this.#pending.get(streamId);
+      const pending = pendingKey(streamId);
+      const deliver = this.#pending.get(pending);
       if (!deliver) throw new ProtocolError(`unknown stream ${streamId}`);
-      this.#pending.delete(streamId);
+      this.#pending.delete(pending);
       this.#conns.delete(conn);
       deliver(conn);
     } catch {
@@ -301,15 +303,13 @@ export class TcpResponseServer {
   expect(streamId: string): PendingStream {
     let deliver!: (conn: FrameConn) => void;
     const connection = new Promise<FrameConn>((resolve) => (deliver = resolve));
-    this.#pending.set(streamId, deliver);
-    const key = muxStreamId(streamId)?.key;
-    if (key !== undefined) this.#byKey.set(key, streamId);
+    const key = pendingKey(streamId);
+    this.#pending.set(key, deliver);
     return {
       connectionInfo: { tcp: { address: this.address, stream_id: streamId } },
       connection,
       cancel: () => {
-        this.#pending.delete(streamId);
-        if (key !== undefined) this.#byKey.delete(key);
+        if (this.#pending.get(key) === deliver) this.#pending.delete(key);
       },
     };
   }
@@ -324,8 +324,15 @@ export class TcpResponseServer {
     for (const c of this.#conns) c.close();
     for (const m of [...this.#muxes]) m.close();
     this.#pending.clear();
-    this.#byKey.clear();
   }
+}
+
+/**
+ * A pending stream's key in a {@linkcode TcpResponseServer}: a UUID's 32 hex digits (what a
+ * multiplexed connection names it by; any spelling of the same UUID matches), else the id.
+ */
+function pendingKey(streamId: string): string {
+  return muxStreamKey(streamId) ?? streamId;
 }
 
 /**
@@ -351,6 +358,8 @@ const RESPONSE_MUX_HANDSHAKE = encodeMuxHandshake({ kind: "response_mux", versio
 export class CallHomePool {
   readonly #timeoutMs: number;
   readonly #pool = new Map<string, Promise<MuxConnection>>();
+  /** The pooled connections already open, for a stream opened without a wait. */
+  readonly #ready = new Map<string, MuxConnection>();
   #closed = false;
 
   /** @param timeoutMs deadline for dialling a caller (default 5000) */
@@ -362,13 +371,28 @@ export class CallHomePool {
    * Opens the stream `info` names on the pooled connection to its caller.
    * @throws {TimeoutError} the caller did not accept within the deadline
    */
-  async dial(info: ConnectionInfo): Promise<FrameConn> {
+  dial(info: ConnectionInfo): Promise<FrameConn> {
     if (!("tcp" in info)) {
-      throw new InvalidArgumentError(`not a TCP connection info: ${JSON.stringify(info)}`);
+      return Promise.reject(
+        new InvalidArgumentError(`not a TCP connection info: ${JSON.stringify(info)}`),
+      );
     }
     const ids = muxStreamId(info.tcp.stream_id);
-    if (ids === undefined || this.#closed) return await dialTcp(info, this.#timeoutMs);
-    const address = info.tcp.address;
+    if (ids === undefined || this.#closed) return dialTcp(info, this.#timeoutMs);
+    // The usual case: the connection to this caller is open already.
+    const ready = this.#ready.get(info.tcp.address);
+    if (ready !== undefined && !ready.closed) {
+      const stream = ready.openStream(ids.key, ids.bytes);
+      stream.sendRaw(MuxKind.Open);
+      return Promise.resolve(stream);
+    }
+    return this.#dialPooled(info.tcp.address, ids);
+  }
+
+  async #dialPooled(
+    address: string,
+    ids: { key: string; bytes: Uint8Array },
+  ): Promise<FrameConn> {
     // A pooled connection may have just closed (the caller restarted): then dial again, once.
     for (let attempt = 0;; attempt++) {
       let conn = this.#pool.get(address);
@@ -397,11 +421,15 @@ export class CallHomePool {
       off += await raw.write(RESPONSE_MUX_HANDSHAKE.subarray(off));
     }
     const pooled = this.#pool.get(address);
-    return new MuxConnection(raw, {
-      onClose: () => {
+    const mux = new MuxConnection(raw, {
+      onClose: (c) => {
         if (this.#pool.get(address) === pooled) this.#pool.delete(address);
+        if (this.#ready.get(address) === c) this.#ready.delete(address);
       },
     });
+    if (this.#closed) mux.close();
+    else this.#ready.set(address, mux);
+    return mux;
   }
 
   /** Closes every pooled connection (their streams end). */
@@ -409,6 +437,7 @@ export class CallHomePool {
     this.#closed = true;
     for (const p of this.#pool.values()) void p.then((m) => m.close(), () => {});
     this.#pool.clear();
+    this.#ready.clear();
   }
 }
 

@@ -8,6 +8,7 @@ import {
   MuxConnection,
   MuxKind,
   muxStreamId,
+  muxStreamKey,
   readMuxHandshake,
   sameStreamId,
 } from "./mux.ts";
@@ -501,4 +502,36 @@ Deno.test("sameStreamId(id, key) is muxStreamId(id)?.key === key, without buildi
     { numRuns: 500 },
   );
   assert.equal(sameStreamId("x", ""), false);
+});
+
+Deno.test("muxStreamKey(id) is muxStreamId(id)?.key, and the key is the wire bytes in hex", () => {
+  const id = fc.oneof(
+    fc.tuple(fc.uuid(), fc.constantFrom("as-is", "upper", "undashed", "undashed-upper", "broken"))
+      .map(([u, how]) =>
+        how === "upper"
+          ? u.toUpperCase()
+          : how === "undashed"
+          ? u.replaceAll("-", "")
+          : how === "undashed-upper"
+          ? u.replaceAll("-", "").toUpperCase()
+          : how === "broken"
+          ? u.slice(0, 8) + "_" + u.slice(9)
+          : u
+      ),
+    fc.string({ minLength: 30, maxLength: 38 }),
+    fc.stringMatching(/^[0-9a-gA-G-]{32,36}$/),
+  );
+  fc.assert(
+    fc.property(id, (s) => {
+      const ids = muxStreamId(s);
+      assert.equal(muxStreamKey(s), ids?.key);
+      // The key is the 16 wire bytes in lower-case hex, and they are the id's digits.
+      if (ids !== undefined) {
+        const hex = Array.from(ids.bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+        assert.equal(ids.key, hex);
+        assert.equal(hex, s.replaceAll("-", "").toLowerCase());
+      }
+    }),
+    { numRuns: 2000 },
+  );
 });

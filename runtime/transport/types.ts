@@ -141,6 +141,12 @@ export interface RequestPlane {
   readonly kind: "nats" | "tcp" | "local" | "hub";
   /** True when requests may be sent as values ({@linkcode RequestMessage}), in process. */
   readonly carriesValues?: boolean;
+  /**
+   * True when `request()` takes a {@linkcode RequestMessage} and encodes it itself, straight
+   * into its connection's buffer (no array of its own per request); it encodes the message
+   * before it returns, so later changes to it do not reach the wire.
+   */
+  readonly encodesRequests?: boolean;
   /** Delivers every request sent to `subject` to `handler`; the plane acknowledges it. */
   serve(subject: string, handler: RawRequestHandler): Promise<Subscription>;
   /**

@@ -19,7 +19,17 @@ export function encodeRequest(header: RequestHeader, body: unknown): Uint8Array 
     whole.set(be, 4 + he.length);
     return whole;
   }
-  // A small request: one array, encoded into (room for the worst case; the bytes written).
+  // A small request: one array, encoded into. JSON is almost always ASCII, one byte a
+  // character: try the exact size first, then room for the worst case.
+  const exact = new Uint8Array(4 + h.length + b.length);
+  const hr = encoder.encodeInto(h, exact.subarray(4));
+  if (hr.read === h.length) {
+    const br = encoder.encodeInto(b, exact.subarray(4 + hr.written));
+    if (br.read === b.length) {
+      new DataView(exact.buffer).setUint32(0, hr.written);
+      return exact.subarray(0, 4 + hr.written + br.written);
+    }
+  }
   const out = new Uint8Array(4 + 3 * (h.length + b.length));
   const hLen = encoder.encodeInto(h, out.subarray(4)).written;
   const bLen = encoder.encodeInto(b, out.subarray(4 + hLen)).written;
@@ -50,12 +60,19 @@ export function jsonFrame(type: number, value: unknown): Frame {
 }
 
 /**
- * UTF-8 bytes as text; short ASCII (most frames) by hand, cheaper than a call into the
- * decoder.
+ * Longest text decoded by hand. Measured (Deno 2.9.6): a call into the decoder costs about
+ * 80 ns at any length up to 128 bytes; by hand 37 ns at 7 bytes, 56 at 16, 89 at 32, 163 at
+ * 64 and 321 at 128 (a request header of about 180 bytes: 450 ns by hand, 110 decoded).
+ */
+const HAND_DECODE_MAX = 24;
+
+/**
+ * UTF-8 bytes as text; short ASCII (most frames: small items, the prologue) by hand,
+ * cheaper than a call into the decoder; longer text (request headers) through the decoder.
  */
 export function utf8Text(bytes: Uint8Array): string {
   const n = bytes.length;
-  if (n > 512) return decoder.decode(bytes);
+  if (n > HAND_DECODE_MAX) return decoder.decode(bytes);
   let ascii = 0;
   for (let i = 0; i < n; i++) ascii |= bytes[i]!;
   if (ascii >= 0x80) return decoder.decode(bytes);

@@ -11,6 +11,9 @@
 //     [--workers 8] [--max-requests N] [--speedup X] [--engine-speedup R] [--json PATH]
 //
 // The reference is installed by scripts/setup_reference.sh (PyPI, cached in .dynamo/).
+// VERSUS_DUMP=PREFIX writes each run's requests (TTFT, prompt and cached tokens, send time) to
+// PREFIX.TRACE.MODE.FRONTEND.json; VERSUS_DENO_FLAGS passes flags to our frontend's `deno run`
+// (e.g. "--cpu-prof --cpu-prof-dir=DIR").
 
 import { clockTicks, cpuSeconds } from "./_cpu_time.ts";
 import { flag } from "./_stats.ts";
@@ -204,6 +207,18 @@ async function one(
         log(`${trace} ${mode} ${frontend}: ${p.done}/${p.total} (${p.failed} failed)`),
     });
     const cpu = cpuSeconds(front.pid) - cpu0;
+    const dump = Deno.env.get("VERSUS_DUMP");
+    if (dump) {
+      await Deno.writeTextFile(
+        `${dump}.${trace}.${mode}.${frontend}.json`,
+        JSON.stringify(results.map((r) => ({
+          ttft: r.ttftMs,
+          prompt: r.promptTokens,
+          cached: r.cachedTokens,
+          at: r.startMs,
+        }))),
+      );
+    }
     const summary = summarizeMode(results, seconds);
     return {
       trace,

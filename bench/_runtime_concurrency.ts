@@ -6,11 +6,11 @@ import type { ConcurrentRow } from "./_runtime_report.ts";
 import { measureConcurrent } from "./_stats.ts";
 
 /**
- * Measures each concurrent case after a short warm-up.
+ * Measures each concurrent case after a short warm-up, in rounds that take the cases in turn.
  *
  * @param f the fixture
- * @param params requests in flight, requests and time per case
- * @returns one row per case (requests/s)
+ * @param params requests in flight, requests and time per case, rounds
+ * @returns one row per case: its median round (requests/s), and every round's figure
  */
 export async function measureConcurrency(
   f: Fixture,
@@ -18,7 +18,7 @@ export async function measureConcurrency(
 ): Promise<ConcurrentRow[]> {
   const { worker: w, nc, pingBody, pingClient } = f;
   log(
-    `concurrency: ${params.concurrency} in flight, up to ${params.concurrentRequests} requests per case`,
+    `concurrency: ${params.concurrency} in flight, up to ${params.concurrentRequests} requests per case, ${params.concurrentRounds} rounds`,
   );
   const concurrentCases = [
     {
@@ -43,7 +43,8 @@ export async function measureConcurrency(
       fn: () => withTimeout(hop(f.tcpPing), 20_000, "concurrent dynamo TCP hop"),
     },
   ];
-  const concurrent: ConcurrentRow[] = [];
+  // Rounds interleave the cases, and each case's figure is its median round: one burst of
+  // other load on this shared machine moves one round of one case, not the ratio.
   for (const c of concurrentCases) {
     await measureConcurrent(
       c.fn,
@@ -51,13 +52,27 @@ export async function measureConcurrency(
       params.concurrency * 4,
       params.concurrentMaxMs,
     ); // warm-up
-    const r = await measureConcurrent(
-      c.fn,
-      params.concurrency,
-      params.concurrentRequests,
-      params.concurrentMaxMs,
-    );
-    concurrent.push({ key: c.key, label: c.label, ...r });
   }
-  return concurrent;
+  const rounds = new Map<string, { ops: number; seconds: number; perSecond: number }[]>();
+  for (let round = 0; round < params.concurrentRounds; round++) {
+    for (const c of concurrentCases) {
+      const r = await measureConcurrent(
+        c.fn,
+        params.concurrency,
+        params.concurrentRequests,
+        params.concurrentMaxMs,
+      );
+      rounds.set(c.key, [...rounds.get(c.key) ?? [], r]);
+    }
+  }
+  return concurrentCases.map((c) => {
+    const runs = [...rounds.get(c.key)!].sort((a, b) => a.perSecond - b.perSecond);
+    const mid = runs[Math.floor(runs.length / 2)]!;
+    return {
+      key: c.key,
+      label: c.label,
+      ...mid,
+      rounds: runs.map((r) => r.perSecond),
+    };
+  });
 }

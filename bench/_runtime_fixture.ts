@@ -22,6 +22,8 @@ export interface BenchParams {
   concurrency: number;
   concurrentRequests: number;
   concurrentMaxMs: number;
+  /** Rounds of the concurrency cases, taken in turn (each case's median round is reported). */
+  concurrentRounds: number;
 }
 
 /** A cleanup step; the bench runs them last in, first out. */

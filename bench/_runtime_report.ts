@@ -40,6 +40,8 @@ export interface ConcurrentRow {
   ops: number;
   seconds: number;
   perSecond: number;
+  /** Every round's requests/s, lowest first (the row's figure is the median round). */
+  rounds?: number[];
 }
 
 /** Median of samples (NaN when there are none). */
@@ -126,13 +128,21 @@ export function printReport(
     }`,
   );
   out.push("");
-  out.push(`concurrent, ${result.params.concurrency} requests in flight (requests/s)`);
+  const rounds = concurrent[0]?.rounds?.length ?? 1;
+  out.push(
+    `concurrent, ${result.params.concurrency} requests in flight (requests/s${
+      rounds > 1 ? `, median of ${rounds} rounds taken in turn; range` : ""
+    })`,
+  );
   const rawNats = concurrent.find((c) => c.key === "nats")?.perSecond ?? NaN;
   for (const c of concurrent) {
+    const range = c.rounds && c.rounds.length > 1
+      ? `${rate(c.rounds[0]!)}-${rate(c.rounds.at(-1)!)}`
+      : `${c.ops} in ${c.seconds.toFixed(2)} s`;
     out.push(
       `${pad(c.label, 48)}${lpad(rate(c.perSecond), 12)}${
         lpad((c.perSecond / rawNats).toFixed(2), 7)
-      }x  (${c.ops} in ${c.seconds.toFixed(2)} s)`,
+      }x  (${range})`,
     );
   }
   out.push("");

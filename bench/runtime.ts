@@ -45,6 +45,7 @@ const STREAM_ROUNDS = quick ? 1 : 3;
 const CONCURRENCY = 64;
 const CONCURRENT_REQUESTS = quick ? 2_000 : 20_000;
 const CONCURRENT_MAX_MS = quick ? 1_500 : 4_000;
+const CONCURRENT_ROUNDS = quick ? 1 : 5;
 if (!(ITERATIONS > 0 && ITEMS > 0)) throw new Error("--iterations and --items must be > 0");
 const params: BenchParams = {
   quick,
@@ -56,6 +57,7 @@ const params: BenchParams = {
   concurrency: CONCURRENCY,
   concurrentRequests: CONCURRENT_REQUESTS,
   concurrentMaxMs: CONCURRENT_MAX_MS,
+  concurrentRounds: CONCURRENT_ROUNDS,
 };
 
 // --- main -----------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 // ever end them. So a worker sends a heartbeat frame on every stream that sent nothing for a
 // beat, and a caller that waits longer than the idle deadline for its next frame fails the
 // stream. One coarse timer per process drives both sides, not one timer per stream: the hot
-// path only copies a tick counter.
+// path only copies a tick counter. The timer stops at the first tick that finds no stream
+// watched, not when the last one is unwatched: arming and clearing a timer per request (a
+// Node-style Timeout in Deno 2.9) cost as much as the rest of a one-request hop's bookkeeping.
 
 /** How often a worker's silent stream sends a heartbeat (ms). */
 export const DEFAULT_HEARTBEAT_MS = 1000;
@@ -69,7 +71,6 @@ export function watchStream(stream: WaitingStream): void {
  */
 export function unwatchStream(stream: WaitingStream): void {
   waiting.delete(stream);
-  stopIfIdle();
 }
 
 /**
@@ -90,23 +91,26 @@ export function beatStream(stream: BeatingStream): void {
  */
 export function stopBeating(stream: BeatingStream): void {
   beating.delete(stream);
-  stopIfIdle();
+}
+
+/** Whether the liveness timer is running (for tests). */
+export function livenessTimerRunning(): boolean {
+  return timer !== undefined;
 }
 
 function start(): void {
   if (timer !== undefined) return;
   // Not unref'd: a caller waiting on a hung stream must stay alive to fail it. The timer
-  // stops as soon as no stream is watched.
+  // stops at the first tick with no stream watched (an idle process keeps it one tick longer).
   timer = setInterval(onTick, TICK_MS);
 }
 
-function stopIfIdle(): void {
-  if (timer === undefined || waiting.size > 0 || beating.size > 0) return;
-  clearInterval(timer);
-  timer = undefined;
-}
-
 function onTick(): void {
+  if (waiting.size === 0 && beating.size === 0) {
+    clearInterval(timer);
+    timer = undefined;
+    return;
+  }
   const now = ++livenessClock.tick;
   for (const w of waiting) {
     if (w.waitingSince >= 0 && now - w.waitingSince >= w.idleTicks) {

@@ -4,8 +4,20 @@
 // its handler is silent and stops them once the stream ends.
 
 import assert from "node:assert/strict";
+import FakeTimers from "@sinonjs/fake-timers";
 import { Context } from "./context.ts";
 import { StreamStalledError } from "./errors.ts";
+import {
+  type BeatingStream,
+  beatStream,
+  livenessClock,
+  livenessTicks,
+  livenessTimerRunning,
+  stopBeating,
+  unwatchStream,
+  type WaitingStream,
+  watchStream,
+} from "./liveness.ts";
 import { serveRequest } from "./serve_request.ts";
 import { openStream } from "./stream.ts";
 import {
@@ -163,4 +175,67 @@ Deno.test("serveRequest sends heartbeats while its handler is silent, and none a
   await sleep(500);
   assert.equal(worker.sent.length, sentAfter, "nothing after the sentinel");
   caller.close();
+});
+
+/** Waits (real time) for the liveness timer of earlier tests to idle out, at most 2 s. */
+async function livenessIdle(): Promise<void> {
+  const deadline = performance.now() + 2_000;
+  while (livenessTimerRunning()) {
+    if (performance.now() > deadline) throw new Error("the liveness timer did not stop in 2 s");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+Deno.test("the liveness timer serves streams watched in turn without stopping, and stops at the first idle tick", async () => {
+  await livenessIdle();
+  const clock = FakeTimers.withGlobal(globalThis).install({
+    toFake: ["setInterval", "clearInterval"],
+  });
+  try {
+    const before = clock.countTimers();
+    for (let i = 0; i < 100; i++) {
+      const w: WaitingStream = { waitingSince: livenessClock.tick, idleTicks: 4, stall() {} };
+      watchStream(w);
+      unwatchStream(w);
+      const b: BeatingStream = { lastSent: 0, beatTicks: 4, beat() {} };
+      beatStream(b);
+      stopBeating(b);
+    }
+    assert.equal(clock.countTimers() - before, 1, "one timer for a hundred streams in turn");
+    assert.ok(livenessTimerRunning());
+    clock.tick(250);
+    assert.equal(livenessTimerRunning(), false, "stopped at the first tick with nothing watched");
+    assert.equal(clock.countTimers() - before, 0);
+  } finally {
+    clock.uninstall();
+  }
+});
+
+Deno.test("a stream watched while the timer idles out still stalls on time", async () => {
+  await livenessIdle();
+  const clock = FakeTimers.withGlobal(globalThis).install({
+    toFake: ["setInterval", "clearInterval"],
+  });
+  try {
+    const w0: WaitingStream = { waitingSince: livenessClock.tick, idleTicks: 1, stall() {} };
+    watchStream(w0);
+    unwatchStream(w0);
+    clock.tick(250); // idle tick: the timer stops
+    let stalled = 0;
+    const w: WaitingStream = {
+      waitingSince: livenessClock.tick,
+      idleTicks: livenessTicks(1000),
+      stall: () => stalled++,
+    };
+    watchStream(w);
+    clock.tick(750);
+    assert.equal(stalled, 0, "not before the idle deadline");
+    clock.tick(500);
+    assert.equal(stalled, 1, "stalled within a tick of the deadline");
+    unwatchStream(w);
+    clock.tick(250);
+    assert.equal(livenessTimerRunning(), false);
+  } finally {
+    clock.uninstall();
+  }
 });

@@ -1,0 +1,69 @@
+import assert from "node:assert/strict";
+import FakeTimers from "@sinonjs/fake-timers";
+import { addDeadline, deadlineTimerArmed, pendingDeadlines, removeDeadline } from "./_deadlines.ts";
+
+Deno.test("a deadline fires once after its time, at most one grain late, and the timer then stops", () => {
+  const clock = FakeTimers.withGlobal(globalThis).install({
+    toFake: ["setInterval", "clearInterval", "performance"],
+  });
+  try {
+    let fired = 0;
+    addDeadline({ at: performance.now() + 25, fire: () => fired++ });
+    clock.tick(20);
+    assert.equal(fired, 0, "not before its time");
+    clock.tick(10);
+    assert.equal(fired, 1, "fired within one grain of its time");
+    clock.tick(100);
+    assert.equal(fired, 1, "fired once");
+    assert.equal(pendingDeadlines(), 0);
+    assert.equal(deadlineTimerArmed(), false, "no timer once nothing is pending");
+  } finally {
+    clock.uninstall();
+  }
+});
+
+Deno.test("deadlines added and removed in turn share one timer, which stops at the next idle sweep", () => {
+  const clock = FakeTimers.withGlobal(globalThis).install({
+    toFake: ["setInterval", "clearInterval", "performance"],
+  });
+  try {
+    let fired = 0;
+    const before = clock.countTimers();
+    for (let i = 0; i < 1000; i++) {
+      const d = { at: performance.now() + 5_000, fire: () => fired++ };
+      addDeadline(d);
+      removeDeadline(d);
+    }
+    assert.equal(clock.countTimers() - before, 1, "one timer for a thousand add/remove pairs");
+    assert.equal(pendingDeadlines(), 0);
+    clock.tick(10);
+    assert.equal(deadlineTimerArmed(), false, "the first sweep with nothing pending stops it");
+    clock.tick(10_000);
+    assert.equal(fired, 0, "a removed deadline never fires");
+  } finally {
+    clock.uninstall();
+  }
+});
+
+Deno.test("a deadline that throws does not keep the others from firing", () => {
+  const clock = FakeTimers.withGlobal(globalThis).install({
+    toFake: ["setInterval", "clearInterval", "performance"],
+  });
+  try {
+    const order: string[] = [];
+    addDeadline({
+      at: performance.now() + 1,
+      fire: () => {
+        order.push("a");
+        throw new Error("a waiter's own failure");
+      },
+    });
+    addDeadline({ at: performance.now() + 1, fire: () => order.push("b") });
+    clock.tick(20);
+    assert.deepEqual(order, ["a", "b"]);
+    clock.tick(20);
+    assert.equal(deadlineTimerArmed(), false);
+  } finally {
+    clock.uninstall();
+  }
+});

@@ -1,8 +1,8 @@
 // Byte plumbing shared by the request connection and the call-home server: whole writes, and
 // reads of two-part messages with a deadline on every wait.
 
-import { withDeadline } from "../_deadline.ts";
 import { TimeoutError } from "../errors.ts";
+import { addDeadline, type Deadline, removeDeadline } from "../transport/_deadlines.ts";
 import { TwoPartDecoder, type TwoPartMessage } from "../transport/reference_wire.ts";
 
 /** Writes every byte of `bytes` (a `write` may take fewer). */
@@ -32,17 +32,27 @@ export class TwoPartReader {
    * @throws {import("../transport/reference_wire.ts").ReferenceWireError} a malformed frame
    */
   async next(timeoutMs: number, what: string): Promise<TwoPartMessage | undefined> {
-    const deadline = Date.now() + timeoutMs;
-    while (this.#ready.length === 0) {
-      if (this.#decoder.failure) throw this.#decoder.failure;
-      const left = deadline - Date.now();
-      const n = await withDeadline(
-        this.#conn.read(this.#buf),
-        Math.max(0, left),
-        () => new TimeoutError(`${what}: nothing within ${timeoutMs} ms`),
-      );
-      if (n === null) return undefined;
-      this.#ready.push(...this.#decoder.push(this.#buf.slice(0, n)));
+    if (this.#ready.length === 0) {
+      // Usually one read per item: its deadline is on the shared coarse timer, not a timer of
+      // its own (arming and clearing one per read cost more than decoding the item).
+      let late!: (err: Error) => void;
+      const expired = new Promise<never>((_, reject) => (late = reject));
+      expired.catch(() => {});
+      const deadline: Deadline = {
+        at: performance.now() + timeoutMs,
+        fire: () => late(new TimeoutError(`${what}: nothing within ${timeoutMs} ms`)),
+      };
+      addDeadline(deadline);
+      try {
+        while (this.#ready.length === 0) {
+          if (this.#decoder.failure) throw this.#decoder.failure;
+          const n = await Promise.race([this.#conn.read(this.#buf), expired]);
+          if (n === null) return undefined;
+          for (const m of this.#decoder.push(this.#buf.slice(0, n))) this.#ready.push(m);
+        }
+      } finally {
+        removeDeadline(deadline);
+      }
     }
     return this.#ready.shift();
   }

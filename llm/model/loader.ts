@@ -20,10 +20,21 @@ export interface ModelPipeline {
   preprocessor: Preprocessor;
 }
 
+/** Distinct reference model records whose pipelines a loader keeps (a fleet has one or two). */
+const REFERENCE_PIPELINES_KEPT = 8;
+
 /** Reads model cards and builds preprocessing pipelines from them. */
 export class ModelLoader {
   readonly #runtime: DistributedRuntime;
   readonly #reference: ReferenceWorkersOptions;
+  /**
+   * Reference pipelines by record content. Each reference worker publishes its own record,
+   * equal to the others' but for its instance id, and the frontend asks for the card of each
+   * (a model's card key follows the last worker that registered): built once per content,
+   * not once per worker. Building one reads and parses the tokenizer (half a second of the
+   * event loop for a 150k vocabulary), which stalled every request in flight as workers came.
+   */
+  readonly #referencePipelines = new Map<string, Promise<ModelPipeline>>();
 
   /**
    * Creates a loader that reads cards from `runtime`'s discovery and object store.
@@ -45,7 +56,26 @@ export class ModelLoader {
     // Ours: in `dynamo_deno` of the reference-shaped record, or the whole (earlier) record.
     const ours = ourCardOf(value);
     if (ours !== undefined) return ours;
-    return (await loadReferencePipeline(cardKey, raw, this.#reference)).card;
+    return (await this.#referencePipeline(cardKey, raw, value)).card;
+  }
+
+  /** The pipeline of a reference model record, shared by the records equal but for the instance. */
+  #referencePipeline(cardKey: string, raw: string, value: unknown): Promise<ModelPipeline> {
+    const content = referenceRecordContent(value) ?? raw;
+    const kept = this.#referencePipelines.get(content);
+    if (kept !== undefined) return kept;
+    const loading = loadReferencePipeline(cardKey, raw, this.#reference);
+    this.#referencePipelines.set(content, loading);
+    loading.catch(() => {
+      // Not kept when it failed: the next ask loads again.
+      if (this.#referencePipelines.get(content) === loading) {
+        this.#referencePipelines.delete(content);
+      }
+    });
+    if (this.#referencePipelines.size > REFERENCE_PIPELINES_KEPT) {
+      this.#referencePipelines.delete(this.#referencePipelines.keys().next().value!);
+    }
+    return loading;
   }
 
   /**
@@ -54,8 +84,9 @@ export class ModelLoader {
    */
   async loadPipeline(cardKey: string): Promise<ModelPipeline> {
     const raw = await this.#runtime.discovery.get(cardKey);
-    if (raw !== undefined && ourCardOf(JSON.parse(raw)) === undefined) {
-      return await loadReferencePipeline(cardKey, raw, this.#reference);
+    if (raw !== undefined) {
+      const value = JSON.parse(raw);
+      if (ourCardOf(value) === undefined) return await this.#referencePipeline(cardKey, raw, value);
     }
     const card = await this.loadCard(cardKey);
     if (card.model_input !== ModelInput.Tokens) {
@@ -74,4 +105,11 @@ export class ModelLoader {
     const tokenizer = Tokenizer.fromBytes(tj, tc);
     return { card, tokenizer, preprocessor: new Preprocessor({ card, tokenizer }) };
   }
+}
+
+/** A reference model record without what differs between its workers (the instance id). */
+function referenceRecordContent(value: unknown): string | undefined {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return undefined;
+  const { instance_id: _instance, ...content } = value as Record<string, unknown>;
+  return JSON.stringify(content);
 }

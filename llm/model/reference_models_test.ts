@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { DistributedRuntime } from "../../runtime/distributed_runtime.ts";
 import { DynamoError } from "../../runtime/errors.ts";
 import { referenceTokensRequest } from "../../runtime/reference/request.ts";
 import { ModelInput, ModelType, type PreprocessedRequest } from "../protocols.ts";
@@ -10,6 +11,7 @@ import {
   referenceModelType,
   toReferenceRequest,
 } from "./reference_models.ts";
+import { ModelLoader } from "./loader.ts";
 import { builtinTestModel } from "./test_model.ts";
 
 // A model record a 1.6.1 mocker wrote (tests/golden), its file paths pointed where a test wants.
@@ -186,5 +188,33 @@ Deno.test("a reference card naming files by URL fetches them from the worker", a
     await assert.rejects(loadReferencePipeline(KEY, JSON.stringify(value)), /answered 404/);
   } finally {
     await server.shutdown();
+  }
+});
+
+Deno.test("the loader builds one pipeline for a fleet's reference records (equal but for the instance id), another for a changed card", async () => {
+  const runtime = await DistributedRuntime.connect({ discovery: "memory", requestPlane: "local" });
+  try {
+    const base = JSON.parse(record((f) => `${model}/${f}`));
+    const prefix = KEY.slice(0, KEY.lastIndexOf("/") + 1);
+    const keys = ["1a", "1b", "1c"].map((id) => `${prefix}${id}`);
+    for (const [i, key] of keys.entries()) {
+      await runtime.discovery.put(key, JSON.stringify({ ...base, instance_id: 100 + i }));
+    }
+    const loader = new ModelLoader(runtime);
+    const [a, b, c] = await Promise.all(keys.map((k) => loader.loadPipeline(k)));
+    assert.equal(a, b, "the second worker's record reuses the first's pipeline");
+    assert.equal(a, c);
+    assert.equal(await loader.loadCard(keys[2]!), a!.card, "its card too, with nothing loaded");
+    // A changed card (another block size) is another pipeline.
+    const changed = `${prefix}2a`;
+    await runtime.discovery.put(
+      changed,
+      JSON.stringify({ ...base, card_json: { ...base.card_json, kv_cache_block_size: 32 } }),
+    );
+    const d = await loader.loadPipeline(changed);
+    assert.notEqual(d, a);
+    assert.equal(d.card.kv_cache_block_size, 32);
+  } finally {
+    await runtime.shutdown();
   }
 });

@@ -4,7 +4,7 @@
 // call-home server. Every wait has a deadline; a stream the caller leaves early is stopped with
 // the reference's own control message.
 
-import { decode as msgpackDecode, encode as msgpackEncode } from "@msgpack/msgpack";
+import { msgpackDecode, msgpackEncode } from "./_msgpack.ts";
 import {
   CancelledError,
   InvalidArgumentError,
@@ -199,7 +199,7 @@ export class ReferenceClient {
         },
       };
       const body = instance.codec === "msgpack"
-        ? msgpackEncode(request, { useBigInt64: bigints })
+        ? msgpackEncode(request, bigints)
         : new TextEncoder().encode(JSON.stringify(request));
       const payload = encodeTwoPart({
         header: new TextEncoder().encode(JSON.stringify(header)),
@@ -258,9 +258,7 @@ export class ReferenceClient {
     signal?.addEventListener("abort", onAbort, { once: true });
     const decoder = new TextDecoder();
     const decodeBody = (b: Uint8Array) =>
-      instance.codec === "msgpack"
-        ? msgpackDecode(b, { useBigInt64: bigints })
-        : JSON.parse(decoder.decode(b));
+      instance.codec === "msgpack" ? msgpackDecode(b, bigints) : JSON.parse(decoder.decode(b));
     try {
       const next = async (what: string) => {
         try {

@@ -8,7 +8,7 @@
 // worker or sees a gap in its event ids, and gets the buffered events since an id, or a dump of
 // the blocks the worker holds (tests/golden/reference_1.6.1/kv_state.json).
 
-import { encode } from "@msgpack/msgpack";
+import { msgpackEncode } from "./_msgpack.ts";
 import type { Logger } from "../logger.ts";
 import {
   ID_SLOT,
@@ -436,7 +436,7 @@ export function encodeReferenceKvMessage(m: ReferenceKvMessageInit): Uint8Array[
     m.publisherId,
     m.sequence,
     m.publishedAt,
-    encode([event], { useBigInt64: true }),
+    msgpackEncode([event], true),
   );
 }
 

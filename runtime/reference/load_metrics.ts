@@ -7,7 +7,7 @@
 // workers (`--active-decode-blocks-threshold`, `--active-prefill-tokens-threshold`); our
 // ReferenceKvRouter reads the reference workers' as load in its cost.
 
-import { decode, encode } from "@msgpack/msgpack";
+import { msgpackDecode, msgpackEncode } from "./_msgpack.ts";
 import { ProtocolError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { Handler } from "../serve_request.ts";
@@ -48,13 +48,13 @@ const TOPIC = "kv_metrics";
  * @returns the message's parts
  */
 export function encodeReferenceLoadMessage(m: ReferenceLoadMessageInit): Uint8Array[] {
-  const load = encode({
+  const load = msgpackEncode({
     worker_id: m.workerId,
     dp_rank: 0,
     active_decode_blocks: m.load.activeDecodeBlocks,
     active_prefill_tokens: m.load.activePrefillTokens,
     kv_used_blocks: m.load.kvUsedBlocks,
-  }, { useBigInt64: true });
+  }, true);
   return encodeEventPlaneMessage(TOPIC, m.publisherId, m.sequence, m.publishedAt, load);
 }
 
@@ -70,13 +70,13 @@ export function encodeEventPlaneMessage(
   publishedAt: bigint,
   payload: Uint8Array,
 ): Uint8Array[] {
-  const envelope = encode({
+  const envelope = msgpackEncode({
     publisher_id: publisherId,
     sequence: Number(sequence),
     published_at: publishedAt,
     topic,
     payload,
-  }, { useBigInt64: true });
+  }, true);
   const out = new Uint8Array(5 + envelope.length);
   out[0] = 1;
   new DataView(out.buffer).setUint32(1, envelope.length);
@@ -106,11 +106,11 @@ export function decodeReferenceLoad(
   let outer: unknown;
   let inner: unknown;
   try {
-    outer = decode(envelope, { useBigInt64: true });
+    outer = msgpackDecode(envelope, true);
     if (!isObject(outer) || !(outer.payload instanceof Uint8Array)) {
       throw new ProtocolError("the envelope has no binary payload");
     }
-    inner = decode(outer.payload, { useBigInt64: true });
+    inner = msgpackDecode(outer.payload, true);
   } catch (err) {
     if (err instanceof ProtocolError) throw err;
     throw new ProtocolError(`not msgpack: ${(err as Error).message}`, { cause: err });

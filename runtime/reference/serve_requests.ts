@@ -4,7 +4,7 @@
 // the caller's "stop" / "kill" on that connection. Used by `serveReferenceEndpoint` and by every
 // endpoint our `serveEndpoint` serves on the TCP plane, whose listener hands such requests here.
 
-import { decode as msgpackDecode, encode as msgpackEncode } from "@msgpack/msgpack";
+import { msgpackDecode, msgpackEncode } from "./_msgpack.ts";
 import { Context } from "../context.ts";
 import { ProtocolError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
@@ -110,9 +110,7 @@ export function referenceRequestServer(
     const codec = control!.payload_codec === "msgpack" ? "msgpack" : "json";
     let request: unknown;
     try {
-      request = codec === "msgpack"
-        ? msgpackDecode(body, { useBigInt64: raw })
-        : JSON.parse(DECODER.decode(body));
+      request = codec === "msgpack" ? msgpackDecode(body, raw) : JSON.parse(DECODER.decode(body));
     } catch (err) {
       throw new ProtocolError(`request body is not ${codec}: ${(err as Error).message}`);
     }
@@ -131,9 +129,7 @@ export function referenceRequestServer(
     });
     conn.setNoDelay(true);
     const encode = (v: unknown) =>
-      s.codec === "msgpack"
-        ? msgpackEncode(v, { useBigInt64: raw })
-        : ENCODER.encode(JSON.stringify(v));
+      s.codec === "msgpack" ? msgpackEncode(v, raw) : ENCODER.encode(JSON.stringify(v));
     const frame = (header: unknown, body?: unknown) =>
       encodeTwoPart({
         header: header === undefined ? new Uint8Array(0) : ENCODER.encode(JSON.stringify(header)),

@@ -1,12 +1,21 @@
 import assert from "node:assert/strict";
-import FakeTimers from "@sinonjs/fake-timers";
+import FakeTimers, { type InstalledClock } from "@sinonjs/fake-timers";
 import { addDeadline, deadlineTimerArmed, pendingDeadlines, removeDeadline } from "./_deadlines.ts";
 
-Deno.test("a deadline fires once after its time, at most one grain late, and the timer then stops", () => {
+/** Runs `test` with the shared timer and `performance.now()` on a fake clock. */
+function onFakeClock(test: (clock: InstalledClock) => void): void {
   const clock = FakeTimers.withGlobal(globalThis).install({
     toFake: ["setInterval", "clearInterval", "performance"],
   });
   try {
+    test(clock);
+  } finally {
+    clock.uninstall();
+  }
+}
+
+Deno.test("a deadline fires once after its time, at most one grain late, and the timer then stops", () =>
+  onFakeClock((clock) => {
     let fired = 0;
     addDeadline({ at: performance.now() + 25, fire: () => fired++ });
     clock.tick(20);
@@ -17,16 +26,10 @@ Deno.test("a deadline fires once after its time, at most one grain late, and the
     assert.equal(fired, 1, "fired once");
     assert.equal(pendingDeadlines(), 0);
     assert.equal(deadlineTimerArmed(), false, "no timer once nothing is pending");
-  } finally {
-    clock.uninstall();
-  }
-});
+  }));
 
-Deno.test("deadlines added and removed in turn share one timer, which stops at the next idle sweep", () => {
-  const clock = FakeTimers.withGlobal(globalThis).install({
-    toFake: ["setInterval", "clearInterval", "performance"],
-  });
-  try {
+Deno.test("deadlines added and removed in turn share one timer, which stops at the next idle sweep", () =>
+  onFakeClock((clock) => {
     let fired = 0;
     const before = clock.countTimers();
     for (let i = 0; i < 1000; i++) {
@@ -40,16 +43,10 @@ Deno.test("deadlines added and removed in turn share one timer, which stops at t
     assert.equal(deadlineTimerArmed(), false, "the first sweep with nothing pending stops it");
     clock.tick(10_000);
     assert.equal(fired, 0, "a removed deadline never fires");
-  } finally {
-    clock.uninstall();
-  }
-});
+  }));
 
-Deno.test("a deadline that throws does not keep the others from firing", () => {
-  const clock = FakeTimers.withGlobal(globalThis).install({
-    toFake: ["setInterval", "clearInterval", "performance"],
-  });
-  try {
+Deno.test("a deadline that throws does not keep the others from firing", () =>
+  onFakeClock((clock) => {
     const order: string[] = [];
     addDeadline({
       at: performance.now() + 1,
@@ -63,7 +60,4 @@ Deno.test("a deadline that throws does not keep the others from firing", () => {
     assert.deepEqual(order, ["a", "b"]);
     clock.tick(20);
     assert.equal(deadlineTimerArmed(), false);
-  } finally {
-    clock.uninstall();
-  }
-});
+  }));

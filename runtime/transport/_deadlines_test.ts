@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import FakeTimers, { type InstalledClock } from "@sinonjs/fake-timers";
+import FakeTimers from "@sinonjs/fake-timers";
 import { addDeadline, deadlineTimerArmed, pendingDeadlines, removeDeadline } from "./_deadlines.ts";
 
 /** Runs `test` with the shared timer and `performance.now()` on a fake clock. */
-function onFakeClock(test: (clock: InstalledClock) => void): void {
+function onFakeClock(test: (clock: FakeTimers.Clock) => void): void {
   const clock = FakeTimers.withGlobal(globalThis).install({
     toFake: ["setInterval", "clearInterval", "performance"],
   });

@@ -141,7 +141,11 @@ export class IncrementalDetokenizer {
         }
       }
       this.#need = utf8Need(piece, this.#need);
-      out += (this.#utf8 ??= new TextDecoder("utf-8")).decode(piece, { stream: true });
+      // ignoreBOM: a U+FEFF the model produced is text, not a byte order mark to drop (the
+      // decoder drops one at the start of each stream otherwise; decode() keeps it).
+      out += (this.#utf8 ??= new TextDecoder("utf-8", { ignoreBOM: true })).decode(piece, {
+        stream: true,
+      });
     }
     return out;
   }

@@ -4,8 +4,9 @@
 // beat, and a caller that waits longer than the idle deadline for its next frame fails the
 // stream. One coarse timer per process drives both sides, not one timer per stream: the hot
 // path only copies a tick counter. The timer stops at the first tick that finds no stream
-// watched, not when the last one is unwatched: arming and clearing a timer per request (a
-// Node-style Timeout in Deno 2.9) cost as much as the rest of a one-request hop's bookkeeping.
+// watched, not when the last one is unwatched: with one request at a time that armed and
+// cleared a timer (a Node-style Timeout in Deno 2.9) per request on both sides, about a tenth
+// of a TCP hop's CPU in its profile.
 
 /** How often a worker's silent stream sends a heartbeat (ms). */
 export const DEFAULT_HEARTBEAT_MS = 1000;

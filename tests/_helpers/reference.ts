@@ -186,7 +186,11 @@ export function startReferenceProcess(
   };
 }
 
-/** Polls `probe` every 250 ms until it returns a value; throws after `ms`. */
+/**
+ * Polls `probe` every 250 ms until it returns a value; throws after `ms`, a probe still running
+ * then included (a probe that hangs, such as a fetch to a port some other process answers,
+ * must not keep a test waiting past its deadline).
+ */
 export async function until<T>(
   what: string,
   ms: number,
@@ -195,11 +199,20 @@ export async function until<T>(
   const deadline = Date.now() + ms;
   let last: unknown;
   for (;;) {
+    let timer: ReturnType<typeof setTimeout> | undefined;
     try {
-      const got = await probe();
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error("the probe was still running at the deadline")),
+          Math.max(0, deadline - Date.now()) + 1_000,
+        );
+      });
+      const got = await Promise.race([probe(), late]);
       if (got !== undefined) return got;
     } catch (err) {
       last = err;
+    } finally {
+      clearTimeout(timer);
     }
     if (Date.now() > deadline) {
       throw new Error(`timed out after ${ms} ms waiting for ${what} (last error: ${last})`);

@@ -39,8 +39,41 @@ export function haveServers(): boolean {
   return findBinary("etcd") !== undefined && findBinary("nats-server") !== undefined;
 }
 
-/** A free TCP port on 127.0.0.1. */
+/**
+ * The lowest port the kernel hands out to a bind to port 0 or an outgoing connection (Linux's
+ * ephemeral range), or undefined where that cannot be read.
+ */
+function ephemeralLow(): number | undefined {
+  try {
+    const low = Number(
+      Deno.readTextFileSync("/proc/sys/net/ipv4/ip_local_port_range").split(/\s+/)[0],
+    );
+    return Number.isInteger(low) && low > 11_000 ? low : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A free TCP port on 127.0.0.1, for a server a test starts with an explicit port. Drawn below
+ * the kernel's ephemeral range where it can be read: a port from that range (what a bind to
+ * port 0 gives) could be taken, between this check and the server's bind, by any process's
+ * bind to port 0 or outgoing connection; a reference mocker took a reference frontend's port
+ * that way in a CI run, and a probe of the frontend then reached the mocker.
+ */
 export function freePort(): number {
+  const low = ephemeralLow();
+  if (low !== undefined) {
+    for (let tries = 0; tries < 50; tries++) {
+      const port = 10_000 + Math.floor(Math.random() * (low - 10_000));
+      try {
+        Deno.listen({ hostname: "127.0.0.1", port }).close();
+        return port;
+      } catch {
+        // taken: draw again
+      }
+    }
+  }
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (l.addr as Deno.NetAddr).port;
   l.close();

@@ -53,20 +53,21 @@ export async function measureConcurrency(
       params.concurrentMaxMs,
     ); // warm-up
   }
-  const rounds = new Map<string, { ops: number; seconds: number; perSecond: number }[]>();
+  const rounds = concurrentCases.map(() => [] as Awaited<ReturnType<typeof measureConcurrent>>[]);
   for (let round = 0; round < params.concurrentRounds; round++) {
-    for (const c of concurrentCases) {
-      const r = await measureConcurrent(
-        c.fn,
-        params.concurrency,
-        params.concurrentRequests,
-        params.concurrentMaxMs,
+    for (const [i, c] of concurrentCases.entries()) {
+      rounds[i]!.push(
+        await measureConcurrent(
+          c.fn,
+          params.concurrency,
+          params.concurrentRequests,
+          params.concurrentMaxMs,
+        ),
       );
-      rounds.set(c.key, [...rounds.get(c.key) ?? [], r]);
     }
   }
-  return concurrentCases.map((c) => {
-    const runs = [...rounds.get(c.key)!].sort((a, b) => a.perSecond - b.perSecond);
+  return concurrentCases.map((c, i) => {
+    const runs = rounds[i]!.sort((a, b) => a.perSecond - b.perSecond);
     const mid = runs[Math.floor(runs.length / 2)]!;
     return {
       key: c.key,

@@ -186,12 +186,21 @@ async function livenessIdle(): Promise<void> {
   }
 }
 
-Deno.test("the liveness timer serves streams watched in turn without stopping, and stops at the first idle tick", async () => {
+/** Runs `test` on a fake clock once the liveness timer of earlier tests has idled out. */
+async function onFakeClock(test: (clock: FakeTimers.Clock) => void): Promise<void> {
   await livenessIdle();
   const clock = FakeTimers.withGlobal(globalThis).install({
     toFake: ["setInterval", "clearInterval"],
   });
   try {
+    test(clock);
+  } finally {
+    clock.uninstall();
+  }
+}
+
+Deno.test("the liveness timer serves streams watched in turn without stopping, and stops at the first idle tick", () =>
+  onFakeClock((clock) => {
     const before = clock.countTimers();
     for (let i = 0; i < 100; i++) {
       const w: WaitingStream = { waitingSince: livenessClock.tick, idleTicks: 4, stall() {} };
@@ -206,17 +215,10 @@ Deno.test("the liveness timer serves streams watched in turn without stopping, a
     clock.tick(250);
     assert.equal(livenessTimerRunning(), false, "stopped at the first tick with nothing watched");
     assert.equal(clock.countTimers() - before, 0);
-  } finally {
-    clock.uninstall();
-  }
-});
+  }));
 
-Deno.test("a stream watched while the timer idles out still stalls on time", async () => {
-  await livenessIdle();
-  const clock = FakeTimers.withGlobal(globalThis).install({
-    toFake: ["setInterval", "clearInterval"],
-  });
-  try {
+Deno.test("a stream watched while the timer idles out still stalls on time", () =>
+  onFakeClock((clock) => {
     const w0: WaitingStream = { waitingSince: livenessClock.tick, idleTicks: 1, stall() {} };
     watchStream(w0);
     unwatchStream(w0);
@@ -235,7 +237,4 @@ Deno.test("a stream watched while the timer idles out still stalls on time", asy
     unwatchStream(w);
     clock.tick(250);
     assert.equal(livenessTimerRunning(), false);
-  } finally {
-    clock.uninstall();
-  }
-});
+  }));

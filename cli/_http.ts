@@ -18,6 +18,7 @@ import type { Io } from "./_common.ts";
 import { backendsInfo } from "../runtime/backends.ts";
 import { withCors } from "../llm/http/cors.ts";
 import type { ReferenceWorkersOptions } from "../llm/model/registry.ts";
+import { warmRequestPath } from "../llm/http/warm.ts";
 
 /** Options of {@linkcode serveFrontend}. */
 export interface ServeFrontendOptions {
@@ -45,6 +46,11 @@ export interface ServeFrontendOptions {
   workerMetrics?: MetricsRegistry;
   /** Also serve reference (ai-dynamo 1.6.1) workers' models (`--reference-workers`). */
   referenceWorkers?: ReferenceWorkersOptions;
+  /**
+   * Run the per-request code on synthetic requests before listening, so the first requests
+   * are not served interpreted (default true; ~20 ms at start: llm/http/warm.ts).
+   */
+  warmUp?: boolean;
 }
 
 /** A running frontend. */
@@ -89,6 +95,10 @@ export async function serveFrontend(
     dynamo_endpoint: "http",
   });
   const guard = guardFrontend(frontend.fetch, { ...options.guard, metrics: frontend.metrics });
+  if (options.warmUp !== false) {
+    const warm = await warmRequestPath();
+    options.logger.debug("request path warmed", { rounds: warm.rounds, ms: Math.round(warm.ms) });
+  }
   const listening = Promise.withResolvers<Deno.NetAddr>();
   const server = Deno.serve(
     {

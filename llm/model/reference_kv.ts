@@ -4,7 +4,7 @@
 // as its etcd record names it: a ZeroMQ publisher (1.6.1's default; we dial it as a SUB socket)
 // or NATS (`--event-plane nats`: `namespace.<ns>.component.<c>.endpoint.<e>.kv-events`).
 
-import { decode } from "@msgpack/msgpack";
+import { Decoder } from "@msgpack/msgpack";
 import { z } from "zod";
 import type { Context } from "../../runtime/context.ts";
 import type { Discovery } from "../../runtime/discovery/types.ts";
@@ -165,6 +165,9 @@ function hash(v: unknown, what: string): bigint {
   throw new ProtocolError(`${what} is not a u64`);
 }
 
+/** Made once: `decode(bytes, options)` builds a Decoder (and its buffer) on every call. */
+const eventDecoder = new Decoder({ useBigInt64: true });
+
 /**
  * Decodes one message of a reference worker's `kv-events` subject: the event-plane envelope
  * (`{publisher_id, sequence, published_at, topic, payload}`) and the router events in its
@@ -178,11 +181,11 @@ export function decodeReferenceKvEvents(bytes: Uint8Array): ReferenceKvEvent[] {
   let envelope: unknown;
   let events: unknown;
   try {
-    envelope = decode(bytes, { useBigInt64: true });
+    envelope = eventDecoder.decode(bytes);
     if (!isObject(envelope) || !(envelope.payload instanceof Uint8Array)) {
       throw new ProtocolError("the envelope has no binary payload");
     }
-    events = decode(envelope.payload, { useBigInt64: true });
+    events = eventDecoder.decode(envelope.payload);
   } catch (err) {
     if (err instanceof ProtocolError) throw err;
     throw new ProtocolError(`not msgpack: ${(err as Error).message}`, { cause: err });

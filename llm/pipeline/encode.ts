@@ -258,10 +258,16 @@ class SingleChoiceSse extends ChoiceSse {
       throw held.err;
     }
     let text = "";
+    // One clock reading per wait: the outputs polled after it arrived with the one awaited.
+    let now = 0;
     for (;;) {
-      const r = text === "" ? await this.#it.next() : this.#ready();
+      let r: IteratorResult<LLMEngineOutput> | undefined;
+      if (text === "") {
+        r = await this.#it.next();
+        now = performance.now();
+      } else r = this.#ready();
       if (r === undefined) return { text, last: false };
-      const step = this.#apply(r);
+      const step = this.#apply(r, now);
       if (typeof step !== "string") {
         return text === "" ? step : { text: text + step.text, last: true };
       }
@@ -281,7 +287,7 @@ class SingleChoiceSse extends ChoiceSse {
   }
 
   /** One engine output as SSE text ("" when it adds nothing), or the stream's last step. */
-  #apply(r: IteratorResult<LLMEngineOutput>): string | SseStep {
+  #apply(r: IteratorResult<LLMEngineOutput>, now: number): string | SseStep {
     const choices = this.choices;
     const proc = choices.processors[0]!;
     if (r.done) {
@@ -290,7 +296,7 @@ class SingleChoiceSse extends ChoiceSse {
       return this.end(this.#text(tail.text, reason));
     }
     const out = r.value;
-    choices.observe(0, out);
+    choices.observe(0, out, now);
     const delta = proc.push(out);
     const logprobs = choices.logprobsOf(0, delta);
     if (delta.finishReason) {

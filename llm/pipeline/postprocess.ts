@@ -138,10 +138,13 @@ export class TokenChoices {
     this.#started = started;
   }
 
-  /** Notes an engine output of choice `index` (token timings, cached prompt tokens). */
-  observe(index: number, out: LLMEngineOutput): void {
+  /**
+   * Notes an engine output of choice `index` (token timings, cached prompt tokens).
+   * @param now when it arrived (`performance.now()`; outputs read together may share one)
+   */
+  observe(index: number, out: LLMEngineOutput, now?: number): void {
     if (out.token_ids.length > 0) {
-      const now = performance.now();
+      now ??= performance.now();
       if (this.#firstAt === 0) {
         this.#firstAt = now;
         this.#series.ttft.observe((now - this.#started) / 1000);

@@ -6,17 +6,21 @@
 // trace replayed open-loop against it (cli/_bench/replay.ts). Per run: requests, failures, TTFT
 // p50/p90, prefix hit rate (the mockers' own cached-token counts) against the trace's ceiling,
 // throughput, and the frontend process's CPU per request. Ratios ours/reference per trace and mode.
+// Then the closed-loop case: each frontend as fast as it goes (clients sending short chat requests
+// back to back, engines sped up 1000x), at each level of clients: requests/s and CPU per request.
 //
 //   deno task bench:versus [--quick] [--traces mooncake,multi-tenant] [--modes kv,round-robin]
 //     [--workers 8] [--max-requests N] [--speedup X] [--engine-speedup R] [--json PATH]
+//     [--no-throughput] [--throughput-concurrency 32,128] [--throughput-seconds S]
 //
 // The reference is installed by scripts/setup_reference.sh (PyPI, cached in .dynamo/).
 // VERSUS_DUMP=PREFIX writes each run's requests (TTFT, prompt and cached tokens, send time) to
 // PREFIX.TRACE.MODE.FRONTEND.json; VERSUS_DENO_FLAGS passes flags to our frontend's `deno run`
 // (e.g. "--cpu-prof --cpu-prof-dir=DIR").
 
-import { clockTicks, cpuSeconds } from "./_cpu_time.ts";
-import { flag } from "./_stats.ts";
+import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
+import { flag, measureConcurrent } from "./_stats.ts";
+import { streamOnce } from "./_frontend_client.ts";
 import { replayTrace } from "../cli/_bench/replay.ts";
 import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
 import { limitTrace, loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
@@ -34,6 +38,14 @@ const MAX_REQUESTS = Number(flag("--max-requests") ?? (quick ? 150 : 600));
 const SPEEDUP = Number(flag("--speedup") ?? 10);
 const ENGINE_SPEEDUP = Number(flag("--engine-speedup") ?? SPEEDUP);
 const jsonPath = flag("--json");
+// The closed-loop throughput case: each frontend as fast as it goes, on short chat requests.
+const THROUGHPUT = !Deno.args.includes("--no-throughput");
+// Several levels: the reference's frontend needs more requests in flight than ours to fill up.
+const THROUGHPUT_CONCURRENCY = (flag("--throughput-concurrency") ?? "32,128").split(",").map(
+  Number,
+);
+const THROUGHPUT_SECONDS = Number(flag("--throughput-seconds") ?? (quick ? 4 : 10));
+const THROUGHPUT_ENGINE_SPEEDUP = 1000;
 const MODEL = "Qwen3-0.6B";
 const CONTEXT = 40_960;
 const LOOPBACK = {
@@ -46,7 +58,14 @@ const LOOPBACK = {
 };
 const log = (msg: string) => console.error(`[versus] ${msg}`);
 
-for (const [name, v] of [["--workers", WORKERS], ["--max-requests", MAX_REQUESTS]] as const) {
+for (
+  const [name, v] of [
+    ["--workers", WORKERS],
+    ["--max-requests", MAX_REQUESTS],
+    ...THROUGHPUT_CONCURRENCY.map((c) => ["--throughput-concurrency", c] as const),
+    ["--throughput-seconds", THROUGHPUT_SECONDS],
+  ] as const
+) {
   if (!(Number.isInteger(v) && v > 0)) throw new Error(`${name} must be a whole number > 0`);
 }
 for (const m of MODES) {
@@ -142,16 +161,26 @@ interface Run {
   frontendCpuMsPerRequest: number;
 }
 
-async function one(
+/** Fresh etcd + NATS, the mocker workers, and one frontend listing the model. */
+interface Fleet {
+  base: string;
+  front: Proc;
+  stop(): Promise<void>;
+}
+
+async function startFleet(
   py: string,
-  trace: string,
-  requests: TraceRequest[],
   mode: string,
   frontend: string,
-): Promise<Run> {
+  engineSpeedup: number,
+): Promise<Fleet> {
   const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
   const env = { ...LOOPBACK, ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
   const procs: Proc[] = [];
+  const stop = async () => {
+    for (const p of procs.reverse()) await p.stop();
+    await Promise.all([etcd.stop(), nats.stop()]);
+  };
   try {
     const mockers = spawn(py, [
       "-m",
@@ -163,7 +192,7 @@ async function one(
       "--num-workers",
       String(WORKERS),
       "--speedup-ratio",
-      String(ENGINE_SPEEDUP),
+      String(engineSpeedup),
     ], env);
     procs.push(mockers);
     const port = freePort();
@@ -196,6 +225,23 @@ async function one(
     }, front);
     // Every worker registered before the clock starts (the mocker process starts them in turn).
     await new Promise((r) => setTimeout(r, 3000));
+    return { base, front, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+async function one(
+  py: string,
+  trace: string,
+  requests: TraceRequest[],
+  mode: string,
+  frontend: string,
+): Promise<Run> {
+  const fleet = await startFleet(py, mode, frontend, ENGINE_SPEEDUP);
+  const { base, front } = fleet;
+  try {
     await clockTicks();
     const cpu0 = cpuSeconds(front.pid);
     const { results, seconds } = await replayTrace(requests, {
@@ -230,8 +276,75 @@ async function one(
       frontendCpuMsPerRequest: cpu * 1000 / results.length,
     };
   } finally {
-    for (const p of procs.reverse()) await p.stop();
-    await Promise.all([etcd.stop(), nats.stop()]);
+    await fleet.stop();
+  }
+}
+
+interface ThroughputRun {
+  frontend: string;
+  /** Clients, each with one request in flight. */
+  concurrency: number;
+  requests: number;
+  requestsPerS: number;
+  /** The frontend process's CPU per request (ms), all its threads. */
+  frontendCpuMsPerRequest: number;
+  /** SSE data chunks per answer, [DONE] left out (the same work from both frontends). */
+  chunksPerAnswer: number;
+  /** Cores the frontend process kept busy, and the whole machine (mockers and client too). */
+  frontendCores: number;
+  machineCores: number;
+}
+
+/**
+ * One frontend as fast as it goes: `concurrency` clients each sending its next
+ * streaming chat request (a different short question each time, 16 tokens out) as soon as the
+ * last one ended, round-robin over the workers, whose engine runs at THROUGHPUT_ENGINE_SPEEDUP
+ * so the frontend is what limits. The first 2 s are a warm-up, not counted.
+ */
+async function throughput(
+  py: string,
+  frontend: string,
+  concurrency: number,
+): Promise<ThroughputRun> {
+  const fleet = await startFleet(py, "round-robin", frontend, THROUGHPUT_ENGINE_SPEEDUP);
+  try {
+    const url = `${fleet.base}/v1/chat/completions`;
+    let n = 0;
+    let chunks = 0;
+    const send = async () => {
+      const body = JSON.stringify({
+        model: MODEL,
+        messages: [{ role: "user", content: `Question ${n++}: what is the capital of France?` }],
+        max_tokens: 16,
+        stream: true,
+      });
+      const answer = await streamOnce(url, body, 30_000);
+      chunks += answer.chunks; // after the await: \`chunks += await ...\` would read it before
+    };
+    await measureConcurrent(send, concurrency, Infinity, 2_000);
+    const ticks = await clockTicks();
+    chunks = 0;
+    const cpu0 = cpuSeconds(fleet.front.pid);
+    const busy0 = machineBusySeconds();
+    const res = await measureConcurrent(send, concurrency, Infinity, THROUGHPUT_SECONDS * 1000);
+    const cpu = cpuSeconds(fleet.front.pid) - cpu0;
+    const busy = machineBusySeconds() - busy0;
+    log(
+      `throughput ${frontend}, ${concurrency} in flight: ${res.perSecond.toFixed(0)} req/s ` +
+        `(clock ${ticks} ticks/s)`,
+    );
+    return {
+      frontend,
+      concurrency,
+      requests: res.ops,
+      requestsPerS: res.perSecond,
+      frontendCpuMsPerRequest: cpu * 1000 / res.ops,
+      chunksPerAnswer: chunks / res.ops,
+      frontendCores: cpu / res.seconds,
+      machineCores: busy / res.seconds,
+    };
+  } finally {
+    await fleet.stop();
   }
 }
 
@@ -246,6 +359,12 @@ for (const trace of TRACES) {
   );
   for (const mode of MODES) {
     for (const frontend of FRONTENDS) runs.push(await one(py, trace, requests, mode, frontend));
+  }
+}
+const saturated: ThroughputRun[] = [];
+if (THROUGHPUT) {
+  for (const concurrency of THROUGHPUT_CONCURRENCY) {
+    for (const frontend of FRONTENDS) saturated.push(await throughput(py, frontend, concurrency));
   }
 }
 
@@ -290,4 +409,41 @@ for (const trace of TRACES) {
     );
   }
 }
-if (jsonPath) await Deno.writeTextFile(jsonPath, JSON.stringify({ runs }, null, 2) + "\n");
+if (saturated.length > 0) {
+  console.log(
+    `\nclosed loop: each client sends its next short chat request (16 tokens out) when the last ends, ` +
+      `round-robin, engine --speedup-ratio ${THROUGHPUT_ENGINE_SPEEDUP}, ${THROUGHPUT_SECONDS} s`,
+  );
+  console.log(
+    "| clients | frontend | requests | chunks/answer | req/s | frontend CPU ms/req | frontend cores | machine cores |",
+  );
+  console.log("| --: | --- | --: | --: | --: | --: | --: | --: |");
+  for (const t of saturated) {
+    console.log(
+      `| ${t.concurrency} | ${t.frontend} | ${t.requests} | ${t.chunksPerAnswer.toFixed(1)} | ${
+        t.requestsPerS.toFixed(0)
+      } | ${t.frontendCpuMsPerRequest.toFixed(2)} | ${t.frontendCores.toFixed(2)} | ${
+        t.machineCores.toFixed(2)
+      } |`,
+    );
+  }
+  for (const concurrency of THROUGHPUT_CONCURRENCY) {
+    const at = saturated.filter((t) => t.concurrency === concurrency);
+    const ours = at.find((t) => t.frontend === "ours");
+    const ref = at.find((t) => t.frontend === "reference");
+    if (!ours || !ref) continue;
+    console.log(
+      `${concurrency} clients: throughput ours / reference ${
+        (ours.requestsPerS / ref.requestsPerS).toFixed(2)
+      }x, CPU per request ${
+        (ours.frontendCpuMsPerRequest / ref.frontendCpuMsPerRequest).toFixed(2)
+      }x`,
+    );
+  }
+}
+if (jsonPath) {
+  await Deno.writeTextFile(
+    jsonPath,
+    JSON.stringify({ runs, throughput: saturated }, null, 2) + "\n",
+  );
+}

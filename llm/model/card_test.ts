@@ -84,6 +84,14 @@ Deno.test("loadModelSource() builds a card from a model folder with defaults", a
   }
 });
 
+Deno.test("loadModelSource() hands over the tokenizer JSON it parsed, for a tokenizer built next", async () => {
+  const dir = await folder(complete(), "Tiny-1B");
+  const { files, parsed } = await loadModelSource(dir);
+  const json = (name: string) => JSON.parse(new TextDecoder().decode(files.get(name)!));
+  assert.deepEqual(parsed?.tokenizer, json("tokenizer.json"));
+  assert.deepEqual(parsed?.tokenizerConfig, json("tokenizer_config.json"));
+});
+
 Deno.test("loadModelSource() names each missing file and the folder", async () => {
   for (const drop of ["config", "tokenizer", "tokenizerConfig"] as const) {
     const dir = await folder(complete({ [drop]: undefined }));

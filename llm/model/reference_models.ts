@@ -233,10 +233,14 @@ export async function loadReferencePipeline(
     if (fetched !== undefined) await Deno.remove(fetched, { recursive: true }).catch(() => {});
   }
   const card = { ...loaded.card, mdcsum: computeMdcsum(loaded.card) };
-  const tokenizer = Tokenizer.fromBytes(
-    loaded.files.get("tokenizer.json")!,
-    loaded.files.get("tokenizer_config.json"),
-  );
+  // The JSON loading parsed, when it did (parsing it again took as long as building the card).
+  const parsed = loaded.parsed;
+  const tokenizer = parsed?.tokenizer !== undefined
+    ? Tokenizer.fromJson(parsed.tokenizer, parsed.tokenizerConfig ?? {})
+    : Tokenizer.fromBytes(
+      loaded.files.get("tokenizer.json")!,
+      loaded.files.get("tokenizer_config.json"),
+    );
   return { card, tokenizer, preprocessor: new Preprocessor({ card, tokenizer }) };
 }
 

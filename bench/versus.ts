@@ -319,7 +319,7 @@ async function throughput(
         stream: true,
       });
       const answer = await streamOnce(url, body, 30_000);
-      chunks += answer.chunks; // after the await: \`chunks += await ...\` would read it before
+      chunks += answer.chunks; // added after the await (`chunks += await f()` reads chunks first)
     };
     await measureConcurrent(send, concurrency, Infinity, 2_000);
     const ticks = await clockTicks();

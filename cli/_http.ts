@@ -48,7 +48,7 @@ export interface ServeFrontendOptions {
   referenceWorkers?: ReferenceWorkersOptions;
   /**
    * Run the per-request code on synthetic requests before listening, so the first requests
-   * are not served interpreted (default true; ~20 ms at start: llm/http/warm.ts).
+   * are not served interpreted (default true; ~30 ms at start: llm/http/warm.ts).
    */
   warmUp?: boolean;
 }

@@ -4,7 +4,7 @@
 // its handler is silent and stops them once the stream ends.
 
 import assert from "node:assert/strict";
-import FakeTimers from "@sinonjs/fake-timers";
+import type FakeTimers from "@sinonjs/fake-timers";
 import { Context } from "./context.ts";
 import { StreamStalledError } from "./errors.ts";
 import {
@@ -20,6 +20,7 @@ import {
 } from "./liveness.ts";
 import { serveRequest } from "./serve_request.ts";
 import { openStream } from "./stream.ts";
+import { onFakeClock as withFakeClock } from "../tests/_helpers/fake_clock.ts";
 import {
   type ConnectionInfo,
   type Frame,
@@ -189,14 +190,7 @@ async function livenessIdle(): Promise<void> {
 /** Runs `test` on a fake clock once the liveness timer of earlier tests has idled out. */
 async function onFakeClock(test: (clock: FakeTimers.Clock) => void): Promise<void> {
   await livenessIdle();
-  const clock = FakeTimers.withGlobal(globalThis).install({
-    toFake: ["setInterval", "clearInterval"],
-  });
-  try {
-    test(clock);
-  } finally {
-    clock.uninstall();
-  }
+  withFakeClock(["setInterval", "clearInterval"], test);
 }
 
 Deno.test("the liveness timer serves streams watched in turn without stopping, and stops at the first idle tick", () =>

@@ -1,17 +1,11 @@
 import assert from "node:assert/strict";
-import FakeTimers from "@sinonjs/fake-timers";
+import type FakeTimers from "@sinonjs/fake-timers";
 import { addDeadline, deadlineTimerArmed, pendingDeadlines, removeDeadline } from "./_deadlines.ts";
+import { onFakeClock as withFakeClock } from "../../tests/_helpers/fake_clock.ts";
 
 /** Runs `test` with the shared timer and `performance.now()` on a fake clock. */
 function onFakeClock(test: (clock: FakeTimers.Clock) => void): void {
-  const clock = FakeTimers.withGlobal(globalThis).install({
-    toFake: ["setInterval", "clearInterval", "performance"],
-  });
-  try {
-    test(clock);
-  } finally {
-    clock.uninstall();
-  }
+  withFakeClock(["setInterval", "clearInterval", "performance"], test);
 }
 
 Deno.test("a deadline fires once after its time, at most one grain late, and the timer then stops", () =>

@@ -4,7 +4,6 @@
 // as its etcd record names it: a ZeroMQ publisher (1.6.1's default; we dial it as a SUB socket)
 // or NATS (`--event-plane nats`: `namespace.<ns>.component.<c>.endpoint.<e>.kv-events`).
 
-import { Decoder } from "@msgpack/msgpack";
 import { z } from "zod";
 import type { Context } from "../../runtime/context.ts";
 import type { Discovery } from "../../runtime/discovery/types.ts";
@@ -19,6 +18,7 @@ import {
   type ReferenceInstance,
 } from "../../runtime/reference/instances.ts";
 import { decodeReferenceLoad, type ReferenceLoad } from "../../runtime/reference/load_metrics.ts";
+import { msgpackDecode } from "../../runtime/reference/_msgpack.ts";
 import { ZmqSubscriber } from "../../runtime/reference/zmq_sub.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { computeBlockHashesSync } from "../kv_router/hashing.ts";
@@ -165,9 +165,6 @@ function hash(v: unknown, what: string): bigint {
   throw new ProtocolError(`${what} is not a u64`);
 }
 
-/** Made once: `decode(bytes, options)` builds a Decoder (and its buffer) on every call. */
-const eventDecoder = new Decoder({ useBigInt64: true });
-
 /**
  * Decodes one message of a reference worker's `kv-events` subject: the event-plane envelope
  * (`{publisher_id, sequence, published_at, topic, payload}`) and the router events in its
@@ -181,11 +178,11 @@ export function decodeReferenceKvEvents(bytes: Uint8Array): ReferenceKvEvent[] {
   let envelope: unknown;
   let events: unknown;
   try {
-    envelope = eventDecoder.decode(bytes);
+    envelope = msgpackDecode(bytes, true);
     if (!isObject(envelope) || !(envelope.payload instanceof Uint8Array)) {
       throw new ProtocolError("the envelope has no binary payload");
     }
-    events = eventDecoder.decode(envelope.payload);
+    events = msgpackDecode(envelope.payload, true);
   } catch (err) {
     if (err instanceof ProtocolError) throw err;
     throw new ProtocolError(`not msgpack: ${(err as Error).message}`, { cause: err });

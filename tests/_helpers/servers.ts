@@ -171,16 +171,19 @@ export interface StartEtcdOptions {
 }
 
 /**
- * Runs `start` again (fresh ports) when the server exits before it listens: a port found free
- * can be taken by another process before the server binds it (many tests and benches start
- * servers at once on this machine).
+ * Runs `start` again (fresh ports, fresh data directory) when the server exits before it
+ * listens or listens without ever answering healthy: a port found free can be taken by another
+ * process before the server binds it, and on a loaded machine a server can stall in start-up
+ * (many tests and benches start servers at once on this machine).
  */
 async function withFreshPorts(start: () => Promise<ServerProcess>): Promise<ServerProcess> {
   for (let attempt = 1;; attempt++) {
     try {
       return await start();
     } catch (err) {
-      if (attempt >= 3 || !/exited before listening/.test(String(err))) throw err;
+      if (attempt >= 3 || !/exited before listening|did not become healthy/.test(String(err))) {
+        throw err;
+      }
     }
   }
 }
@@ -249,18 +252,19 @@ async function startEtcdOnce(options: StartEtcdOptions): Promise<ServerProcess> 
       // Listening is not serving: wait until etcd answers a read.
       const deadline = Date.now() + 15_000;
       let healthy = false;
+      let last = "no answer";
       while (Date.now() < deadline && !healthy) {
         try {
-          const body = JSON.parse(await httpRequest(p, "GET", "/health", undefined, tlsClient)) as {
-            health?: string;
-          };
-          healthy = body.health === "true";
-        } catch {
-          // not yet
+          last = await httpRequest(p, "GET", "/health", undefined, tlsClient);
+          healthy = (JSON.parse(last) as { health?: string }).health === "true";
+        } catch (err) {
+          last = String(err); // not yet
         }
         if (!healthy) await new Promise((r) => setTimeout(r, 50));
       }
-      if (!healthy) throw new Error("etcd did not become healthy within 15 s");
+      if (!healthy) {
+        throw new Error(`etcd did not become healthy within 15 s (last: ${last.slice(0, 200)})`);
+      }
       if (options.rootPassword !== undefined && !authEnabled) {
         await enableEtcdAuth(p, options.rootPassword, tlsClient);
         authEnabled = true;

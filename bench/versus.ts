@@ -16,7 +16,8 @@
 // The reference is installed by scripts/setup_reference.sh (PyPI, cached in .dynamo/).
 // VERSUS_DUMP=PREFIX writes each run's requests (TTFT, prompt and cached tokens, send time) to
 // PREFIX.TRACE.MODE.FRONTEND.json; VERSUS_DENO_FLAGS passes flags to our frontend's `deno run`
-// (e.g. "--cpu-prof --cpu-prof-dir=DIR").
+// (e.g. "--cpu-prof --cpu-prof-dir=DIR"), VERSUS_OURS_ARGS extra arguments to our frontend (e.g.
+// "--router-load-bound 2").
 
 import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
 import { flag, measureConcurrent } from "./_stats.ts";
@@ -211,6 +212,8 @@ async function startFleet(
         "127.0.0.1",
         "--router-mode",
         mode,
+        // e.g. VERSUS_OURS_ARGS="--router-load-bound 2" to try a router setting.
+        ...(Deno.env.get("VERSUS_OURS_ARGS")?.split(/\s+/).filter(Boolean) ?? []),
       ], env)
       : spawn(
         py,

@@ -10,6 +10,17 @@
  * prefill costs nothing, it predicts with a prior; a load that seems to save time (noise) counts
  * as a small cost, a twentieth of the prefill rate.
  *
+ * Which worker is cheapest depends on the ratio of the two rates (what one uncached token is
+ * worth in KV blocks of load), and the load rate is the one the observations often barely
+ * determine: on a busy fleet most TTFTs are hits whose time is queueing and noise, and the
+ * running KV varies little. In runs of one trace (BENCHMARKS.md) fits of 50-300 requests put it
+ * anywhere from 0 to 163 ms per 1,000 blocks while the prefill rate stayed within 1-6 ms per
+ * 1,000 tokens, and the cache hits with it. So the fitted load rate is shrunk toward the prior's
+ * ratio times the fitted prefill rate, in proportion to its own sampling variance (the errors'
+ * variance times the least-squares covariance) against a prior spread of `loadRateSpread` times
+ * that value: a rate the observations determine stands as fitted; one they do not stays near the
+ * prior's ratio.
+ *
  * @module
  */
 
@@ -28,6 +39,12 @@ export interface TtftModelOptions {
   forgetting?: number;
   /** Observations before the fit replaces the prior (default 32). */
   warmup?: number;
+  /**
+   * Spread of the prior on the load rate, as a multiple of its centre (the prior's ratio of the
+   * two rates times the fitted prefill rate): how far the observations must pull before a load
+   * rate unlike the prior's counts (default 2; Infinity: the fitted rate as it is).
+   */
+  loadRateSpread?: number;
 }
 
 /** What the model predicts from. */
@@ -64,17 +81,25 @@ export class TtftModel {
   readonly #prior: [number, number, number];
   readonly #lambda: number;
   readonly #warmup: number;
+  readonly #spread: number;
   #theta: [number, number, number];
   // 3x3 inverse-covariance-like matrix of recursive least squares, row-major.
   #p: number[];
   #seen = 0;
+  /**
+   * The errors' variance: a forgetting-weighted mean of each prediction's squared error scaled
+   * by what the fit's own uncertainty adds to it (λ / (λ + x'Px)), so the first predictions,
+   * made before anything was learnt, do not count as noise.
+   */
+  #noiseSum = 0;
+  #noiseWeight = 0;
 
   /**
    * Creates a model that predicts with the prior until it has seen `warmup` first tokens.
    *
    * @param options prior rates, forgetting, warm-up
    * @throws {InvalidArgumentError} a rate that is not a finite number > 0, forgetting outside
-   *   (0, 1], or a negative warm-up
+   *   (0, 1], a negative warm-up, or a spread that is not > 0
    */
   constructor(options: TtftModelOptions = {}) {
     const b = options.priorMsPerKTokens ?? 20;
@@ -92,10 +117,15 @@ export class TtftModel {
     if (!Number.isInteger(warmup) || warmup < 0) {
       throw new InvalidArgumentError(`warmup must be a whole number >= 0, got ${warmup}`);
     }
+    const spread = options.loadRateSpread ?? 2;
+    if (!(spread > 0)) {
+      throw new InvalidArgumentError(`loadRateSpread must be > 0, got ${spread}`);
+    }
     this.#prior = [0, b, c];
     this.#theta = [0, b, c];
     this.#lambda = lambda;
     this.#warmup = warmup;
+    this.#spread = spread;
     this.#p = [1e4, 0, 0, 0, 1e4, 0, 0, 0, 1e4];
   }
 
@@ -142,6 +172,8 @@ export class TtftModel {
     const denom = lambda + x[0]! * px[0]! + x[1]! * px[1]! + x[2]! * px[2]!;
     const k = px.map((v) => v / denom);
     const err = ttftMs - (this.#theta[0] + this.#theta[1] * x[1]! + this.#theta[2] * x[2]!);
+    this.#noiseSum = lambda * this.#noiseSum + err * err * lambda / denom;
+    this.#noiseWeight = lambda * this.#noiseWeight + 1;
     this.#theta = [
       this.#theta[0] + k[0]! * err,
       this.#theta[1] + k[1]! * err,
@@ -162,13 +194,27 @@ export class TtftModel {
     return this.#seen >= this.#warmup && b > 0 && Number.isFinite(a + b + c);
   }
 
+  /**
+   * The fitted load rate, shrunk toward the prior's ratio times the prefill rate `b` by the
+   * precision of each (the posterior mean of a normal prior and a normal estimate).
+   */
+  #loadRate(b: number): number {
+    const fitted = this.#theta[2];
+    if (this.#spread === Infinity) return fitted;
+    const centre = b * this.#prior[2] / this.#prior[1];
+    const fitVariance = this.#noiseSum / this.#noiseWeight * this.#p[8]!;
+    if (!(fitVariance > 0)) return fitted; // observations that fit exactly
+    const priorVariance = (this.#spread * centre) ** 2;
+    return (fitted * priorVariance + centre * fitVariance) / (priorVariance + fitVariance);
+  }
+
   #usable(): [number, number, number] {
     // A load that seems to save time is noise around a small one: kept above a twentieth of
     // the prefill rate, so that among workers with nothing queued the least loaded wins (not a
     // coin toss, which clumps requests).
     if (this.#fitUsable()) {
       const b = this.#theta[1];
-      return [Math.max(0, this.#theta[0]), b, Math.max(b / 20, this.#theta[2])];
+      return [Math.max(0, this.#theta[0]), b, Math.max(b / 20, this.#loadRate(b))];
     }
     return this.#prior;
   }

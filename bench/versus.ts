@@ -12,7 +12,11 @@
 //   deno task bench:versus [--quick] [--traces mooncake,multi-tenant] [--modes kv,round-robin]
 //     [--workers 8] [--max-requests N] [--speedup X] [--engine-speedup R] [--json PATH]
 //     [--no-throughput] [--throughput-concurrency 32,128] [--throughput-seconds S]
+//     [--prewarm N]
 //
+// --prewarm N sends each frontend N throwaway requests (2,048 tokens of their own, 30 out, 4 at a
+// time) before the trace starts, so a frontend's cold start (for ours, code V8 has not compiled
+// yet) stays out of the trace's figures; default 0, the frontends as started.
 // The reference is installed by scripts/setup_reference.sh (PyPI, cached in .dynamo/).
 // VERSUS_DUMP=PREFIX writes each run's requests (TTFT, prompt and cached tokens, send time) to
 // PREFIX.TRACE.MODE.FRONTEND.json; VERSUS_DENO_FLAGS passes flags to our frontend's `deno run`
@@ -22,7 +26,7 @@
 import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
 import { flag, measureConcurrent } from "./_stats.ts";
 import { streamOnce } from "./_frontend_client.ts";
-import { replayTrace } from "../cli/_bench/replay.ts";
+import { replayTrace, sendOne } from "../cli/_bench/replay.ts";
 import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
 import { limitTrace, loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
 import { parseSyntheticSpec, synthesizeTrace } from "../cli/_bench/synthetic.ts";
@@ -47,6 +51,8 @@ const THROUGHPUT_CONCURRENCY = (flag("--throughput-concurrency") ?? "32,128").sp
 );
 const THROUGHPUT_SECONDS = Number(flag("--throughput-seconds") ?? (quick ? 4 : 10));
 const THROUGHPUT_ENGINE_SPEEDUP = 1000;
+const PREWARM = Number(flag("--prewarm") ?? 0);
+if (!(Number.isInteger(PREWARM) && PREWARM >= 0)) throw new Error("--prewarm takes a whole number");
 const MODEL = "Qwen3-0.6B";
 const CONTEXT = 40_960;
 const LOOPBACK = {
@@ -245,6 +251,7 @@ async function one(
   const fleet = await startFleet(py, mode, frontend, ENGINE_SPEEDUP);
   const { base, front } = fleet;
   try {
+    await prewarm(base, PREWARM);
     await clockTicks();
     const cpu0 = cpuSeconds(front.pid);
     const { results, seconds } = await replayTrace(requests, {
@@ -280,6 +287,24 @@ async function one(
     };
   } finally {
     await fleet.stop();
+  }
+}
+
+/** Sends `n` throwaway requests, 4 at a time, whose prompts share nothing with any trace's. */
+async function prewarm(base: string, n: number): Promise<void> {
+  for (let i = 0; i < n; i += 4) {
+    const batch = Array.from({ length: Math.min(4, n - i) }, (_, k) =>
+      sendOne({
+        timestamp: 0,
+        inputLength: 2048,
+        outputLength: 30,
+        // Hash ids far above any trace's (and distinct per request): no prefix is shared.
+        hashIds: Array.from({ length: 32 }, (_, j) => 9_000_000 + (i + k) * 64 + j),
+        blockTokens: 64,
+      }, { baseUrl: base, model: MODEL, requestTimeoutMs: 60_000 }));
+    for (const r of await Promise.all(batch)) {
+      if (!r.ok) throw new Error(`a prewarm request failed: ${r.error}`);
+    }
   }
 }
 

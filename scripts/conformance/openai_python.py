@@ -455,11 +455,16 @@ PERSON_SCHEMA = {
 
 
 def case_json_schema(ctx):
-    """response_format json_schema (strict): the answer parses and fits the schema."""
+    """response_format json_schema (strict): the answer parses and fits the schema.
+
+    Greedy, with room to finish: sampled, a small model sometimes wrote a name string past
+    max_tokens.
+    """
     r = ctx.client.chat.completions.create(
         model=ctx.model,
         messages=[{"role": "user", "content": "Describe a person as JSON."}],
-        max_tokens=80,
+        max_tokens=160,
+        temperature=0,
         response_format={
             "type": "json_schema",
             "json_schema": {"name": "person", "schema": PERSON_SCHEMA, "strict": True},

@@ -292,20 +292,24 @@ async function one(
 
 /** Sends `n` throwaway requests, 4 at a time, whose prompts share nothing with any trace's. */
 async function prewarm(base: string, n: number): Promise<void> {
-  for (let i = 0; i < n; i += 4) {
-    const batch = Array.from({ length: Math.min(4, n - i) }, (_, k) =>
-      sendOne({
+  let next = 0;
+  await measureConcurrent(
+    async () => {
+      const i = next++;
+      const r = await sendOne({
         timestamp: 0,
         inputLength: 2048,
         outputLength: 30,
         // Hash ids far above any trace's (and distinct per request): no prefix is shared.
-        hashIds: Array.from({ length: 32 }, (_, j) => 9_000_000 + (i + k) * 64 + j),
+        hashIds: Array.from({ length: 32 }, (_, j) => 9_000_000 + i * 64 + j),
         blockTokens: 64,
-      }, { baseUrl: base, model: MODEL, requestTimeoutMs: 60_000 }));
-    for (const r of await Promise.all(batch)) {
+      }, { baseUrl: base, model: MODEL, requestTimeoutMs: 60_000 });
       if (!r.ok) throw new Error(`a prewarm request failed: ${r.error}`);
-    }
-  }
+    },
+    4,
+    n,
+    Infinity,
+  );
 }
 
 interface ThroughputRun {

@@ -93,6 +93,9 @@ export class TtftModel {
    */
   #noiseSum = 0;
   #noiseWeight = 0;
+  /** What predictions use: the prior, or the fit as `#refresh` makes it usable. */
+  #current!: [number, number, number];
+  #currentFitted = false;
 
   /**
    * Creates a model that predicts with the prior until it has seen `warmup` first tokens.
@@ -127,6 +130,7 @@ export class TtftModel {
     this.#warmup = warmup;
     this.#spread = spread;
     this.#p = [1e4, 0, 0, 0, 1e4, 0, 0, 0, 1e4];
+    this.#refresh();
   }
 
   /** Observations so far. */
@@ -136,8 +140,8 @@ export class TtftModel {
 
   /** The coefficients predictions use now. */
   coefficients(): TtftCoefficients {
-    const [a, b, c] = this.#usable();
-    return { intercept: a, msPerKTokens: b, msPerKBlocks: c, fitted: this.#fitUsable() };
+    const [a, b, c] = this.#current;
+    return { intercept: a, msPerKTokens: b, msPerKBlocks: c, fitted: this.#currentFitted };
   }
 
   /**
@@ -147,7 +151,7 @@ export class TtftModel {
    * @returns milliseconds (from the prior until the fit is warm and sensible)
    */
   predict(f: TtftFeatures): number {
-    const [a, b, c] = this.#usable();
+    const [a, b, c] = this.#current;
     return a + (b * f.prefillTokens + c * f.activeBlocks) / 1000;
   }
 
@@ -187,6 +191,8 @@ export class TtftModel {
     // Bounded, so that a long run of identical requests cannot blow the matrix up.
     this.#p = next.map((v) => Math.max(-1e8, Math.min(1e8, v)));
     this.#seen++;
+    // Once per observation, not per prediction (a decision predicts once per candidate).
+    this.#refresh();
   }
 
   #fitUsable(): boolean {
@@ -208,14 +214,16 @@ export class TtftModel {
     return (fitted * priorVariance + centre * fitVariance) / (priorVariance + fitVariance);
   }
 
-  #usable(): [number, number, number] {
+  #refresh(): void {
+    this.#currentFitted = this.#fitUsable();
+    if (!this.#currentFitted) {
+      this.#current = this.#prior;
+      return;
+    }
     // A load that seems to save time is noise around a small one: kept above a twentieth of
     // the prefill rate, so that among workers with nothing queued the least loaded wins (not a
     // coin toss, which clumps requests).
-    if (this.#fitUsable()) {
-      const b = this.#theta[1];
-      return [Math.max(0, this.#theta[0]), b, Math.max(b / 20, this.#loadRate(b))];
-    }
-    return this.#prior;
+    const b = this.#theta[1];
+    this.#current = [Math.max(0, this.#theta[0]), b, Math.max(b / 20, this.#loadRate(b))];
   }
 }

@@ -18,7 +18,6 @@ import {
   type Fixture,
   hop,
   log,
-  withTimeout,
 } from "./_runtime_fixture.ts";
 import type { BreakdownRow, LatencyRow } from "./_runtime_report.ts";
 import { type LatencyCase, measureInterleaved, summarize } from "./_stats.ts";
@@ -76,7 +75,7 @@ export async function measureLatency(
     const tSent = clockNow();
     let conn: FrameConn | undefined;
     try {
-      conn = await withTimeout(pending.connection, 10_000, "call-home connection");
+      conn = await pending.connection;
       const tConn = clockNow();
       const f1 = await conn.receive();
       const tPro = clockNow();
@@ -123,7 +122,7 @@ export async function measureLatency(
             log(`raw call-home: no ack: ${err}`)
           );
         }
-        const { conn, reader } = await withTimeout(connected, 10_000, "raw call-home");
+        const { conn, reader } = await connected;
         try {
           for (;;) {
             const f = await reader.next();
@@ -150,7 +149,7 @@ export async function measureLatency(
             log(`raw reused call-home: no ack: ${err}`)
           );
         }
-        await withTimeout(done, 10_000, "raw reused call-home");
+        await done;
       },
     };
   }
@@ -173,8 +172,8 @@ export async function measureLatency(
         if (recordNats) natsOneWay.push(Number(decoder.decode(reply.data)) - clock.offset - t0);
       },
     },
-    { name: "dynamo", once: () => withTimeout(hop(pingClient), 10_000, "dynamo hop") },
-    { name: "dynamo_tcp", once: () => withTimeout(hop(f.tcpPing), 10_000, "dynamo TCP hop") },
+    { name: "dynamo", once: () => hop(pingClient) },
+    { name: "dynamo_tcp", once: () => hop(f.tcpPing) },
     callHomeCase("callhome", "first"),
     callHomeCase("callhome_after", "after"),
     callHomeCase("callhome_noack", "none"),
@@ -197,24 +196,19 @@ export async function measureLatency(
     },
     {
       name: "rawworker",
-      once: () =>
-        withTimeout(
-          (async () => {
-            const stream = await openStream(plane, w.rawSendSubject, "raw", { n: 1 });
-            const n = await drain(stream);
-            if (n !== 1) throw new Error(`expected 1 item, got ${n}`);
-          })(),
-          10_000,
-          "raw worker hop",
-        ),
+      once: async () => {
+        const stream = await openStream(plane, w.rawSendSubject, "raw", { n: 1 });
+        const n = await drain(stream);
+        if (n !== 1) throw new Error(`expected 1 item, got ${n}`);
+      },
     },
     {
       name: "traced",
       startRecording: () => (recordPhases = true),
-      once: () => withTimeout(tracedOnce(), 10_000, "traced hop"),
+      once: tracedOnce,
     },
-    { name: "same", once: () => withTimeout(hop(samePing), 10_000, "same-process hop") },
-    { name: "embedded", once: () => withTimeout(hop(embPing), 10_000, "embedded hop") },
+    { name: "same", once: () => hop(samePing) },
+    { name: "embedded", once: () => hop(embPing) },
   ];
   const labels: Record<string, string> = {
     tcp: "raw TCP ping-pong (Deno, 1 msg each way)",

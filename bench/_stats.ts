@@ -55,6 +55,24 @@ export interface MeasureInterleavedOptions {
   maxRoundMs: number;
   /** Time cap for the whole measurement (ms); later rounds are skipped past it. */
   maxTotalMs: number;
+  /**
+   * A case's warm-up or round still running this long past `maxRoundMs` (one operation that
+   * never ends) fails the measurement (default 10,000 ms). One deadline per case and round, not
+   * a timer per operation: arming and clearing one per operation costs a few microseconds,
+   * which a hop of tens of microseconds would carry and its raw baselines would not.
+   */
+  hangMs?: number;
+}
+
+/**
+ * `work` unless it is still running `ms` from now: then an Error naming `what`.
+ */
+export function withinMs<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: still running after ${ms} ms`)), ms);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
 
 /**
@@ -67,10 +85,17 @@ export async function measureInterleaved(
 ): Promise<Map<string, number[]>> {
   const out = new Map<string, number[]>();
   const end = performance.now() + options.maxTotalMs;
+  const guard = options.maxRoundMs + (options.hangMs ?? 10_000);
   for (const c of cases) {
     out.set(c.name, []);
     const deadline = performance.now() + options.maxRoundMs;
-    for (let i = 0; i < options.warmup && performance.now() < deadline; i++) await c.once();
+    await withinMs(
+      (async () => {
+        for (let i = 0; i < options.warmup && performance.now() < deadline; i++) await c.once();
+      })(),
+      guard,
+      `${c.name} warm-up`,
+    );
   }
   for (const c of cases) c.startRecording?.();
   const perRound = Math.ceil(options.iterations / options.rounds);
@@ -78,11 +103,17 @@ export async function measureInterleaved(
     for (const c of cases) {
       const samples = out.get(c.name)!;
       const deadline = performance.now() + options.maxRoundMs;
-      for (let i = 0; i < perRound && performance.now() < deadline; i++) {
-        const t0 = performance.now();
-        await c.once();
-        samples.push(performance.now() - t0);
-      }
+      await withinMs(
+        (async () => {
+          for (let i = 0; i < perRound && performance.now() < deadline; i++) {
+            const t0 = performance.now();
+            await c.once();
+            samples.push(performance.now() - t0);
+          }
+        })(),
+        guard,
+        `${c.name}, round ${r + 1}`,
+      );
     }
   }
   return out;

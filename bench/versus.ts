@@ -12,11 +12,14 @@
 //   deno task bench:versus [--quick] [--traces mooncake,multi-tenant] [--modes kv,round-robin]
 //     [--workers 8] [--max-requests N] [--speedup X] [--engine-speedup R] [--json PATH]
 //     [--no-throughput] [--throughput-concurrency 32,128] [--throughput-seconds S]
-//     [--prewarm N]
+//     [--prewarm N] [--repeat N]
 //
 // --prewarm N sends each frontend N throwaway requests (2,048 tokens of their own, 30 out, 4 at a
 // time) before the trace starts, so a frontend's cold start (for ours, code V8 has not compiled
 // yet) stays out of the trace's figures; default 0, the frontends as started.
+// --repeat N replays each trace and mode N times per frontend, the frontends taking turns, and
+// compares the frontends' median p90s (each run on a fresh fleet): on a shared machine one run's
+// p90 moves by more than the difference between the routers; default 1.
 // The reference is installed by scripts/setup_reference.sh (PyPI, cached in .dynamo/).
 // VERSUS_DUMP=PREFIX writes each run's requests (TTFT, prompt and cached tokens, send time) to
 // PREFIX.TRACE.MODE.FRONTEND.json; VERSUS_DENO_FLAGS passes flags to our frontend's `deno run`
@@ -52,6 +55,7 @@ const THROUGHPUT_CONCURRENCY = (flag("--throughput-concurrency") ?? "32,128").sp
 const THROUGHPUT_SECONDS = Number(flag("--throughput-seconds") ?? (quick ? 4 : 10));
 const THROUGHPUT_ENGINE_SPEEDUP = 1000;
 const PREWARM = Number(flag("--prewarm") ?? 0);
+const REPEAT = Number(flag("--repeat") ?? 1);
 if (!(Number.isInteger(PREWARM) && PREWARM >= 0)) throw new Error("--prewarm takes a whole number");
 const MODEL = "Qwen3-0.6B";
 const CONTEXT = 40_960;
@@ -69,6 +73,7 @@ for (
   const [name, v] of [
     ["--workers", WORKERS],
     ["--max-requests", MAX_REQUESTS],
+    ["--repeat", REPEAT],
     ...THROUGHPUT_CONCURRENCY.map((c) => ["--throughput-concurrency", c] as const),
     ["--throughput-seconds", THROUGHPUT_SECONDS],
   ] as const
@@ -162,6 +167,8 @@ interface Run {
   trace: string;
   mode: string;
   frontend: string;
+  /** Which of the `--repeat` passes (1-based). */
+  pass: number;
   summary: ModeSummary;
   ceiling: number;
   requestsPerS: number;
@@ -247,6 +254,7 @@ async function one(
   requests: TraceRequest[],
   mode: string,
   frontend: string,
+  pass: number,
 ): Promise<Run> {
   const fleet = await startFleet(py, mode, frontend, ENGINE_SPEEDUP);
   const { base, front } = fleet;
@@ -266,7 +274,7 @@ async function one(
     const dump = Deno.env.get("VERSUS_DUMP");
     if (dump) {
       await Deno.writeTextFile(
-        `${dump}.${trace}.${mode}.${frontend}.json`,
+        `${dump}.${trace}.${mode}.${frontend}${REPEAT > 1 ? `.${pass}` : ""}.json`,
         JSON.stringify(results.map((r) => ({
           ttft: r.ttftMs,
           prompt: r.promptTokens,
@@ -280,6 +288,7 @@ async function one(
       trace,
       mode,
       frontend,
+      pass,
       summary,
       ceiling: prefixCeiling(requests).tokens,
       requestsPerS: results.length / seconds,
@@ -390,7 +399,11 @@ for (const trace of TRACES) {
     }%`,
   );
   for (const mode of MODES) {
-    for (const frontend of FRONTENDS) runs.push(await one(py, trace, requests, mode, frontend));
+    for (let pass = 1; pass <= REPEAT; pass++) {
+      for (const frontend of FRONTENDS) {
+        runs.push(await one(py, trace, requests, mode, frontend, pass));
+      }
+    }
   }
 }
 const saturated: ThroughputRun[] = [];
@@ -401,18 +414,25 @@ if (THROUGHPUT) {
 }
 
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+/** The middle value (the mean of the two middle ones for an even count). */
+const median = (xs: number[]) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
 console.log(
   `\n${WORKERS} reference mocker workers (one process, --speedup-ratio ${ENGINE_SPEEDUP}), ` +
     `trace arrivals / ${SPEEDUP}, first ${MAX_REQUESTS} requests`,
 );
 console.log(
-  "| trace | mode | frontend | requests | failed | TTFT p50 ms | TTFT p90 ms | hit | hit / ceiling | req/s | frontend CPU ms/req |",
+  "| trace | mode | frontend | pass | requests | failed | TTFT p50 ms | TTFT p90 ms | hit | hit / ceiling | req/s | frontend CPU ms/req |",
 );
-console.log("| --- | --- | --- | --: | --: | --: | --: | --: | --: | --: | --: |");
+console.log("| --- | --- | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |");
 for (const r of runs) {
   const s = r.summary;
   console.log(
-    `| ${r.trace} | ${r.mode} | ${r.frontend} | ${s.requests} | ${s.failed} | ${
+    `| ${r.trace} | ${r.mode} | ${r.frontend} | ${r.pass} | ${s.requests} | ${s.failed} | ${
       s.ttft_ms.p50.toFixed(1)
     } | ${s.ttft_ms.p90.toFixed(1)} | ${pct(s.prefix_hit_rate)} | ${
       pct(s.prefix_hit_rate / r.ceiling)
@@ -424,20 +444,26 @@ console.log(
 );
 for (const trace of TRACES) {
   for (const mode of MODES) {
-    const ours = runs.find((r) => r.trace === trace && r.mode === mode && r.frontend === "ours");
-    const ref = runs.find((r) =>
-      r.trace === trace && r.mode === mode && r.frontend === "reference"
-    );
-    if (!ours || !ref) continue;
+    const of = (frontend: string) =>
+      runs.filter((r) => r.trace === trace && r.mode === mode && r.frontend === frontend);
+    const ours = of("ours");
+    const ref = of("reference");
+    if (ours.length === 0 || ref.length === 0) continue;
+    const p90 = (r: Run) => r.summary.ttft_ms.p90;
+    const passes = REPEAT > 1
+      ? ` (per pass ${ours.map((o, i) => (p90(o) / p90(ref[i]!)).toFixed(2)).join(", ")})`
+      : "";
     console.log(
-      `${trace} ${mode}: TTFT p90 ${
-        (ours.summary.ttft_ms.p90 / ref.summary.ttft_ms.p90).toFixed(2)
-      }x, ` +
-        `hit ${pct(ours.summary.prefix_hit_rate)} vs ${pct(ref.summary.prefix_hit_rate)}, ` +
-        `frontend CPU/request ${
-          (ours.frontendCpuMsPerRequest / ref.frontendCpuMsPerRequest).toFixed(2)
-        }x, ` +
-        `failed ${ours.summary.failed} vs ${ref.summary.failed}`,
+      `${trace} ${mode}: TTFT p90 ${(median(ours.map(p90)) / median(ref.map(p90))).toFixed(2)}x${
+        REPEAT > 1 ? " of the medians" : ""
+      }${passes}, hit ${pct(median(ours.map((r) => r.summary.prefix_hit_rate)))} vs ${
+        pct(median(ref.map((r) => r.summary.prefix_hit_rate)))
+      }, frontend CPU/request ${
+        (median(ours.map((r) => r.frontendCpuMsPerRequest)) /
+          median(ref.map((r) => r.frontendCpuMsPerRequest))).toFixed(2)
+      }x, failed ${sum(ours.map((r) => r.summary.failed))} vs ${
+        sum(ref.map((r) => r.summary.failed))
+      }`,
     );
   }
 }

@@ -463,8 +463,21 @@ const ACC_INIT = [
 
 /** Secrets derived from non-zero seeds for the long path, by seed. */
 const derived = new Map<string, SecretWords>();
+// The last seed's secret: a prompt's blocks all hash with one seed, so most calls skip the map
+// (and the key string it needs).
+let lastSeedH = 0;
+let lastSeedL = 0;
+let lastSecret: SecretWords | undefined;
 
 function derivedSecret(sH: number, sL: number): SecretWords {
+  if (lastSecret !== undefined && sH === lastSeedH && sL === lastSeedL) return lastSecret;
+  lastSecret = derivedSecretOf(sH, sL);
+  lastSeedH = sH;
+  lastSeedL = sL;
+  return lastSecret;
+}
+
+function derivedSecretOf(sH: number, sL: number): SecretWords {
   const key = `${sH}:${sL}`;
   let s = derived.get(key);
   if (!s) {

@@ -3,6 +3,7 @@
 // included) on every call, and these run once per streamed item.
 
 import { Decoder, Encoder } from "@msgpack/msgpack";
+import { encodeFast } from "./_msgpack_writer.ts";
 
 const decoders = [new Decoder(), new Decoder({ useBigInt64: true })] as const;
 const encoders = [new Encoder(), new Encoder({ useBigInt64: true })] as const;
@@ -21,12 +22,13 @@ export function msgpackDecode(bytes: Uint8Array, bigints = false): unknown {
 }
 
 /**
- * Encodes one value as msgpack (a copy: the encoder's buffer is reused).
+ * Encodes one value as msgpack (a copy: the encoder's buffer is reused), byte for byte as
+ * @msgpack/msgpack does, through a faster writer for the values the wire carries.
  *
  * @param value the value
  * @param bigints bigint values as 64-bit integers
  * @returns the bytes
  */
 export function msgpackEncode(value: unknown, bigints = false): Uint8Array {
-  return encoders[bigints ? 1 : 0].encode(value);
+  return encodeFast(value, bigints) ?? encoders[bigints ? 1 : 0].encode(value);
 }

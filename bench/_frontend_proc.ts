@@ -2,23 +2,13 @@
 // with a deadline, and extra client processes.
 
 import type { LoadCommand, LoadResult } from "./_frontend_loadgen.ts";
+import { withTimeout } from "./_stats.ts";
 
 /** A server in its own process. */
 export interface ServerProcess {
   readonly url: string;
   readonly pid: number;
   stop(): Promise<void>;
-}
-
-/** Rejects with a message when `p` takes longer than `timeoutMs`: no step of the bench hangs. */
-export function withTimeout<T>(p: Promise<T>, timeoutMs: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>((_, reject) =>
-      timer = setTimeout(() => reject(new Error(`${what} took over ${timeoutMs} ms`)), timeoutMs)
-    ),
-  ]).finally(() => clearTimeout(timer));
 }
 
 /**

@@ -10,8 +10,8 @@
 
 import { bareArgsFrom, chatBody, streamOnce, streamShape } from "./_frontend_client.ts";
 import { measureStages } from "./_frontend_stages.ts";
-import { startServer, withTimeout } from "./_frontend_proc.ts";
-import { flag, measureConcurrent, rate } from "./_stats.ts";
+import { startServer } from "./_frontend_proc.ts";
+import { flag, measureConcurrent, rate, withTimeout } from "./_stats.ts";
 
 const REQUESTS = Number(flag("--requests") ?? 4_000);
 const CONCURRENCY = Number(flag("--concurrency") ?? 32);

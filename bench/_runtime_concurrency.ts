@@ -1,9 +1,9 @@
 // The runtime bench's concurrency scenario: requests per second with many in flight, through
 // the runtime next to raw NATS request-reply.
 
-import { type BenchParams, type Fixture, hop, log, withTimeout } from "./_runtime_fixture.ts";
+import { type BenchParams, type Fixture, hop, log } from "./_runtime_fixture.ts";
 import type { ConcurrentRow } from "./_runtime_report.ts";
-import { measureConcurrent } from "./_stats.ts";
+import { measureConcurrent, withTimeout } from "./_stats.ts";
 
 /**
  * Measures each concurrent case after a short warm-up, in rounds that take the cases in turn.

@@ -9,7 +9,7 @@ import type { Client } from "../runtime/client.ts";
 import { NatsRequestPlane } from "../runtime/transport/mod.ts";
 import { clockNow, RawFrameReader, rawJsonFrame, RawType, writeAll } from "./_raw.ts";
 import type { WorkerArgs, WorkerReady } from "./_runtime_worker.ts";
-import { ms, withinMs } from "./_stats.ts";
+import { ms, withTimeout } from "./_stats.ts";
 
 /** What the command line sets. */
 export interface BenchParams {
@@ -32,9 +32,6 @@ export type Cleanups = Array<() => Promise<unknown>>;
 export const encoder = new TextEncoder();
 export const decoder = new TextDecoder();
 export const log = (msg: string) => console.error(`[bench] ${msg}`);
-
-/** Rejects with a message when `p` takes longer than `ms`: no step of the bench hangs. */
-export const withTimeout: typeof withinMs = withinMs;
 
 /** Reads a stream to its end. */
 export async function drain(stream: AsyncIterable<unknown>): Promise<number> {

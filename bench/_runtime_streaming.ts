@@ -4,7 +4,8 @@
 import type { Client } from "../runtime/client.ts";
 import { openStream } from "../runtime/stream.ts";
 import { RawFrameReader, rawJsonFrame, RawType, writeAll } from "./_raw.ts";
-import { type BenchParams, decoder, type Fixture, log, withTimeout } from "./_runtime_fixture.ts";
+import { type BenchParams, decoder, type Fixture, log } from "./_runtime_fixture.ts";
+import { withTimeout } from "./_stats.ts";
 import { median, type StreamRow } from "./_runtime_report.ts";
 
 /**

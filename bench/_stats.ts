@@ -67,7 +67,7 @@ export interface MeasureInterleavedOptions {
 /**
  * `work` unless it is still running `ms` from now: then an Error naming `what`.
  */
-export function withinMs<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+export function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`${what}: still running after ${ms} ms`)), ms);
@@ -89,7 +89,7 @@ export async function measureInterleaved(
   for (const c of cases) {
     out.set(c.name, []);
     const deadline = performance.now() + options.maxRoundMs;
-    await withinMs(
+    await withTimeout(
       (async () => {
         for (let i = 0; i < options.warmup && performance.now() < deadline; i++) await c.once();
       })(),
@@ -103,7 +103,7 @@ export async function measureInterleaved(
     for (const c of cases) {
       const samples = out.get(c.name)!;
       const deadline = performance.now() + options.maxRoundMs;
-      await withinMs(
+      await withTimeout(
         (async () => {
           for (let i = 0; i < perRound && performance.now() < deadline; i++) {
             const t0 = performance.now();

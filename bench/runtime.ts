@@ -14,13 +14,7 @@
 
 import { startServers } from "../tests/_helpers/servers.ts";
 import { measureConcurrency } from "./_runtime_concurrency.ts";
-import {
-  type BenchParams,
-  type Cleanups,
-  log,
-  setUpFixture,
-  withTimeout,
-} from "./_runtime_fixture.ts";
+import { type BenchParams, type Cleanups, log, setUpFixture } from "./_runtime_fixture.ts";
 import { measureLatency } from "./_runtime_latency.ts";
 import {
   printReport,
@@ -32,7 +26,7 @@ import {
   TARGET_TCP_ITEMS_PER_S,
 } from "./_runtime_report.ts";
 import { measureStreaming } from "./_runtime_streaming.ts";
-import { flag } from "./_stats.ts";
+import { flag, withTimeout } from "./_stats.ts";
 
 // --- flags ----------------------------------------------------------------------------------
 const quick = Deno.args.includes("--quick");

@@ -2,7 +2,7 @@
 // and round, no timer per operation), and a healthy case gets every sample it asked for.
 
 import assert from "node:assert/strict";
-import { measureInterleaved, withinMs } from "../bench/_stats.ts";
+import { measureInterleaved, withTimeout } from "../bench/_stats.ts";
 
 Deno.test("measureInterleaved: every timed iteration is a sample, in rounds taken in turn", async () => {
   const order: string[] = [];
@@ -49,11 +49,11 @@ Deno.test("measureInterleaved: an operation that never ends fails the round, nam
   assert.ok(performance.now() - started < 2_000);
 });
 
-Deno.test("withinMs: the work's own result or failure when it ends in time", async () => {
-  assert.equal(await withinMs(Promise.resolve(7), 1_000, "quick"), 7);
-  await assert.rejects(withinMs(Promise.reject(new Error("own")), 1_000, "quick"), /own/);
+Deno.test("withTimeout: the work's own result or failure when it ends in time", async () => {
+  assert.equal(await withTimeout(Promise.resolve(7), 1_000, "quick"), 7);
+  await assert.rejects(withTimeout(Promise.reject(new Error("own")), 1_000, "quick"), /own/);
   await assert.rejects(
-    withinMs(new Promise(() => {}), 20, "slow"),
+    withTimeout(new Promise(() => {}), 20, "slow"),
     /slow: still running after 20 ms/,
   );
 });

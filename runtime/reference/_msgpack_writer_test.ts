@@ -2,20 +2,9 @@ import assert from "node:assert/strict";
 import { Encoder } from "@msgpack/msgpack";
 import { encodeFast } from "./_msgpack_writer.ts";
 import { msgpackDecode, msgpackEncode } from "./_msgpack.ts";
+import { mulberry32 } from "../../cli/_bench/synthetic.ts";
 
 const library = [new Encoder(), new Encoder({ useBigInt64: true })] as const;
-
-/** A small deterministic generator (mulberry32). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Every width boundary of msgpack's integer, string, array, map and binary forms.
 const NUMBERS = [
@@ -97,7 +86,7 @@ function randomValue(r: () => number, depth: number, bigints: boolean): unknown 
 Deno.test("encodeFast writes what @msgpack/msgpack writes, on 400 random values of every form", () => {
   for (let seed = 1; seed <= 400; seed++) {
     const bigints = seed % 2 === 0;
-    const value = randomValue(rng(seed), 0, bigints);
+    const value = randomValue(mulberry32(seed), 0, bigints);
     const ours = encodeFast(value, bigints);
     assert.ok(ours !== undefined, `seed ${seed}: left to the library`);
     assert.deepEqual(ours, library[bigints ? 1 : 0].encode(value), `seed ${seed}`);

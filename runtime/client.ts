@@ -16,7 +16,9 @@ import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
 import { instancePrefix } from "./keys.ts";
 import { instanceRecordSchema } from "./names.ts";
-import { hurryStream, openStream, type ResponseStream } from "./stream.ts";
+import { hurryStream, openStream, type OpenStreamOptions, type ResponseStream } from "./stream.ts";
+import { callLocal, localEndpoint } from "./local_call.ts";
+import type { LocalRequestPlane } from "./transport/local.ts";
 import type { RequestPlane } from "./transport/mod.ts";
 import { natsConnectionOf } from "./transport/tcp.ts";
 import { ReferenceClient } from "./reference/client.ts";
@@ -377,7 +379,7 @@ export class Client {
       // deno-lint-ignore prefer-const
       let stream: ResponseStream<T> | undefined;
       let ended = false;
-      stream = await openStream<T>(this.#deps.plane, subject, id, request, {
+      const streamOptions: OpenStreamOptions = {
         context: options.context,
         signal: options.signal,
         connectTimeoutMs: this.#deps.connectTimeoutMs,
@@ -386,7 +388,15 @@ export class Client {
           ended = true;
           if (stream) this.#untrack(id, stream);
         },
-      });
+      };
+      // An endpoint served in this process is called directly, unless the request is traced.
+      const plane = this.#deps.plane;
+      const local = plane.kind === "local" && options.context?.trace === undefined
+        ? localEndpoint((plane as LocalRequestPlane).bus, subject)
+        : undefined;
+      stream = local !== undefined
+        ? await callLocal<T>(local, subject, id, request, streamOptions)
+        : await openStream<T>(plane, subject, id, request, streamOptions);
       if (!ended) this.#track(id, stream);
       return stream;
     } catch (err) {

@@ -25,6 +25,8 @@ import {
 } from "./names.ts";
 import { type Handler, serveRequest } from "./serve_request.ts";
 import { referenceRequestServer } from "./reference/serve_requests.ts";
+import { serveLocal } from "./local_call.ts";
+import type { LocalRequestPlane } from "./transport/local.ts";
 import type { TcpRequestPlane } from "./transport/tcp.ts";
 import { isTwoPartMessage } from "./transport/reference_wire.ts";
 import type { EndpointStats, RequestTally, RuntimeMetrics } from "./metrics/runtime_metrics.ts";
@@ -309,6 +311,27 @@ export class Endpoint {
       });
     };
     const sub = await rt.plane.serve(subject, onRequest);
+    // Callers in this process call the handler directly (runtime/local_call.ts); requests
+    // traced here keep the frame path, which makes their spans.
+    const withdrawLocal = rt.plane.kind === "local" && rt.tracing === undefined
+      ? serveLocal((rt.plane as LocalRequestPlane).bus, subject, {
+        handler: handler as Handler,
+        logger: log,
+        begin: (ctx) => {
+          const start = performance.now();
+          stats.begin(0);
+          contexts.add(ctx);
+          const { promise, resolve } = Promise.withResolvers<void>();
+          inflight.add(promise);
+          return (tally) => {
+            contexts.delete(ctx);
+            inflight.delete(promise);
+            resolve();
+            stats.end(start, tally);
+          };
+        },
+      })
+      : undefined;
     const referenceSub = reference && tcp
       ? await (rt.plane as TcpRequestPlane).serveReference(subject, reference.handle)
       : undefined;
@@ -331,6 +354,7 @@ export class Endpoint {
     try {
       await rt.registerKey(key, encodeInstanceRecord(record));
     } catch (err) {
+      withdrawLocal?.();
       await sub.unsubscribe();
       await referenceSub?.unsubscribe();
       throw new DynamoError(`cannot register ${this.path}: ${(err as Error).message}`, {
@@ -353,6 +377,7 @@ export class Endpoint {
       await rt.unregisterKey(key).catch((err) =>
         log.warn("unregister failed", { error: String(err) })
       );
+      withdrawLocal?.();
       await sub.unsubscribe().catch(() => {});
       reference?.close();
       await referenceSub?.unsubscribe().catch(() => {});

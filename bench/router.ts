@@ -15,7 +15,7 @@ import {
   DistributedRuntime,
   type DistributedRuntimeOptions,
 } from "../runtime/distributed_runtime.ts";
-import { startServers } from "../tests/_helpers/servers.ts";
+import { installServersIfMissing, startServers } from "../tests/_helpers/servers.ts";
 import { runMockerWorker, startMockerWorkers } from "../llm/engines/mocker/worker.ts";
 import { KvRouter } from "../llm/kv_router/router.ts";
 import { flag, seededRandom, summarize } from "./_stats.ts";
@@ -39,6 +39,7 @@ const families = Array.from({ length: FAMILIES }, () => randTokens(1024));
 /** A prompt: a family prefix plus a unique tail (2,048 tokens in all). */
 const prompt = () => [...families[Math.floor(rnd() * FAMILIES)]!, ...randTokens(1024)];
 
+if (BACKEND === "etcd") await installServersIfMissing(log);
 const servers = BACKEND === "etcd" ? await startServers() : undefined;
 const connect: DistributedRuntimeOptions = servers
   ? servers.runtimeOptions as DistributedRuntimeOptions

@@ -12,7 +12,7 @@
 // The scenarios live in bench/_runtime_{latency,streaming,concurrency}.ts, their setup in
 // bench/_runtime_fixture.ts and the printed report in bench/_runtime_report.ts.
 
-import { startServers } from "../tests/_helpers/servers.ts";
+import { installServersIfMissing, startServers } from "../tests/_helpers/servers.ts";
 import { measureConcurrency } from "./_runtime_concurrency.ts";
 import { type BenchParams, type Cleanups, log, setUpFixture } from "./_runtime_fixture.ts";
 import { measureLatency } from "./_runtime_latency.ts";
@@ -57,6 +57,7 @@ const params: BenchParams = {
 // --- main -----------------------------------------------------------------------------------
 async function main(): Promise<number> {
   const started = performance.now();
+  await installServersIfMissing(log);
   log("starting etcd and nats-server on loopback");
   const servers = await startServers();
   const cleanups: Array<() => Promise<unknown>> = [() => servers.stop()];

@@ -34,7 +34,12 @@ import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
 import { limitTrace, loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
 import { parseSyntheticSpec, synthesizeTrace } from "../cli/_bench/synthetic.ts";
 import { builtinTestModel } from "../mod.ts";
-import { freePort, startEtcd, startNats } from "../tests/_helpers/servers.ts";
+import {
+  freePort,
+  installServersIfMissing,
+  startEtcd,
+  startNats,
+} from "../tests/_helpers/servers.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const quick = Deno.args.includes("--quick");
@@ -389,6 +394,7 @@ async function throughput(
   }
 }
 
+await installServersIfMissing(log);
 const py = await python();
 const runs: Run[] = [];
 for (const trace of TRACES) {

@@ -14,22 +14,11 @@ export DENO_NO_UPDATE_CHECK=1
 
 section() { printf '\n==> %s\n' "$*"; }
 
-have_servers() {
-  command -v etcd >/dev/null 2>&1 &&
-    { command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ]; }
-}
-
-# 1. etcd and nats-server (the real-backend tests are skipped without them).
-if ! have_servers; then
-  section "installing etcd-server and nats-server (apt)"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  if ! { $SUDO apt-get update && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server nats-server; }; then
-    # The real-backend suites are half of what we test: do not pass without them.
-    echo "ERROR: could not install etcd-server/nats-server with apt" >&2
-    echo "0 passed, 1 failed"
-    exit 1
-  fi
+# 1. etcd and nats-server (the real-backend suites are half of what we test: do not pass
+# without them).
+if ! bash scripts/install_servers.sh; then
+  echo "0 passed, 1 failed"
+  exit 1
 fi
 
 # Prometheus, for the dashboard test (tests/prometheus_test.ts installs it too, and skips

@@ -40,6 +40,28 @@ export function haveServers(): boolean {
 }
 
 /**
+ * Installs etcd and nats-server with `scripts/install_servers.sh` (apt) unless both are
+ * there: for the benchmarks, which a user runs on a fresh machine (the test command installs
+ * them before the tests).
+ * @throws Error when they cannot be installed
+ */
+export async function installServersIfMissing(log: (msg: string) => void): Promise<void> {
+  if (haveServers()) return;
+  log("etcd or nats-server is missing: installing them with apt (first run only)");
+  const script = new URL("../../scripts/install_servers.sh", import.meta.url).pathname;
+  const { code } = await new Deno.Command("bash", {
+    args: [script],
+    stdout: "inherit",
+    stderr: "inherit",
+  }).output();
+  if (code !== 0 || !haveServers()) {
+    throw new Error(
+      "etcd and nats-server are needed and could not be installed (apt-get install -y etcd-server nats-server)",
+    );
+  }
+}
+
+/**
  * The lowest port the kernel hands out to a bind to port 0 or an outgoing connection (Linux's
  * ephemeral range), or undefined where that cannot be read.
  */

@@ -137,7 +137,7 @@ export async function measureStages(options: MeasureStagesOptions): Promise<Stag
       }],
       [
         "engine_cut",
-        `local plane + echo, ${outputs.length} outputs, cut at eos (as the frontend)`,
+        `in-process call + echo, ${outputs.length} outputs, cut at eos (as the frontend)`,
         async () => {
           const it = (await openMigrating(send, pre, new Context(), { limit: 0 }))[
             Symbol.asyncIterator
@@ -148,7 +148,7 @@ export async function measureStages(options: MeasureStagesOptions): Promise<Stag
       ],
       [
         "engine_self",
-        `local plane + echo, ${outputs.length} outputs, engine ends the stream`,
+        `in-process call + echo, ${outputs.length} outputs, engine ends the stream`,
         async () => {
           for await (
             const _ of await openMigrating(send, preSelfEnding, new Context(), {

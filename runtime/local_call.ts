@@ -17,7 +17,7 @@ import { CancelledError, StreamIncompleteError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RequestTally } from "./metrics/runtime_metrics.ts";
 import type { Handler } from "./serve_request.ts";
-import type { OpenStreamOptions, ResponseStream } from "./stream.ts";
+import { contextToSend, type OpenStreamOptions, type ResponseStream } from "./stream.ts";
 import type { LocalRequestBus } from "./transport/local.ts";
 
 /** Items a call holds before its handler waits for the caller (as an in-process stream). */
@@ -82,11 +82,8 @@ export async function callLocal<T>(
   body: unknown,
   options: OpenStreamOptions = {},
 ): Promise<ResponseStream<T>> {
-  const { signal } = options;
-  const ctx = options.context ?? new Context();
-  signal?.throwIfAborted();
-  if (ctx.isStopped()) throw new CancelledError(`request ${ctx.id} was stopped before it was sent`);
-  const call = new LocalCall<T>(endpoint, subject, ctx, signal, options.onEnd);
+  const ctx = contextToSend(options);
+  const call = new LocalCall<T>(endpoint, subject, ctx, options.signal, options.onEnd);
   await call.start(body);
   return { context: ctx, instanceId, [Symbol.asyncIterator]: () => call };
 }

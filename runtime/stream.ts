@@ -76,6 +76,18 @@ export function hurryStream(stream: ResponseStream<unknown>, ms: number): void {
 }
 
 /**
+ * The context of a request about to be sent: the given one, or a new one.
+ * @throws {DOMException} the signal was aborted already
+ * @throws {CancelledError} the context was stopped already
+ */
+export function contextToSend(options: Pick<OpenStreamOptions, "context" | "signal">): Context {
+  const ctx = options.context ?? new Context();
+  options.signal?.throwIfAborted();
+  if (ctx.isStopped()) throw new CancelledError(`request ${ctx.id} was stopped before it was sent`);
+  return ctx;
+}
+
+/**
  * Sends `body` to `subject` and resolves once the worker accepted it and its handler got
  * to its first item (or finished). A handler that throws before that rejects here.
  */
@@ -87,9 +99,7 @@ export async function openStream<T>(
   options: OpenStreamOptions = {},
 ): Promise<ResponseStream<T>> {
   const { signal } = options;
-  const ctx = options.context ?? new Context();
-  signal?.throwIfAborted();
-  if (ctx.isStopped()) throw new CancelledError(`request ${ctx.id} was stopped before it was sent`);
+  const ctx = contextToSend(options);
   const timeoutMs = options.connectTimeoutMs ?? 5000;
   const idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS;
   const streamId = crypto.randomUUID();

@@ -270,6 +270,23 @@ export class Endpoint {
     const inflight = new Set<Promise<void>>();
     const contexts = new Set<Context>();
     const stats = rt.metrics.endpoint(ns, this.component.name, this.name);
+    /**
+     * Counts a request served without `#handle` (the reference's wire, or a caller in this
+     * process) with the endpoint's others, until the function it returns is called.
+     */
+    const track = (ctx: Context): (tally: RequestTally) => void => {
+      const start = performance.now();
+      stats.begin(0);
+      contexts.add(ctx);
+      const { promise, resolve } = Promise.withResolvers<void>();
+      inflight.add(promise);
+      return (tally) => {
+        contexts.delete(ctx);
+        inflight.delete(promise);
+        resolve();
+        stats.end(start, tally);
+      };
+    };
 
     // The reference's framing too, on the TCP plane (the same listener: the reference's callers
     // reach this endpoint at the same address and path) and on NATS (the same subject).
@@ -280,16 +297,9 @@ export class Endpoint {
         logger: log,
         callHomeTimeoutMs: rt.connectTimeoutMs,
         onContext: (ctx, ended) => {
-          // Counted with the endpoint's other requests (sizes are not tallied on this path).
-          const start = performance.now();
-          stats.begin(0);
-          contexts.add(ctx);
-          const task = ended.then(() => {
-            contexts.delete(ctx);
-            stats.end(start, { responseBytes: 0 });
-          });
-          inflight.add(task);
-          void task.then(() => inflight.delete(task));
+          // Sizes are not tallied on this path.
+          const done = track(ctx);
+          void ended.then(() => done({ responseBytes: 0 }));
         },
       })
       : undefined;
@@ -317,19 +327,7 @@ export class Endpoint {
       ? serveLocal((rt.plane as LocalRequestPlane).bus, subject, {
         handler: handler as Handler,
         logger: log,
-        begin: (ctx) => {
-          const start = performance.now();
-          stats.begin(0);
-          contexts.add(ctx);
-          const { promise, resolve } = Promise.withResolvers<void>();
-          inflight.add(promise);
-          return (tally) => {
-            contexts.delete(ctx);
-            inflight.delete(promise);
-            resolve();
-            stats.end(start, tally);
-          };
-        },
+        begin: track,
       })
       : undefined;
     const referenceSub = reference && tcp

@@ -16,7 +16,7 @@ import { Context, type StopReason } from "./context.ts";
 import { CancelledError, StreamIncompleteError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RequestTally } from "./metrics/runtime_metrics.ts";
-import type { Handler } from "./serve_request.ts";
+import { type Handler, runHandler } from "./serve_request.ts";
 import { contextToSend, type OpenStreamOptions, type ResponseStream } from "./stream.ts";
 import type { LocalRequestBus } from "./transport/local.ts";
 
@@ -48,9 +48,8 @@ export function serveLocal(
   subject: string,
   endpoint: LocalEndpoint,
 ): () => void {
-  let bySubject = served.get(bus);
-  if (bySubject === undefined) served.set(bus, bySubject = new Map());
-  const map = bySubject;
+  const map = served.get(bus) ?? new Map<string, LocalEndpoint>();
+  served.set(bus, map);
   map.set(subject, endpoint);
   return () => {
     if (map.get(subject) === endpoint) map.delete(subject);
@@ -277,17 +276,10 @@ class LocalCall<T> implements AsyncIterableIterator<T> {
     let step: IteratorResult<unknown> = DONE;
     try {
       try {
-        const result = this.#endpoint.handler(body, worker);
-        const produced: AsyncIterable<unknown> | Iterable<unknown> =
-          typeof (result as Partial<PromiseLike<unknown>>).then === "function"
-            ? await result
-            : result as AsyncIterable<unknown> | Iterable<unknown>;
-        iterator = Symbol.asyncIterator in Object(produced)
-          ? (produced as AsyncIterable<unknown>)[Symbol.asyncIterator]()
-          : (produced as Iterable<unknown>)[Symbol.iterator]();
+        const started = runHandler(this.#endpoint.handler, body, worker);
+        iterator = started instanceof Promise ? await started : started;
         step = await iterator.next();
       } catch (err) {
-        step = DONE;
         tally.error = "generate";
         this.#complete = true;
         this.#first.reject(toRemoteError(wireError(err)));
@@ -302,7 +294,7 @@ class LocalCall<T> implements AsyncIterableIterator<T> {
           break;
         }
         const pushed = queue.push(step.value as T);
-        if (pushed !== true && pushed !== false) await pushed;
+        if (typeof pushed !== "boolean") await pushed;
         step = await iterator.next();
       }
       if (step.done && !worker.isKilled()) {

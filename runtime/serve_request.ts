@@ -152,15 +152,8 @@ async function serveItems(
     let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined;
     let step: IteratorResult<unknown>;
     try {
-      const result = handler(body, ctx);
-      // Most handlers are generators: no wait (a turn of the microtask queue) for those.
-      const produced: AsyncIterable<unknown> | Iterable<unknown> =
-        typeof (result as Partial<PromiseLike<unknown>>).then === "function"
-          ? await result
-          : result as AsyncIterable<unknown> | Iterable<unknown>;
-      iterator = isAsyncIterable(produced)
-        ? produced[Symbol.asyncIterator]()
-        : produced[Symbol.iterator]();
+      const started = runHandler(handler, body, ctx);
+      iterator = started instanceof Promise ? await started : started;
       step = await iterator.next();
     } catch (err) {
       state.complete = true;
@@ -284,6 +277,28 @@ function readControls(
     }
   };
   next();
+}
+
+/** A handler's items: the iterator of what it returns (a promise of it for async handlers). */
+export function runHandler(
+  handler: Handler,
+  body: unknown,
+  ctx: Context,
+):
+  | AsyncIterator<unknown>
+  | Iterator<unknown>
+  | Promise<AsyncIterator<unknown> | Iterator<unknown>> {
+  const result = handler(body, ctx);
+  // Most handlers are generators: no wait (a turn of the microtask queue) for those.
+  return typeof (result as Partial<PromiseLike<unknown>>).then === "function"
+    ? Promise.resolve(result).then(iteratorOf)
+    : iteratorOf(result as AsyncIterable<unknown> | Iterable<unknown>);
+}
+
+function iteratorOf(
+  produced: AsyncIterable<unknown> | Iterable<unknown>,
+): AsyncIterator<unknown> | Iterator<unknown> {
+  return isAsyncIterable(produced) ? produced[Symbol.asyncIterator]() : produced[Symbol.iterator]();
 }
 
 function isAsyncIterable(x: unknown): x is AsyncIterable<unknown> {

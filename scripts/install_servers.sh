@@ -12,7 +12,8 @@ have_servers() {
 
 if have_servers; then exit 0; fi
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo -n"; fi
+# Plain sudo, as the test command always used: a user at a terminal is asked for the password.
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "installing etcd-server and nats-server (apt)" >&2
 # Another apt run may hold the lock: wait for it (up to 5 minutes) rather than fail.
 if ! { $SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq &&

@@ -109,12 +109,14 @@ run_tests() {
 ignore="$(IFS=,; echo "${SERIAL_TESTS[*]}")"
 run_tests -A --parallel --ignore="$ignore"
 run_tests -A "${SERIAL_TESTS[@]}"
-# The chaos suite once more on the NATS request plane (the run above is on the default, TCP):
-# `deno task test:chaos` runs it on both, the cancellation-under-load test included.
-CHAOS_TESTS=(tests/chaos_test.ts tests/infra_restart_test.ts tests/shutdown_test.ts
+# The chaos suite and the cross-process tests once more on the NATS request plane (the run
+# above is on the default, TCP); the runtime contract suite covers both planes in one run.
+# `deno task test:chaos` runs the chaos suite on both, the cancellation-under-load test included.
+NATS_PLANE_TESTS=(tests/chaos_test.ts tests/infra_restart_test.ts tests/shutdown_test.ts
   tests/overload_test.ts tests/hung_worker_test.ts tests/worker_output_test.ts
-  tests/malformed_discovery_test.ts tests/reregistration_test.ts tests/security_test.ts)
-DYN_REQUEST_PLANE=nats run_tests -A --parallel "${CHAOS_TESTS[@]}"
+  tests/malformed_discovery_test.ts tests/reregistration_test.ts tests/security_test.ts
+  tests/cross_process_test.ts)
+DYN_REQUEST_PLANE=nats run_tests -A --parallel "${NATS_PLANE_TESTS[@]}"
 
 echo
 if [ "${#failed_gates[@]}" -gt 0 ]; then

@@ -5,14 +5,14 @@ import assert from "node:assert/strict";
 import { DistributedRuntime, StreamIncompleteError } from "../mod.ts";
 import { eventually } from "./_helpers/backends.ts";
 import { type ChildHandle, spawnDeno } from "./_helpers/process.ts";
-import { haveServers, startServers } from "./_helpers/servers.ts";
+import { haveServers, startServers, testRequestPlane } from "./_helpers/servers.ts";
 import { bigString } from "./_helpers/worker_proc.ts";
 
 const WORKER = new URL("./_helpers/worker_proc.ts", import.meta.url).pathname;
 const TTL = 3;
 
 Deno.test({
-  name: "runtime across processes on etcd + NATS",
+  name: `runtime across processes on etcd + NATS, ${testRequestPlane()} request plane`,
   ignore: !haveServers(),
   async fn(t) {
     const servers = await startServers();

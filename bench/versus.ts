@@ -6,6 +6,8 @@
 // trace replayed open-loop against it (cli/_bench/replay.ts). Per run: requests, failures, TTFT
 // p50/p90, prefix hit rate (the mockers' own cached-token counts) against the trace's ceiling,
 // throughput, and the frontend process's CPU per request. Ratios ours/reference per trace and mode.
+// Our kv runs also log every routing decision (`--router-decision-log`), and the report says
+// what the requests at or over the p90 were routed by (cli/_bench/decision_tail.ts).
 // Then the closed-loop case: each frontend as fast as it goes (clients sending short chat requests
 // back to back, engines sped up 1000x), at each level of clients: requests/s and CPU per request.
 //
@@ -33,6 +35,8 @@ import { replayTrace, sendOne } from "../cli/_bench/replay.ts";
 import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
 import { limitTrace, loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
 import { parseSyntheticSpec, synthesizeTrace } from "../cli/_bench/synthetic.ts";
+import { attributeTail, formatTail, type TailAttribution } from "../cli/_bench/decision_tail.ts";
+import { parseDecisionLog } from "../llm/kv_router/decision_log.ts";
 import { builtinTestModel } from "../mod.ts";
 import {
   freePort,
@@ -178,6 +182,8 @@ interface Run {
   ceiling: number;
   requestsPerS: number;
   frontendCpuMsPerRequest: number;
+  /** Our kv runs: how the requests at or over the p90 were routed (from the decision log). */
+  tail?: TailAttribution;
 }
 
 /** Fresh etcd + NATS, the mocker workers, and one frontend listing the model. */
@@ -192,6 +198,7 @@ async function startFleet(
   mode: string,
   frontend: string,
   engineSpeedup: number,
+  oursArgs: string[] = [],
 ): Promise<Fleet> {
   const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
   const env = { ...LOOPBACK, ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
@@ -232,6 +239,7 @@ async function startFleet(
         mode,
         // e.g. VERSUS_OURS_ARGS="--router-load-bound 2" to try a router setting.
         ...(Deno.env.get("VERSUS_OURS_ARGS")?.split(/\s+/).filter(Boolean) ?? []),
+        ...oursArgs,
       ], env)
       : spawn(
         py,
@@ -261,7 +269,17 @@ async function one(
   frontend: string,
   pass: number,
 ): Promise<Run> {
-  const fleet = await startFleet(py, mode, frontend, ENGINE_SPEEDUP);
+  // Our kv router logs its decisions, to tell what the slowest requests were routed by.
+  const decisionLog = frontend === "ours" && mode === "kv"
+    ? await Deno.makeTempFile({ prefix: "versus-decisions-", suffix: ".jsonl" })
+    : undefined;
+  const fleet = await startFleet(
+    py,
+    mode,
+    frontend,
+    ENGINE_SPEEDUP,
+    decisionLog === undefined ? [] : ["--router-decision-log", decisionLog],
+  );
   const { base, front } = fleet;
   try {
     await prewarm(base, PREWARM);
@@ -289,7 +307,13 @@ async function one(
       );
     }
     const summary = summarizeMode(results, seconds);
+    let tail: TailAttribution | undefined;
+    if (decisionLog !== undefined) {
+      tail = attributeTail(results, parseDecisionLog(await Deno.readTextFile(decisionLog)));
+      if (tail) log(`${trace} ${mode} ${frontend}: ${formatTail(tail)}`);
+    }
     return {
+      tail,
       trace,
       mode,
       frontend,
@@ -301,6 +325,7 @@ async function one(
     };
   } finally {
     await fleet.stop();
+    if (decisionLog !== undefined) await Deno.remove(decisionLog).catch(() => {});
   }
 }
 
@@ -472,6 +497,11 @@ for (const trace of TRACES) {
       }`,
     );
   }
+}
+const tails = runs.filter((r) => r.tail !== undefined);
+if (tails.length > 0) {
+  console.log("\nour kv router's tail, per run (from its decision log, --router-decision-log)");
+  for (const r of tails) console.log(`${r.trace} pass ${r.pass}: ${formatTail(r.tail!)}`);
 }
 if (saturated.length > 0) {
   console.log(

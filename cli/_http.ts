@@ -19,6 +19,8 @@ import { backendsInfo } from "../runtime/backends.ts";
 import { withCors } from "../llm/http/cors.ts";
 import type { ReferenceWorkersOptions } from "../llm/model/registry.ts";
 import { warmRequestPath } from "../llm/http/warm.ts";
+import { type DecisionLog, openDecisionLog } from "../llm/kv_router/decision_log.ts";
+import { InvalidArgumentError } from "../runtime/errors.ts";
 
 /** Options of {@linkcode serveFrontend}. */
 export interface ServeFrontendOptions {
@@ -27,6 +29,8 @@ export interface ServeFrontendOptions {
   routerMode: RouterMode;
   /** Settings of the KV router (router mode "kv"). */
   kvRouter?: KvRouterSettings;
+  /** Append each KV routing decision to this file as a JSON line (router mode "kv"). */
+  routerDecisionLog?: string;
   /** Serve only the models registered in this namespace (default: every namespace). */
   namespace?: string;
   logger: Logger;
@@ -71,9 +75,17 @@ export async function serveFrontend(
   const metrics = new FrontendMetrics();
   registerProcessMetrics(metrics.registry);
   if (options.workerMetrics) metrics.include(options.workerMetrics);
+  const decisions = options.routerDecisionLog === undefined
+    ? undefined
+    : openLog(options.routerDecisionLog, options.logger);
   const models = new ModelManager(runtime, {
     routerMode: options.routerMode,
-    kvRouter: { ...options.kvRouter, onRoute: (d) => metrics.observeRoute(d) },
+    kvRouter: {
+      ...options.kvRouter,
+      onRoute: decisions === undefined
+        ? (d) => metrics.observeRoute(d)
+        : (d) => (metrics.observeRoute(d), decisions.write(d)),
+    },
     namespace: options.namespace,
     logger: options.logger,
     referenceWorkers: options.referenceWorkers,
@@ -135,10 +147,30 @@ export async function serveFrontend(
         await Promise.race([drain, deadline]);
         clearTimeout(timer);
         await models.close();
+        decisions?.close();
       })();
       return stopping;
     },
   };
+}
+
+/** The decision log at `path`, or an error that names the flag and the file. */
+function openLog(path: string, logger: Logger): DecisionLog {
+  try {
+    return openDecisionLog(
+      path,
+      (err) =>
+        logger.error("router decision log: writing failed; no more decisions logged", {
+          path,
+          error: String(err),
+        }),
+    );
+  } catch (err) {
+    throw new InvalidArgumentError(
+      `--router-decision-log: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
 }
 
 /** Resolves on the first SIGINT or SIGTERM (the listeners are removed by `dispose`). */

@@ -61,6 +61,9 @@ Options:
   --router-replica-sync
                       kv: share the router's load book with other frontends' routers
                       over the event plane, and book theirs
+  --router-decision-log PATH
+                      kv: append one JSON line per routing decision to PATH: the worker
+                      chosen, and every worker weighed with its cached blocks, load and cost
   --max-inflight N    generation requests handled at once, streams until their last byte
                       (default 1024; env DYN_HTTP_MAX_INFLIGHT); past it: 429 + Retry-After
   --max-queued N      requests that may wait for a slot (default 0; env DYN_HTTP_MAX_QUEUED)
@@ -103,6 +106,7 @@ export const HTTP_FLAGS = {
   "active-prefill-tokens-threshold": { type: "string" },
   "router-replica-sync": { type: "boolean" },
   "no-router-replica-sync": { type: "boolean" },
+  "router-decision-log": { type: "string" },
   "kv-events": { type: "boolean" },
   "no-kv-events": { type: "boolean" },
   "router-kv-events": { type: "boolean" },
@@ -144,6 +148,8 @@ export function parseHttpFlags(
   hostname: string;
   routerMode: RouterMode;
   kvRouter: KvRouterSettings;
+  /** Where to append the KV router's decisions (`--router-decision-log`; kv mode). */
+  routerDecisionLog?: string;
   /** Serve only the models registered in this namespace (default: every namespace). */
   namespace?: string;
   guard: Omit<GuardOptions, "metrics">;
@@ -256,6 +262,15 @@ export function parseHttpFlags(
       throw new UsageError(`${events.what} applies to --router-mode kv only`, command);
     }
   }
+  const decisionLog = values["router-decision-log"];
+  if (decisionLog !== undefined) {
+    if (decisionLog.trim() === "") {
+      throw new UsageError("--router-decision-log takes a file path", command);
+    }
+    if (routerMode !== "kv") {
+      throw new UsageError("--router-decision-log applies to --router-mode kv only", command);
+    }
+  }
   const namespaceGiven = given("namespace");
   if (namespaceGiven !== undefined && !/^[A-Za-z0-9_-]+$/.test(namespaceGiven.value)) {
     throw new UsageError(
@@ -296,6 +311,7 @@ export function parseHttpFlags(
     routerMode,
     ...(namespaceGiven ? { namespace: namespaceGiven.value } : {}),
     kvRouter,
+    ...(decisionLog === undefined ? {} : { routerDecisionLog: decisionLog }),
     guard: parseGuardFlags(command, values, env),
     corsAllowOrigins,
   };

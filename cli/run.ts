@@ -83,9 +83,10 @@ Options:
   --kv-queued-prefill-weight Q
                            kv: weight of prompts queued for prefill on a worker
   --router-load-bound F, --active-decode-blocks-threshold F,
-  --active-prefill-tokens-threshold N, --router-replica-sync
-                           kv: bounded load, busy thresholds, replica sync (see
-                           'dynamo help frontend')
+  --active-prefill-tokens-threshold N, --router-replica-sync,
+  --router-decision-log PATH
+                           kv: bounded load, busy thresholds, replica sync, a log of
+                           every routing decision (see 'dynamo help frontend')
   --max-inflight N         generation requests handled at once, streams until their
                            last byte (default 1024; env DYN_HTTP_MAX_INFLIGHT); past it
                            and the queue: 429 with Retry-After

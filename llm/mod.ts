@@ -111,8 +111,17 @@ export {
   type KvRouterOptions,
   type OverlapLookup,
   type RouteDecision,
+  type RouteDecisionRecord,
   type TokensRequest,
 } from "./kv_router/router.ts";
+export {
+  type DecisionLog,
+  type LoggedCandidate,
+  type LoggedDecision,
+  loggedDecision,
+  openDecisionLog,
+  parseDecisionLog,
+} from "./kv_router/decision_log.ts";
 export {
   ActiveSequences,
   type ActiveSequencesOptions,

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { frontendUrl, stopChild as stop } from "./_helpers/frontend.ts";
 import { type ChildHandle, runDeno, spawnDeno } from "./_helpers/process.ts";
+import { parseDecisionLog } from "../llm/kv_router/decision_log.ts";
 
 const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const WORKERS = 4;
@@ -81,6 +82,8 @@ const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 Deno.test(
   "router mode kv sends every request sharing a cached prefix to the worker holding it; round-robin does not",
   async () => {
+    const dir = await Deno.makeTempDir();
+    const logPath = `${dir}/decisions.jsonl`;
     const kv = await shareOnePrefix([
       "--router-mode",
       "kv",
@@ -88,6 +91,8 @@ Deno.test(
       "1",
       "--router-temperature",
       "0",
+      "--router-decision-log",
+      logPath,
     ]);
     // Each follower finds the whole shared prefix cached (its own last block is new).
     assert.deepEqual(
@@ -95,6 +100,23 @@ Deno.test(
       kv.map(() => PREFIX_TOKENS),
       `kv routing: cached tokens per request ${JSON.stringify(kv)}`,
     );
+    // The decision log: one line per request, every worker weighed, the holder chosen.
+    const decisions = parseDecisionLog(await Deno.readTextFile(logPath));
+    await Deno.remove(dir, { recursive: true });
+    assert.equal(decisions.length, 1 + FOLLOWERS);
+    const holder = decisions[0]!.instance;
+    for (const d of decisions.slice(1)) {
+      assert.equal(d.instance, holder, "every follower went to the prefix's holder");
+      assert.equal(d.overlap_blocks, PREFIX_TOKENS / BLOCK);
+      assert.equal(d.prompt_tokens, PREFIX_TOKENS + BLOCK);
+      assert.equal(d.candidates.length, WORKERS);
+      for (const c of d.candidates) {
+        assert.equal(c.overlap_blocks, c.instance === holder ? PREFIX_TOKENS / BLOCK : 0);
+        assert.ok(typeof c.cost === "number", "every idle worker is eligible and has a cost");
+      }
+      const chosen = d.candidates.find((c) => c.instance === holder)!;
+      assert.equal(chosen.cost, Math.min(...d.candidates.map((c) => c.cost!)));
+    }
     // Round-robin over 4 workers: the next 3 requests land on workers that never saw the
     // prefix.
     const rr = await shareOnePrefix(["--router-mode", "round-robin"]);
@@ -208,6 +230,7 @@ Deno.test("bad router flags exit 2 with a message naming the flag", async (t) =>
       /--active-decode-blocks-threshold must be a fraction/,
     ],
     [["--router-replica-sync"], /--router-replica-sync applies to --router-mode kv only/],
+    [["--router-decision-log", "d.jsonl"], /--router-decision-log applies to --router-mode kv/],
   ];
   for (const [flags, message] of cases) {
     await t.step(flags.join(" "), async () => {

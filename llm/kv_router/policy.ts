@@ -176,9 +176,26 @@ export class RoutingPolicy {
    * @throws {InvalidArgumentError} no candidates
    */
   choose(all: readonly WorkerCandidate[], context: RoutingContext): WorkerCandidate {
-    const pool = this.eligible(all, context);
-    const id = this.pick(pool, this.costs(pool));
-    return pool.find((c) => c.workerId === id)!;
+    return this.decide(all, context).chosen;
+  }
+
+  /**
+   * {@linkcode choose}, with what the choice was made from: the eligible candidates and
+   * their costs (for a decision log).
+   *
+   * @param all every candidate (at least one)
+   * @param context load in all, busy check
+   * @returns the chosen candidate, the eligible ones, and the cost of each of those
+   * @throws {InvalidArgumentError} no candidates
+   */
+  decide(
+    all: readonly WorkerCandidate[],
+    context: RoutingContext,
+  ): { chosen: WorkerCandidate; eligible: WorkerCandidate[]; costs: Map<string, number> } {
+    const eligible = this.eligible(all, context);
+    const costs = this.costs(eligible);
+    const id = this.pick(eligible, costs);
+    return { chosen: eligible.find((c) => c.workerId === id)!, eligible, costs };
   }
 
   /**

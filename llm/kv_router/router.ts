@@ -82,10 +82,25 @@ export interface KvRouterOptions extends RoutingPolicyOptions {
    */
   replicaSync?: boolean;
   /**
-   * Told of each decision {@linkcode KvRouter.generate} makes (each attempt), for metrics;
-   * must be cheap and must not throw.
+   * Told of each decision {@linkcode KvRouter.generate} makes (each attempt), for metrics
+   * and decision logs; must be cheap and must not throw.
    */
-  onRoute?: (decision: RouteDecision & { requestBlocks: number }) => void;
+  onRoute?: (decision: RouteDecisionRecord) => void;
+}
+
+/** A routing decision with what it was made from, as `onRoute` is told of it. */
+export interface RouteDecisionRecord extends RouteDecision {
+  /** Tokens of the prompt. */
+  promptTokens?: number;
+  /** Full KV blocks of the prompt. */
+  requestBlocks: number;
+  /** Every worker the decision considered, with its cached overlap and load as then seen. */
+  candidates: readonly WorkerCandidate[];
+  /**
+   * The cost of each eligible candidate (lower is better; workers left out by the busy
+   * checks or the load bound have none). Undefined when a cost function picked by id.
+   */
+  costs?: ReadonlyMap<string, number>;
 }
 
 /** What {@linkcode KvRouter.findBestMatch} decided. */
@@ -311,7 +326,14 @@ export class KvRouter {
     const hashes = requestId === undefined
       ? undefined
       : computeBlockHashesSync(tokenIds, this.blockSize, options.loraId);
-    const decision = await this.#decide(client, tokenIds, options, new Set(), hashes?.local);
+    const { instanceId, overlapBlocks } = await this.#decide(
+      client,
+      tokenIds,
+      options,
+      new Set(),
+      hashes?.local,
+    );
+    const decision = { instanceId, overlapBlocks };
     if (requestId !== undefined) {
       this.#pending.add(bookedKey(requestId), decision.instanceId, hashes!.local, hashes!.sequence);
       this.#active.add(
@@ -369,7 +391,7 @@ export class KvRouter {
     options: FindBestMatchOptions,
     exclude: ReadonlySet<string>,
     localHashes?: readonly BlockHash[],
-  ): Promise<RouteDecision> {
+  ): Promise<RouteDecision & Pick<RouteDecisionRecord, "candidates" | "costs">> {
     const allowed = options.instances === undefined ? undefined : new Set(options.instances);
     const ids = client.availableInstanceIds().filter((id) =>
       !exclude.has(id) && (allowed === undefined || allowed.has(id))
@@ -401,12 +423,14 @@ export class KvRouter {
         : (c) => this.#busy(c),
     });
     let instanceId: string;
+    let costs: Map<string, number> | undefined;
     if (this.#costFunction) {
       const picked = await this.#costFunction({
         candidates,
         tokenLength: tokenIds.length,
         blockSize: this.blockSize,
       });
+      if (typeof picked !== "string") costs = picked;
       try {
         instanceId = typeof picked === "string"
           ? picked
@@ -423,10 +447,11 @@ export class KvRouter {
         );
       }
     } else {
-      instanceId = this.#policy.pick(candidates, this.#policy.costs(candidates));
+      costs = this.#policy.costs(candidates);
+      instanceId = this.#policy.pick(candidates, costs);
     }
     const overlapBlocks = candidates.find((c) => c.workerId === instanceId)!.overlapBlocks;
-    return { instanceId, overlapBlocks };
+    return { instanceId, overlapBlocks, candidates: all, costs };
   }
 
   #busy(c: WorkerCandidate): boolean {
@@ -460,6 +485,7 @@ export class KvRouter {
       tried.add(decision.instanceId);
       this.#onRoute?.({
         ...decision,
+        promptTokens: request.token_ids.length,
         requestBlocks: Math.floor(request.token_ids.length / this.blockSize),
       });
       // One entry per attempt: the request id alone is not unique across migrations.

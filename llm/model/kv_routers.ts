@@ -56,7 +56,8 @@ export class KvRouters {
     const key = `${reference ? "reference:" : ""}${path}#${blockSize}`;
     let router = this.#routers.get(key);
     if (!router && reference) {
-      const { overlapScoreWeight, temperature, queuedPrefillWeight, loadBound } = this.#settings;
+      const { overlapScoreWeight, temperature, queuedPrefillWeight, loadBound, onRoute } =
+        this.#settings;
       router = new ReferenceKvRouter(
         this.#runtime.events,
         endpoint,
@@ -67,6 +68,7 @@ export class KvRouters {
           temperature,
           queuedPrefillWeight,
           loadBound,
+          onRoute,
           discovery: this.#runtime.discovery,
           logger: this.#log,
         },

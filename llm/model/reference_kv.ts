@@ -26,6 +26,7 @@ import { PendingPrefills } from "../kv_router/pending_prefills.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "../kv_router/policy.ts";
 import { ActiveSequences } from "../kv_router/scheduler.ts";
 import type { KvCacheEventData } from "../kv_router/protocols.ts";
+import type { KvRouterOptions } from "../kv_router/router.ts";
 import { RadixTree } from "../kv_router/radix_tree.ts";
 import type { TokenRouter } from "../pipeline/route.ts";
 import type { EndpointId } from "./endpoints.ts";
@@ -259,6 +260,8 @@ export interface ReferenceKvRouterOptions extends RoutingPolicyOptions {
   discovery?: Discovery;
   /** Hears of messages that do not decode. */
   logger?: Logger;
+  /** Told of each routing decision, as {@linkcode KvRouterOptions.onRoute}. */
+  onRoute?: KvRouterOptions["onRoute"];
 }
 
 /**
@@ -295,6 +298,7 @@ export class ReferenceKvRouter implements TokenRouter {
   #recoveries = 0;
   readonly #stop = new AbortController();
   readonly #log: Logger;
+  readonly #onRoute: KvRouterOptions["onRoute"];
   #watching: Promise<void> = Promise.resolve();
   #watchingLoad: Promise<void> = Promise.resolve();
   #watchingSources: Promise<void> = Promise.resolve();
@@ -322,6 +326,7 @@ export class ReferenceKvRouter implements TokenRouter {
     this.#client = client;
     this.#blockSize = blockSize;
     const policy = this.#policy = new RoutingPolicy(blockSize, options);
+    this.#onRoute = options.onRoute;
     this.#active = new ActiveSequences(blockSize, {
       onFirstOutput: (routedWith, ttftMs) => policy.ttftModel.observe(routedWith, ttftMs),
     });
@@ -661,7 +666,17 @@ export class ReferenceKvRouter implements TokenRouter {
         waitingRequests: book.waiting,
       };
     });
-    const chosen = this.#policy.choose(candidates, { totalRequests: this.#active.totalRequests });
+    const { chosen, costs } = this.#policy.decide(candidates, {
+      totalRequests: this.#active.totalRequests,
+    });
+    this.#onRoute?.({
+      instanceId: chosen.workerId,
+      overlapBlocks: chosen.overlapBlocks,
+      promptTokens: request.token_ids.length,
+      requestBlocks: Math.floor(request.token_ids.length / this.#blockSize),
+      candidates,
+      costs,
+    });
     const key = `${options.context?.id ?? ""}/${crypto.randomUUID()}`;
     this.#active.add(key, chosen.workerId, request.token_ids.length, chosen.overlapBlocks);
     this.#pending.add(key, chosen.workerId, hashes.local, hashes.sequence);

@@ -6,11 +6,13 @@ import { LocalEventBus, LocalEventPlane } from "../../runtime/events/memory.ts";
 import { encodeReferenceLoadMessage } from "../../runtime/reference/load_metrics.ts";
 import { ZmqPublisher } from "../../runtime/reference/zmq_pub.ts";
 import { computeBlockHashesSync } from "../kv_router/hashing.ts";
+import type { RouteDecisionRecord } from "../kv_router/router.ts";
 import {
   decodeReferenceKvEvents,
   parseReferenceKvChannel,
   referenceKvEventsSubject,
   ReferenceKvRouter,
+  type ReferenceKvRouterOptions,
   referenceLoadChannelsPrefix,
   referenceZmqEnvelope,
 } from "./reference_kv.ts";
@@ -207,7 +209,7 @@ Deno.test("ReferenceKvRouter: a worker's reported load (kv_metrics, ZeroMQ) weig
  * A ReferenceKvRouter over two fake workers "a" and "b" whose streams hold their first output
  * until released (the prompts are "still prefilling"); `sent` lists where each request went.
  */
-function heldRouter() {
+function heldRouter(onRoute?: ReferenceKvRouterOptions["onRoute"]) {
   const events = new LocalEventPlane(new LocalEventBus());
   const endpoint = { namespace: "dynamo", component: "backend", name: "generate" };
   const sent: string[] = [];
@@ -229,7 +231,7 @@ function heldRouter() {
     },
     roundRobin: () => Promise.reject(new Error("not expected")),
   };
-  const router = new ReferenceKvRouter(events, endpoint, client as never, 16);
+  const router = new ReferenceKvRouter(events, endpoint, client as never, 16, { onRoute });
   return { events, router, sent, release };
 }
 
@@ -269,7 +271,8 @@ Deno.test("ReferenceKvRouter books what it sent: a worker still prefilling a lon
 });
 
 Deno.test("ReferenceKvRouter counts a prompt still being prefilled as cached where it went: prompts sharing its prefix follow it", async () => {
-  const { events, router, sent, release } = heldRouter();
+  const decisions: RouteDecisionRecord[] = [];
+  const { events, router, sent, release } = heldRouter((d) => decisions.push(d));
   try {
     // A tenant's long system prompt, then its users' prompts: no KV event has come yet.
     const system = Array.from({ length: 64 * 16 }, (_, k) => 70_000 + k);
@@ -282,6 +285,16 @@ Deno.test("ReferenceKvRouter counts a prompt still being prefilled as cached whe
       reads.push(drain(await router.generate({ token_ids: prompt }, {})));
     }
     assert.deepEqual(sent, Array(4).fill(sent[0]), "the prefix is computed once, where it went");
+    // Each decision is told, with both workers weighed: the followers saw the prefix there.
+    assert.deepEqual(decisions.map((d) => d.instanceId), sent);
+    for (const d of decisions.slice(1)) {
+      assert.equal(d.requestBlocks, 66);
+      assert.deepEqual(
+        d.candidates.map((c) => [c.workerId, c.overlapBlocks]).sort(),
+        [["a", sent[0] === "a" ? 64 : 0], ["b", sent[0] === "b" ? 64 : 0]],
+      );
+      assert.equal(d.costs?.size, 2);
+    }
     for (const r of release) r();
     await Promise.all(reads);
   } finally {

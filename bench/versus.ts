@@ -24,9 +24,10 @@
 // p90 moves by more than the difference between the routers; default 1.
 // The reference is installed by scripts/setup_reference.sh (PyPI, cached in .dynamo/).
 // VERSUS_DUMP=PREFIX writes each run's requests (TTFT, prompt and cached tokens, send time) to
-// PREFIX.TRACE.MODE.FRONTEND.json; VERSUS_DENO_FLAGS passes flags to our frontend's `deno run`
-// (e.g. "--cpu-prof --cpu-prof-dir=DIR"), VERSUS_OURS_ARGS extra arguments to our frontend (e.g.
-// "--router-load-bound 2").
+// PREFIX.TRACE.MODE.FRONTEND.json, and our kv router's decision log beside it
+// (PREFIX.TRACE.kv.ours.decisions.jsonl); VERSUS_DENO_FLAGS passes flags to our frontend's
+// `deno run` (e.g. "--cpu-prof --cpu-prof-dir=DIR"), VERSUS_OURS_ARGS extra arguments to our
+// frontend (e.g. "--router-load-bound 2").
 
 import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
 import { flag, measureConcurrent } from "./_stats.ts";
@@ -296,8 +297,10 @@ async function one(
     const cpu = cpuSeconds(front.pid) - cpu0;
     const dump = Deno.env.get("VERSUS_DUMP");
     if (dump) {
+      const name = `${dump}.${trace}.${mode}.${frontend}${REPEAT > 1 ? `.${pass}` : ""}`;
+      if (decisionLog !== undefined) await Deno.copyFile(decisionLog, `${name}.decisions.jsonl`);
       await Deno.writeTextFile(
-        `${dump}.${trace}.${mode}.${frontend}${REPEAT > 1 ? `.${pass}` : ""}.json`,
+        `${name}.json`,
         JSON.stringify(results.map((r) => ({
           ttft: r.ttftMs,
           prompt: r.promptTokens,

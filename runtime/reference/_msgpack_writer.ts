@@ -176,15 +176,22 @@ class Writer {
       for (; i < a.length; i++) {
         const x = a[i];
         if (typeof x !== "number") break;
-        // Token ids: small non-negative integers, written here; any other number by number().
-        if (x >= 0 && x < 0x10000 && (x | 0) === x) {
+        // Token ids: non-negative integers under 2^31 (vocabularies of 150,000 put half of a
+        // prompt's ids past 0xffff), written here; any other number by number().
+        if (x >= 0 && (x | 0) === x) {
           if (x < 0x80) b[p++] = x;
           else if (x < 0x100) {
             b[p++] = 0xcc;
             b[p++] = x;
-          } else {
+          } else if (x < 0x10000) {
             b[p++] = 0xcd;
             b[p++] = x >>> 8;
+            b[p++] = x & 0xff;
+          } else {
+            b[p++] = 0xce;
+            b[p++] = x >>> 24;
+            b[p++] = (x >>> 16) & 0xff;
+            b[p++] = (x >>> 8) & 0xff;
             b[p++] = x & 0xff;
           }
         } else {

@@ -117,7 +117,7 @@ export function openDecisionLog(path: string, onError: (err: unknown) => void): 
       }
     },
     close() {
-      if (!broken) broken = true;
+      broken = true;
       try {
         file.close();
       } catch {

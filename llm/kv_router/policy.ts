@@ -180,22 +180,21 @@ export class RoutingPolicy {
   }
 
   /**
-   * {@linkcode choose}, with what the choice was made from: the eligible candidates and
-   * their costs (for a decision log).
+   * {@linkcode choose}, with the costs the choice was made from (for a decision log).
    *
    * @param all every candidate (at least one)
    * @param context load in all, busy check
-   * @returns the chosen candidate, the eligible ones, and the cost of each of those
+   * @returns the chosen candidate, and the cost of each eligible one (the others have none)
    * @throws {InvalidArgumentError} no candidates
    */
   decide(
     all: readonly WorkerCandidate[],
     context: RoutingContext,
-  ): { chosen: WorkerCandidate; eligible: WorkerCandidate[]; costs: Map<string, number> } {
+  ): { chosen: WorkerCandidate; costs: Map<string, number> } {
     const eligible = this.eligible(all, context);
     const costs = this.costs(eligible);
     const id = this.pick(eligible, costs);
-    return { chosen: eligible.find((c) => c.workerId === id)!, eligible, costs };
+    return { chosen: eligible.find((c) => c.workerId === id)!, costs };
   }
 
   /**

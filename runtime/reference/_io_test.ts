@@ -6,19 +6,32 @@ import { TwoPartReader } from "./_io.ts";
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-/** A connection whose reads return the chunks given, then wait (or end, with `end`). */
-function fakeConn(chunks: Uint8Array[], end = true): Deno.Conn {
+/**
+ * A connection whose reads return the chunks given, then wait (or end, with `end`); closing it
+ * fails the read waiting, as a real connection's does.
+ */
+function fakeConn(chunks: Uint8Array[], end = true): Deno.Conn & { closed: boolean } {
   const queue = [...chunks];
-  return {
+  let fail: ((err: Error) => void) | undefined;
+  const conn = {
+    closed: false,
     read(p: Uint8Array): Promise<number | null> {
       const next = queue.shift();
       if (next === undefined) {
-        return end ? Promise.resolve(null) : new Promise<never>(() => {}); // silent forever
+        if (end) return Promise.resolve(null);
+        return new Promise<never>((_, reject) => (fail = reject)); // silent until closed
       }
-      p.set(next);
-      return Promise.resolve(next.length);
+      // As a real read: at most what fits, the rest on the next read.
+      if (next.length > p.length) queue.unshift(next.subarray(p.length));
+      p.set(next.subarray(0, p.length));
+      return Promise.resolve(Math.min(next.length, p.length));
     },
-  } as unknown as Deno.Conn;
+    close() {
+      conn.closed = true;
+      fail?.(new Deno.errors.Interrupted("operation canceled"));
+    },
+  };
+  return conn as unknown as Deno.Conn & { closed: boolean };
 }
 
 const msg = (header: string, body: string) =>
@@ -51,7 +64,8 @@ Deno.test("TwoPartReader: a connection that ends mid-message leaves its bytes pe
 });
 
 Deno.test("TwoPartReader: silence past the deadline fails with TimeoutError naming what was awaited", async () => {
-  const reader = new TwoPartReader(fakeConn([], false));
+  const conn = fakeConn([], false);
+  const reader = new TwoPartReader(conn);
   const started = performance.now();
   await assert.rejects(
     reader.next(50, "reference worker w: response item"),
@@ -60,6 +74,57 @@ Deno.test("TwoPartReader: silence past the deadline fails with TimeoutError nami
       err.message === "reference worker w: response item: nothing within 50 ms",
   );
   assert.ok(performance.now() - started >= 45, "not before its deadline");
+  assert.ok(conn.closed, "the connection is closed: nothing more is read from it");
+  await assert.rejects(reader.next(1_000, "again"), TimeoutError);
+});
+
+Deno.test("TwoPartReader: on a real connection, silence past the deadline ends the read waiting", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const conn = await Deno.connect({
+    hostname: "127.0.0.1",
+    port: (listener.addr as Deno.NetAddr).port,
+  });
+  const peer = await listener.accept();
+  try {
+    const reader = new TwoPartReader(conn);
+    await peer.write(msg('"hello"', "")); // one message, then silence
+    assert.equal(dec.decode((await reader.next(1_000, "first"))!.header), '"hello"');
+    const started = performance.now();
+    await assert.rejects(reader.next(60, "second"), /second: nothing within 60 ms/);
+    assert.ok(performance.now() - started < 1_000);
+    // The peer sees the connection end.
+    assert.equal(await peer.read(new Uint8Array(8)), null);
+  } finally {
+    peer.close();
+    listener.close();
+  }
+});
+
+Deno.test("TwoPartReader: a message stays as it came while later ones are read, however long", async () => {
+  const big = "x".repeat(200_000); // past a chunk: read in many pieces
+  const small = Array.from({ length: 2_000 }, (_, i) => `item ${i}`); // many chunks' worth
+  const frames = [
+    msg('"a"', "first"),
+    ...small.map((body) => msg('""', body)),
+    msg('"b"', big),
+    msg('"c"', "third"),
+  ];
+  const all = new Uint8Array(frames.reduce((n, f) => n + f.length, 0));
+  let at = 0;
+  for (const f of frames) all.set(f, at), at += f.length;
+  const pieces: Uint8Array[] = [];
+  for (let i = 0; i < all.length; i += 1_000) pieces.push(all.slice(i, i + 1_000));
+  const reader = new TwoPartReader(fakeConn(pieces));
+  const got = [];
+  for (;;) {
+    const m = await reader.next(1_000, "test");
+    if (m === undefined) break;
+    got.push(m);
+  }
+  assert.deepEqual(
+    got.map((m) => `${dec.decode(m.header)}|${dec.decode(m.body)}`),
+    ['"a"|first', ...small.map((body) => `""|${body}`), `"b"|${big}`, '"c"|third'],
+  );
 });
 
 Deno.test("TwoPartReader: a malformed frame fails the read that meets it", async () => {

@@ -39,7 +39,8 @@ export interface ReferenceTcpRequest {
   payload: Uint8Array;
 }
 
-const TWO_PART_PREFIX = 24;
+/** Bytes before a two-part message's header: two u64 lengths and a u64 checksum. */
+export const TWO_PART_PREFIX = 24;
 
 /**
  * Whether a request plane's message is a reference two-part message (a u64 header length, so
@@ -74,6 +75,49 @@ export function encodeTwoPart(msg: TwoPartMessage): Uint8Array {
   out.set(msg.header, TWO_PART_PREFIX);
   out.set(msg.body, TWO_PART_PREFIX + msg.header.length);
   return out;
+}
+
+/**
+ * Where the two-part message starting at `buf[start]` ends, once its bytes up to `end` are in:
+ * its 24-byte prefix checked (lengths within {@linkcode MAX_TWO_PART_PART}, checksum 0).
+ *
+ * @param buf bytes received
+ * @param start where the message starts
+ * @param end how far `buf` is filled
+ * @param consumed bytes of the stream before `buf[start]` (for the error's offset)
+ * @returns the index in `buf` just past the message; -1 while it is not whole, or
+ *   `-(its whole length) - 1` once the prefix is in but the rest is not (the room it needs)
+ * @throws {ReferenceWireError} a length past the limit, or a checksum that is not 0
+ */
+export function twoPartFrameEnd(
+  buf: Uint8Array,
+  start: number,
+  end: number,
+  consumed: number,
+): number {
+  if (end - start < TWO_PART_PREFIX) return -1;
+  const view = new DataView(buf.buffer, buf.byteOffset + start, TWO_PART_PREFIX);
+  // u64 BE lengths, read as two u32 halves (no BigInt per message): a high half that is not
+  // zero is past any limit.
+  const headerHigh = view.getUint32(0);
+  const headerLen = view.getUint32(4);
+  const bodyHigh = view.getUint32(8);
+  const bodyLen = view.getUint32(12);
+  if (
+    headerHigh !== 0 || bodyHigh !== 0 || headerLen > MAX_TWO_PART_PART ||
+    bodyLen > MAX_TWO_PART_PART
+  ) {
+    throw new ReferenceWireError(
+      `two-part lengths ${view.getBigUint64(0)}/${view.getBigUint64(8)} exceed ` +
+        `${MAX_TWO_PART_PART}`,
+      consumed,
+    );
+  }
+  if (view.getUint32(16) !== 0 || view.getUint32(20) !== 0) {
+    throw new ReferenceWireError("two-part checksum is not 0", consumed + 16);
+  }
+  const length = TWO_PART_PREFIX + headerLen + bodyLen;
+  return end - start < length ? -length - 1 : start + length;
 }
 
 /**
@@ -118,32 +162,12 @@ export class TwoPartDecoder {
   #take(out: TwoPartMessage[]): void {
     for (;;) {
       const buf = this.#buf;
-      if (buf.length < TWO_PART_PREFIX) break;
-      const view = new DataView(buf.buffer, buf.byteOffset, buf.length);
-      // u64 BE lengths, read as two u32 halves (no BigInt per message): a high half that is not
-      // zero is past any limit.
-      const headerHigh = view.getUint32(0);
-      const headerLen = view.getUint32(4);
-      const bodyHigh = view.getUint32(8);
-      const bodyLen = view.getUint32(12);
-      if (
-        headerHigh !== 0 || bodyHigh !== 0 || headerLen > MAX_TWO_PART_PART ||
-        bodyLen > MAX_TWO_PART_PART
-      ) {
-        throw new ReferenceWireError(
-          `two-part lengths ${view.getBigUint64(0)}/${view.getBigUint64(8)} exceed ` +
-            `${MAX_TWO_PART_PART}`,
-          this.#consumed,
-        );
-      }
-      if (view.getUint32(16) !== 0 || view.getUint32(20) !== 0) {
-        throw new ReferenceWireError("two-part checksum is not 0", this.#consumed + 16);
-      }
-      const end = TWO_PART_PREFIX + headerLen + bodyLen;
-      if (buf.length < end) break;
+      const end = twoPartFrameEnd(buf, 0, buf.length, this.#consumed);
+      if (end < 0) break;
+      const headerEnd = TWO_PART_PREFIX + new DataView(buf.buffer, buf.byteOffset).getUint32(4);
       out.push({
-        header: buf.slice(TWO_PART_PREFIX, TWO_PART_PREFIX + headerLen),
-        body: buf.slice(TWO_PART_PREFIX + headerLen, end),
+        header: buf.slice(TWO_PART_PREFIX, headerEnd),
+        body: buf.slice(headerEnd, end),
       });
       this.#buf = buf.subarray(end);
       this.#consumed += end;

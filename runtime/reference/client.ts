@@ -326,6 +326,9 @@ export class ReferenceClient {
           throw new RemoteError(`${where}: ${item.message}`, "ReferenceWorkerError");
         } else {
           items++;
+          // The worker's last output: a consumer that stops here (having the whole answer)
+          // leaves a worker with nothing to stop, so the connection just closes.
+          if ((item.output as { finish_reason?: unknown }).finish_reason) finished = true;
           yield item.output;
         }
       }

@@ -290,6 +290,23 @@ Deno.test('a caller that leaves early or aborts sends the worker "stop"', async 
   assert.deepEqual(controls, [["stop"], ["stop"]]);
 });
 
+Deno.test("a caller that leaves after the last output closes the connection and sends no stop", async () => {
+  const controls: unknown[][] = [];
+  await withClient(async (req, ack) => {
+    await ack();
+    const conn = await callHome(req, [frame({ error: null }), item([1]), item([2], "length")]);
+    controls.push(await readControl(conn)); // ends when the caller closes
+  }, async (client, instance) => {
+    const got: number[] = [];
+    for await (const out of client.generate(instance, REQUEST)) {
+      got.push(...out.token_ids);
+      if (out.finish_reason) break; // before the final item and the sentinel
+    }
+    assert.deepEqual(got, [1, 2]);
+  });
+  assert.deepEqual(controls, [[]]);
+});
+
 Deno.test("requests to one worker share one request connection, concurrently and in turn", async () => {
   await withClient(async (req, ack) => {
     await ack();

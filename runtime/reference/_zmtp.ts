@@ -54,12 +54,24 @@ export function readyCommand(socketType: "SUB" | "PUB"): Uint8Array {
   return frame(FLAG_COMMAND, body);
 }
 
-/** Buffered reads of exact byte counts from a connection. */
+/** Room a read gets at least: below it, the reader moves to a fresh chunk. */
+const MIN_READ = 2 * 1024;
+/** A reader's first chunk (the greeting, a subscription, a few events). */
+const FIRST_CHUNK = 8 * 1024;
+/** Bytes of each later chunk (more for a frame that needs more). */
+const CHUNK = 64 * 1024;
+
+/**
+ * Buffered reads of exact byte counts from a connection. What `take` returns is a view of a
+ * chunk the reader never writes again (not a copy): a chunk goes when the views are dropped.
+ */
 export class Reader {
   readonly #conn: Deno.Conn;
-  #buf = new Uint8Array(0);
-  /** Where reads land (reused: a fresh 64 KiB per read cost more than the frames in it). */
-  #chunk = new Uint8Array(65536);
+  #chunk: Uint8Array = new Uint8Array(FIRST_CHUNK);
+  /** Where the bytes not yet taken start in the chunk. */
+  #start = 0;
+  /** How far the chunk is filled. */
+  #end = 0;
   #eof = false;
 
   constructor(conn: Deno.Conn) {
@@ -68,26 +80,30 @@ export class Reader {
 
   /** `n` bytes, or undefined at a clean end of stream before any of them. */
   async take(n: number): Promise<Uint8Array | undefined> {
-    while (this.#buf.length < n) {
+    while (this.#end - this.#start < n) {
       if (this.#eof) {
-        if (this.#buf.length === 0) return undefined;
-        throw new ProtocolError(`the peer closed mid-frame (${this.#buf.length} of ${n})`);
+        if (this.#end === this.#start) return undefined;
+        throw new ProtocolError(`the peer closed mid-frame (${this.#end - this.#start} of ${n})`);
       }
-      if (this.#chunk.length < n - this.#buf.length) {
-        this.#chunk = new Uint8Array(n - this.#buf.length);
+      const chunk = this.#chunk;
+      if (chunk.length - this.#start < n || chunk.length - this.#end < MIN_READ) {
+        // A fresh chunk with the bytes not yet taken at its start: the old one stays as the
+        // views already handed out see it.
+        const next = new Uint8Array(Math.max(CHUNK, n + MIN_READ));
+        next.set(chunk.subarray(this.#start, this.#end));
+        this.#end -= this.#start;
+        this.#start = 0;
+        this.#chunk = next;
       }
-      const got = await this.#conn.read(this.#chunk);
+      const got = await this.#conn.read(this.#chunk.subarray(this.#end));
       if (got === null) {
         this.#eof = true;
         continue;
       }
-      const next = new Uint8Array(this.#buf.length + got);
-      next.set(this.#buf);
-      next.set(this.#chunk.subarray(0, got), this.#buf.length);
-      this.#buf = next;
+      this.#end += got;
     }
-    const out = this.#buf.slice(0, n);
-    this.#buf = this.#buf.subarray(n);
+    const out = this.#chunk.subarray(this.#start, this.#start + n);
+    this.#start += n;
     return out;
   }
 }

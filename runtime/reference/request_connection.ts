@@ -4,6 +4,7 @@
 
 import { CancelledError, ProtocolError, TimeoutError } from "../errors.ts";
 import { encodeTcpRequest, type ReferenceTcpRequest } from "../transport/reference_wire.ts";
+import { addDeadline, type Deadline, removeDeadline } from "../transport/_deadlines.ts";
 import { writeAll } from "./_io.ts";
 import { ReferenceWorkerRefusedError } from "./errors.ts";
 
@@ -91,25 +92,35 @@ export class RequestConnection {
     // Writes are chained so that frames never interleave, and acks come back in write order.
     const written = this.#writing.then(() => writeAll(this.#conn, frame));
     this.#writing = written.catch(() => {});
-    let timer: ReturnType<typeof setTimeout> | undefined;
     let onAbort: (() => void) | undefined;
-    try {
-      await Promise.race([
-        written.then(() => acked),
-        new Promise<never>((_, reject) => {
-          onAbort = () => reject(new CancelledError("request cancelled before its ack"));
-          signal?.addEventListener("abort", onAbort, { once: true });
-        }),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
+    // On the shared coarse timer (runtime/transport/_deadlines.ts), not a timer per request.
+    let deadline: Deadline | undefined;
+    const waits: Promise<void>[] = [
+      written.then(() => acked),
+      new Promise<never>((_, reject) => {
+        deadline = {
+          at: performance.now() + timeoutMs,
+          fire: () => {
             const err = new TimeoutError(
               `reference worker at ${this.address} did not acknowledge within ${timeoutMs} ms`,
             );
             this.#fail(err);
             reject(err);
-          }, timeoutMs);
+          },
+        };
+        addDeadline(deadline);
+      }),
+    ];
+    if (signal) {
+      waits.push(
+        new Promise<never>((_, reject) => {
+          onAbort = () => reject(new CancelledError("request cancelled before its ack"));
+          signal.addEventListener("abort", onAbort, { once: true });
         }),
-      ]);
+      );
+    }
+    try {
+      await Promise.race(waits);
     } catch (err) {
       if (
         err instanceof TimeoutError || err instanceof ReferenceWorkerRefusedError ||
@@ -121,7 +132,7 @@ export class RequestConnection {
       this.#fail(failure);
       throw failure;
     } finally {
-      clearTimeout(timer);
+      removeDeadline(deadline!);
       if (onAbort) signal?.removeEventListener("abort", onAbort);
     }
   }

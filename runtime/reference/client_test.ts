@@ -307,6 +307,30 @@ Deno.test("a caller that leaves after the last output closes the connection and 
   assert.deepEqual(controls, [[]]);
 });
 
+Deno.test("a worker silent past the idle deadline: TimeoutError, and its connection ends", async () => {
+  let ended: number | undefined;
+  let started = 0;
+  await withClient(async (req, ack) => {
+    await ack();
+    const conn = await callHome(req, [frame({ error: null }), item([1])]); // then nothing
+    // A caller that never ends the connection would leave this test waiting: end it at 3 s.
+    const giveUp = setTimeout(() => conn.close(), 3_000);
+    await readControl(conn);
+    clearTimeout(giveUp);
+    ended = performance.now() - started;
+  }, async (client, instance) => {
+    started = performance.now();
+    await assert.rejects(
+      collect(client.generate(instance, REQUEST)),
+      (err: Error) => err instanceof TimeoutError && /nothing within 200 ms/.test(err.message),
+    );
+  }, { idleTimeoutMs: 200 });
+  assert.ok(
+    ended !== undefined && ended < 2_000,
+    `the worker saw its connection end (${ended} ms)`,
+  );
+});
+
 Deno.test("requests to one worker share one request connection, concurrently and in turn", async () => {
   await withClient(async (req, ack) => {
     await ack();

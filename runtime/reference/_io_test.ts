@@ -36,7 +36,7 @@ function fakeConn(chunks: Uint8Array[], end = true): Deno.Conn & { closed: boole
 
 /** `promise`, or a failure once `ms` pass (a read the deadline left waiting fails, not hangs). */
 async function within<T>(ms: number, promise: Promise<T>): Promise<T> {
-  let timer: number | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     return await Promise.race([
       promise,

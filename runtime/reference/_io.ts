@@ -6,7 +6,7 @@ import { addDeadline, removeDeadline } from "../transport/_deadlines.ts";
 import {
   ReferenceWireError,
   TWO_PART_PREFIX,
-  twoPartFrameEnd,
+  twoPartFrameLength,
   type TwoPartMessage,
 } from "../transport/reference_wire.ts";
 
@@ -116,9 +116,9 @@ export class TwoPartReader {
     if (this.#failure) throw this.#failure;
     const chunk = this.#chunk;
     for (;;) {
-      let end: number;
+      let length: number;
       try {
-        end = twoPartFrameEnd(chunk, this.#start, this.#end, this.#consumed);
+        length = twoPartFrameLength(chunk, this.#start, this.#end, this.#consumed);
       } catch (err) {
         if (!(err instanceof ReferenceWireError)) throw err;
         // Messages whole before the bad one are still delivered; the error comes after them.
@@ -126,15 +126,17 @@ export class TwoPartReader {
         if (this.#ready.length === 0) throw err;
         return 0;
       }
-      if (end < 0) return end === -1 ? 0 : -end - 1;
+      if (length < 0) return 0;
+      if (this.#end - this.#start < length) return length;
       const at = this.#start;
+      const end = at + length;
       const headerEnd = at + TWO_PART_PREFIX +
         new DataView(chunk.buffer, chunk.byteOffset + at + 4, 4).getUint32(0);
       this.#ready.push({
         header: chunk.subarray(at + TWO_PART_PREFIX, headerEnd),
         body: chunk.subarray(headerEnd, end),
       });
-      this.#consumed += end - at;
+      this.#consumed += length;
       this.#start = end;
     }
   }

@@ -78,18 +78,17 @@ export function encodeTwoPart(msg: TwoPartMessage): Uint8Array {
 }
 
 /**
- * Where the two-part message starting at `buf[start]` ends, once its bytes up to `end` are in:
- * its 24-byte prefix checked (lengths within {@linkcode MAX_TWO_PART_PART}, checksum 0).
+ * The whole length of the two-part message starting at `buf[start]`, from its 24-byte prefix
+ * (checked: lengths within {@linkcode MAX_TWO_PART_PART}, checksum 0).
  *
  * @param buf bytes received
  * @param start where the message starts
  * @param end how far `buf` is filled
  * @param consumed bytes of the stream before `buf[start]` (for the error's offset)
- * @returns the index in `buf` just past the message; -1 while it is not whole, or
- *   `-(its whole length) - 1` once the prefix is in but the rest is not (the room it needs)
+ * @returns prefix, header and body bytes; -1 while the prefix is not all in
  * @throws {ReferenceWireError} a length past the limit, or a checksum that is not 0
  */
-export function twoPartFrameEnd(
+export function twoPartFrameLength(
   buf: Uint8Array,
   start: number,
   end: number,
@@ -116,8 +115,7 @@ export function twoPartFrameEnd(
   if (view.getUint32(16) !== 0 || view.getUint32(20) !== 0) {
     throw new ReferenceWireError("two-part checksum is not 0", consumed + 16);
   }
-  const length = TWO_PART_PREFIX + headerLen + bodyLen;
-  return end - start < length ? -length - 1 : start + length;
+  return TWO_PART_PREFIX + headerLen + bodyLen;
 }
 
 /**
@@ -162,15 +160,15 @@ export class TwoPartDecoder {
   #take(out: TwoPartMessage[]): void {
     for (;;) {
       const buf = this.#buf;
-      const end = twoPartFrameEnd(buf, 0, buf.length, this.#consumed);
-      if (end < 0) break;
+      const length = twoPartFrameLength(buf, 0, buf.length, this.#consumed);
+      if (length < 0 || buf.length < length) break;
       const headerEnd = TWO_PART_PREFIX + new DataView(buf.buffer, buf.byteOffset).getUint32(4);
       out.push({
         header: buf.slice(TWO_PART_PREFIX, headerEnd),
-        body: buf.slice(headerEnd, end),
+        body: buf.slice(headerEnd, length),
       });
-      this.#buf = buf.subarray(end);
-      this.#consumed += end;
+      this.#buf = buf.subarray(length);
+      this.#consumed += length;
     }
   }
 

@@ -2,6 +2,7 @@
 // response in OpenAI's shape.
 
 import { RequestError } from "./errors.ts";
+import { firstNonTokenId } from "./validate.ts";
 
 /** Most inputs in one embedding request (OpenAI's limit). */
 export const MAX_EMBEDDING_INPUTS = 2048;
@@ -54,11 +55,10 @@ function tokenList(v: unknown, param: string): number[] {
   if (!Array.isArray(v) || v.length === 0) {
     throw bad(param, `\`${param}\` must be a non-empty array of token ids, got ${describe(v)}`);
   }
-  v.forEach((t, i) => {
-    if (typeof t !== "number" || !Number.isSafeInteger(t) || t < 0) {
-      throw bad(param, `\`${param}[${i}]\` must be a token id (an integer >= 0), got ${t}`);
-    }
-  });
+  const i = firstNonTokenId(v);
+  if (i >= 0) {
+    throw bad(param, `\`${param}[${i}]\` must be a token id (an integer >= 0), got ${v[i]}`);
+  }
   return v as number[];
 }
 

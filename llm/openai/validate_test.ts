@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { RequestError } from "./errors.ts";
 import {
   ACCEPTED_UNUSED_FIELDS,
+  firstNonTokenId,
   validateChatRequest,
   validateCompletionRequest,
 } from "./validate.ts";
@@ -218,6 +219,19 @@ Deno.test("validateCompletionRequest accepts every prompt form", () => {
   assert.equal(req.logprobs, 5);
 });
 
+Deno.test("firstNonTokenId: a token id is a non-negative safe integer, past u32 too", () => {
+  assert.equal(firstNonTokenId([]), -1);
+  assert.equal(firstNonTokenId([0, -0, 1, 0xffffffff, 2 ** 32, 2 ** 53 - 1]), -1);
+  const bad: unknown[] = [-1, 2 ** 53, 1.5, NaN, Infinity, "3", null, true, [4], { n: 5 }];
+  for (const x of bad) assert.equal(firstNonTokenId([7, 8, x, -1]), 2, `${String(x)}`);
+  // A long prompt: the first bad one, wherever it is.
+  const long = Array.from({ length: 30_000 }, (_, i) => i * 5);
+  assert.equal(firstNonTokenId(long), -1);
+  long[29_999] = -4;
+  long[20_000] = 0.5;
+  assert.equal(firstNonTokenId(long), 20_000);
+});
+
 Deno.test("validateCompletionRequest rejects bad prompts and completion-only fields", () => {
   const cases: [Record<string, unknown>, string, string][] = [
     [{ prompt: "" }, "prompt", "must not be empty"],
@@ -228,6 +242,8 @@ Deno.test("validateCompletionRequest rejects bad prompts and completion-only fie
     [{ prompt: [1, 2.5] }, "prompt[1]", "got 2.5"],
     [{ prompt: [[1], []] }, "prompt[1]", "must not be empty"],
     [{ prompt: [[1], ["x"]] }, "prompt[1][0]", 'got "x"'],
+    [{ prompt: [[1], [2, 2 ** 53]] }, "prompt[1][1]", "got 9007199254740992"],
+    [{ prompt: [2 ** 32, -1] }, "prompt[1]", "got -1"],
     [{ prompt: { text: "x" } }, "prompt", "must be a string, an array of strings"],
     [{ prompt: undefined }, "prompt", "`prompt` is required"],
     [{ logprobs: 6 }, "logprobs", "between 0 and 5, got 6"],

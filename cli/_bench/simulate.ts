@@ -155,7 +155,7 @@ export function simulate(
     }
     const { scores } = tree.findMatches(hashes.local);
     // What this router sent that is still being prefilled counts as cached where it went.
-    const soon = pending.findMatches(hashes.local).scores;
+    const soon = pending.findMatches(hashes.sequence).scores;
     const requestBlocks = Math.ceil(tokens.length / bs);
     const candidates: WorkerCandidate[] = workers.map((w) => {
       const l = book.load(w.id);
@@ -226,7 +226,7 @@ export function simulate(
     results[i] = result;
     // Counted like the live replay: only the router's own book, as the frontend keeps it.
     for (const b of books) b.book.add(b.key(key), worker.id, tokens.length, overlap);
-    if (hashes) routers[r]!.pending.add(key, worker.id, hashes.local, hashes.sequence);
+    if (hashes) routers[r]!.pending.add(key, worker.id, hashes.sequence);
     let last = 0;
     let seq: Sequence | undefined = undefined;
     const blocks = hashPromptBlocks(tokens, bs);

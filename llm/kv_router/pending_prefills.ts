@@ -5,13 +5,18 @@
  * anyway and then finds them cached; sent elsewhere, it computes them a second time. The router
  * counts such blocks as cached on the worker they were sent to, until the first token.
  *
+ * Kept as counts of sequence hashes per worker, no tree: a sequence hash names a whole prefix,
+ * so a worker's pending set is closed under prefixes (a request pends all of its blocks), and
+ * how much of a prompt is pending there is found by a binary search over the prompt's sequence
+ * hashes. Recording and finishing a request cost two map operations per block (a radix tree
+ * beside the counts cost three times as many, on every request, for every block of its prompt).
+ *
  * @module
  */
 
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { BlockHash } from "./hashing.ts";
 import type { OverlapScores } from "./protocols.ts";
-import { RadixTree } from "./radix_tree.ts";
 
 /**
  * Blocks of prompts being prefilled, per worker, counted per request.
@@ -20,15 +25,15 @@ import { RadixTree } from "./radix_tree.ts";
  * ```ts
  * import { computeBlockHashesSync } from "./hashing.ts";
  * const pending = new PendingPrefills();
- * const { local, sequence } = computeBlockHashesSync(new Array(64).fill(7), 16);
- * pending.add("r1", "w1", local, sequence);
- * pending.findMatches(local).scores.get("w1"); // 4
+ * const { sequence } = computeBlockHashesSync(new Array(64).fill(7), 16);
+ * pending.add("r1", "w1", sequence);
+ * pending.findMatches(sequence).scores.get("w1"); // 4
  * pending.done("r1");
  * ```
  */
 export class PendingPrefills {
-  readonly #tree = new RadixTree();
   readonly #requests = new Map<string, { workerId: string; sequence: readonly BlockHash[] }>();
+  /** Per worker: how many of its pending requests hold each prefix (by sequence hash). */
   readonly #counts = new Map<string, Map<BlockHash, number>>();
 
   /** Requests being prefilled. */
@@ -41,42 +46,20 @@ export class PendingPrefills {
    *
    * @param requestId the router's id of the request
    * @param workerId where it went
-   * @param local the prompt's local block hashes
-   * @param sequence the prompt's sequence block hashes (as many as `local`)
-   * @throws {InvalidArgumentError} a request already recorded, or hashes of different lengths
+   * @param sequence the prompt's sequence block hashes, one per full block
+   * @throws {InvalidArgumentError} a request already recorded
    */
-  add(
-    requestId: string,
-    workerId: string,
-    local: readonly BlockHash[],
-    sequence: readonly BlockHash[],
-  ): void {
+  add(requestId: string, workerId: string, sequence: readonly BlockHash[]): void {
     if (this.#requests.has(requestId)) {
       throw new InvalidArgumentError(`request ${requestId} is already pending`);
-    }
-    if (local.length !== sequence.length) {
-      throw new InvalidArgumentError(
-        `local and sequence hashes differ in length: ${local.length} and ${sequence.length}`,
-      );
     }
     this.#requests.set(requestId, { workerId, sequence });
     let counts = this.#counts.get(workerId);
     if (!counts) this.#counts.set(workerId, counts = new Map());
-    const fresh: number[] = [];
-    sequence.forEach((h, i) => {
-      const n = counts.get(h) ?? 0;
-      counts.set(h, n + 1);
-      if (n === 0) fresh.push(i);
-    });
-    if (fresh.length === 0) return;
-    // Stored from the root, as the approximate indexer does: a prefix already pending is
-    // stored again unchanged.
-    this.#tree.apply(workerId, {
-      stored: {
-        parent_hash: null,
-        blocks: local.map((tokens_hash, i) => ({ block_hash: sequence[i]!, tokens_hash })),
-      },
-    });
+    for (let i = 0; i < sequence.length; i++) {
+      const h = sequence[i]!;
+      counts.set(h, (counts.get(h) ?? 0) + 1);
+    }
   }
 
   /**
@@ -90,30 +73,40 @@ export class PendingPrefills {
     if (!req) return;
     this.#requests.delete(requestId);
     const counts = this.#counts.get(req.workerId)!;
-    const gone: BlockHash[] = [];
-    for (const h of req.sequence) {
+    const sequence = req.sequence;
+    for (let i = 0; i < sequence.length; i++) {
+      const h = sequence[i]!;
       const n = counts.get(h)! - 1;
-      if (n === 0) {
-        counts.delete(h);
-        gone.push(h);
-      } else counts.set(h, n);
+      if (n === 0) counts.delete(h);
+      else counts.set(h, n);
     }
-    if (counts.size === 0) {
-      this.#counts.delete(req.workerId);
-      this.#tree.removeWorker(req.workerId);
-    } else if (gone.length > 0) {
-      this.#tree.apply(req.workerId, { removed: { block_hashes: gone } });
-    }
+    if (counts.size === 0) this.#counts.delete(req.workerId);
   }
 
   /**
    * Blocks of a prompt's prefix pending on each worker.
    *
-   * @param localHashes the prompt's local block hashes
-   * @returns matched blocks per worker, as the KV indexer's scores
+   * @param sequence the prompt's sequence block hashes
+   * @returns matched blocks per worker, as the KV indexer's scores (no frequencies)
    */
-  findMatches(localHashes: ArrayLike<BlockHash>): OverlapScores {
-    return this.#tree.findMatches(localHashes);
+  findMatches(sequence: ArrayLike<BlockHash>): OverlapScores {
+    const scores = new Map<string, number>();
+    const n = sequence.length;
+    if (n === 0) return { scores, frequencies: [] };
+    const first = sequence[0]!;
+    for (const [workerId, counts] of this.#counts) {
+      if (!counts.has(first)) continue;
+      // The longest pending prefix: blocks [0, lo) pending, none past hi.
+      let lo = 1;
+      let hi = n;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >>> 1;
+        if (counts.has(sequence[mid - 1]!)) lo = mid;
+        else hi = mid - 1;
+      }
+      scores.set(workerId, lo);
+    }
+    return { scores, frequencies: [] };
   }
 
   /**
@@ -126,6 +119,5 @@ export class PendingPrefills {
       if (req.workerId === workerId) this.#requests.delete(id);
     }
     this.#counts.delete(workerId);
-    this.#tree.removeWorker(workerId);
   }
 }

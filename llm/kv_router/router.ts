@@ -17,7 +17,7 @@ import { CancelledError, InvalidArgumentError, NoInstancesError } from "../../ru
 import type { Logger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
 import { KvIndexer } from "./indexer.ts";
-import { type BlockHash, computeBlockHashesSync, computeLocalHashes } from "./hashing.ts";
+import { type BlockHash, computeBlockHashesSync } from "./hashing.ts";
 import { KvMetricsAggregator } from "./metrics.ts";
 import { PendingPrefills } from "./pending_prefills.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "./policy.ts";
@@ -331,11 +331,11 @@ export class KvRouter {
       tokenIds,
       options,
       new Set(),
-      hashes?.local,
+      hashes?.sequence,
     );
     const decision = { instanceId, overlapBlocks };
     if (requestId !== undefined) {
-      this.#pending.add(bookedKey(requestId), decision.instanceId, hashes!.local, hashes!.sequence);
+      this.#pending.add(bookedKey(requestId), decision.instanceId, hashes!.sequence);
       this.#active.add(
         bookedKey(requestId),
         decision.instanceId,
@@ -390,7 +390,7 @@ export class KvRouter {
     tokenIds: readonly number[],
     options: FindBestMatchOptions,
     exclude: ReadonlySet<string>,
-    localHashes?: readonly BlockHash[],
+    sequenceHashes?: readonly BlockHash[],
   ): Promise<RouteDecision & Pick<RouteDecisionRecord, "candidates" | "costs">> {
     const allowed = options.instances === undefined ? undefined : new Set(options.instances);
     const ids = client.availableInstanceIds().filter((id) =>
@@ -401,7 +401,8 @@ export class KvRouter {
     const requestBlocks = Math.ceil(tokenIds.length / this.blockSize);
     // Prefixes still being prefilled where this router sent them count as cached there.
     const soon = this.#pending.size === 0 ? undefined : this.#pending.findMatches(
-      localHashes ?? computeLocalHashes(tokenIds, this.blockSize, options.loraId),
+      sequenceHashes ??
+        computeBlockHashesSync(tokenIds, this.blockSize, options.loraId).sequence,
     ).scores;
     const all: WorkerCandidate[] = ids.map((workerId) => {
       const load = this.#active.load(workerId);
@@ -481,7 +482,13 @@ export class KvRouter {
     const context = options.context ?? new Context();
     const hashes = computeBlockHashesSync(request.token_ids, this.blockSize, options.loraId);
     for (;;) {
-      const decision = await this.#decide(client, request.token_ids, options, tried, hashes.local);
+      const decision = await this.#decide(
+        client,
+        request.token_ids,
+        options,
+        tried,
+        hashes.sequence,
+      );
       tried.add(decision.instanceId);
       this.#onRoute?.({
         ...decision,
@@ -491,7 +498,7 @@ export class KvRouter {
       // One entry per attempt: the request id alone is not unique across migrations.
       const key = `generate:${context.id}/${crypto.randomUUID()}`;
       this.#active.add(key, decision.instanceId, request.token_ids.length, decision.overlapBlocks);
-      this.#pending.add(key, decision.instanceId, hashes.local, hashes.sequence);
+      this.#pending.add(key, decision.instanceId, hashes.sequence);
       this.#indexer.recordRouted?.(request.token_ids, decision.instanceId, options.loraId);
       let stream: ResponseStream<T>;
       try {

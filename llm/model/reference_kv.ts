@@ -645,7 +645,7 @@ export class ReferenceKvRouter implements TokenRouter {
     // Prefixes still being prefilled where this router sent them count as cached there.
     const soon = this.#pending.size === 0
       ? undefined
-      : this.#pending.findMatches(hashes.local).scores;
+      : this.#pending.findMatches(hashes.sequence).scores;
     const requestBlocks = Math.ceil(request.token_ids.length / this.#blockSize);
     const candidates = ids.map((workerId) => {
       const book = this.#active.load(workerId);
@@ -679,7 +679,7 @@ export class ReferenceKvRouter implements TokenRouter {
     });
     const key = `${options.context?.id ?? ""}/${crypto.randomUUID()}`;
     this.#active.add(key, chosen.workerId, request.token_ids.length, chosen.overlapBlocks);
-    this.#pending.add(key, chosen.workerId, hashes.local, hashes.sequence);
+    this.#pending.add(key, chosen.workerId, hashes.sequence);
     let stream: ResponseStream<T>;
     try {
       stream = await this.#client.direct<T>(request, chosen.workerId, options);

@@ -258,19 +258,21 @@ const FINISH: Record<string, FinishReason> = {
  * filled in where both have them.
  *
  * @param request our request (from the preprocess stage)
- * @returns the reference request
+ * @returns the reference request (its `token_ids` is the request's own array)
  */
 export function toReferenceRequest(request: PreprocessedRequest): ReferencePreprocessedRequest {
   const stop = request.stop_conditions;
   const s = request.sampling_options;
   const out = referenceTokensRequest({
     model: request.model,
-    tokenIds: request.token_ids,
+    tokenIds: [],
     maxTokens: stop.max_tokens ?? 0,
     eosTokenIds: request.eos_token_ids,
     ignoreEos: stop.ignore_eos,
     temperature: s.temperature,
   });
+  // Our request's ids themselves, not a copy: the wire request is encoded at once and dropped.
+  out.token_ids = request.token_ids;
   out.stop_conditions.max_tokens = stop.max_tokens ?? null;
   if (stop.stop_token_ids_hidden !== undefined) {
     out.stop_conditions.stop_token_ids_hidden = [...stop.stop_token_ids_hidden];

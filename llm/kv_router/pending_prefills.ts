@@ -17,6 +17,7 @@
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { BlockHash } from "./hashing.ts";
 import type { OverlapScores } from "./protocols.ts";
+import { U64Map } from "./u64_map.ts";
 
 /**
  * Blocks of prompts being prefilled, per worker, counted per request.
@@ -34,7 +35,7 @@ import type { OverlapScores } from "./protocols.ts";
 export class PendingPrefills {
   readonly #requests = new Map<string, { workerId: string; sequence: readonly BlockHash[] }>();
   /** Per worker: how many of its pending requests hold each prefix (by sequence hash). */
-  readonly #counts = new Map<string, Map<BlockHash, number>>();
+  readonly #counts = new Map<string, U64Map<number>>();
 
   /** Requests being prefilled. */
   get size(): number {
@@ -55,7 +56,7 @@ export class PendingPrefills {
     }
     this.#requests.set(requestId, { workerId, sequence });
     let counts = this.#counts.get(workerId);
-    if (!counts) this.#counts.set(workerId, counts = new Map());
+    if (!counts) this.#counts.set(workerId, counts = new U64Map());
     for (let i = 0; i < sequence.length; i++) {
       const h = sequence[i]!;
       counts.set(h, (counts.get(h) ?? 0) + 1);

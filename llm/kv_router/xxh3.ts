@@ -545,17 +545,32 @@ function hashLong(view: DataView, off: number, len: number, sH: number, sL: numb
     accumulate512(view, off + blocks * blockLen + s * 64, sec, s * 8);
   }
   accumulate512(view, off + len - 64, sec, SECRET_SIZE - 64 - 7);
-  // merge
-  lenTimesP64_1(len);
+  // merge: len * P64_1 plus mul128fold64 of each accumulator pair with the secret, inlined
+  // with locals as in len17to128 (every block hash at 64 tokens per block ends here)
+  let accL = Math.imul(len, P64_1L) >>> 0;
+  let accH = ((((len * P64_1L - accL) * INV32 + 0.5) >>> 0) + Math.imul(len, P64_1H)) >>> 0;
+  const secH = sec.hi;
+  const secL = sec.lo;
   for (let i = 0; i < 4; i++) {
     const so = 11 + 16 * i;
-    mul128fold64(
-      (ACC[4 * i]! ^ sec.hi[so]!) >>> 0,
-      (ACC[4 * i + 1]! ^ sec.lo[so]!) >>> 0,
-      (ACC[4 * i + 2]! ^ sec.hi[so + 8]!) >>> 0,
-      (ACC[4 * i + 3]! ^ sec.lo[so + 8]!) >>> 0,
-    );
-    accAdd(rH, rL);
+    const aH = (ACC[4 * i]! ^ secH[so]!) >>> 0;
+    const aL = (ACC[4 * i + 1]! ^ secL[so]!) >>> 0;
+    const bH = (ACC[4 * i + 2]! ^ secH[so + 8]!) >>> 0;
+    const bL = (ACC[4 * i + 3]! ^ secL[so + 8]!) >>> 0;
+    const p0L = Math.imul(aL, bL) >>> 0;
+    const p0H = ((aL * bL - p0L) * INV32 + 0.5) >>> 0;
+    const p1L = Math.imul(aL, bH) >>> 0;
+    const p1H = ((aL * bH - p1L) * INV32 + 0.5) >>> 0;
+    const p2L = Math.imul(aH, bL) >>> 0;
+    const p2H = ((aH * bL - p2L) * INV32 + 0.5) >>> 0;
+    const p3L = Math.imul(aH, bH) >>> 0;
+    const p3H = ((aH * bH - p3L) * INV32 + 0.5) >>> 0;
+    const mid = p0H + p1L + p2L;
+    const m = p3L + p1H + p2H + ((mid * INV32) >>> 0);
+    const lo = accL + ((p0L ^ m) >>> 0);
+    accL = lo >>> 0;
+    accH = (accH + (((mid >>> 0) ^ (p3H + ((m * INV32) >>> 0))) >>> 0) +
+      (lo > 0xffffffff ? 1 : 0)) >>> 0;
   }
   avalanche(accH, accL);
 }

@@ -8,13 +8,17 @@
 // throughput, and the frontend process's CPU per request. Ratios ours/reference per trace and mode.
 // Our kv runs also log every routing decision (`--router-decision-log`), and the report says
 // what the requests at or over the p90 were routed by (cli/_bench/decision_tail.ts).
+// Then the long-prompt case: one completion of 20,000 fresh token ids at a time through each
+// frontend in kv mode (engines sped up 1000x): TTFT and CPU per request, what a long prompt costs
+// the frontend itself.
 // Then the closed-loop case: each frontend as fast as it goes (clients sending short chat requests
 // back to back, engines sped up 1000x), at each level of clients: requests/s and CPU per request.
 //
 //   deno task bench:versus [--quick] [--traces mooncake,multi-tenant] [--modes kv,round-robin]
 //     [--workers 8] [--max-requests N] [--speedup X] [--engine-speedup R] [--json PATH]
 //     [--no-throughput] [--throughput-concurrency 32,128] [--throughput-seconds S]
-//     [--prewarm N] [--repeat N]
+//     [--prewarm N] [--repeat N] [--no-long-prompts] [--long-prompt-tokens N]
+//     [--long-prompt-requests N]
 //
 // --prewarm N sends each frontend N throwaway requests (2,048 tokens of their own, 30 out, 4 at a
 // time) before the trace starts, so a frontend's cold start (for ours, code V8 has not compiled
@@ -64,6 +68,11 @@ const THROUGHPUT_CONCURRENCY = (flag("--throughput-concurrency") ?? "32,128").sp
 );
 const THROUGHPUT_SECONDS = Number(flag("--throughput-seconds") ?? (quick ? 4 : 10));
 const THROUGHPUT_ENGINE_SPEEDUP = 1000;
+// The long-prompt case: one completion of LONG_TOKENS fresh token ids at a time, so what is
+// timed is each frontend's own work on a long prompt (reading, hashing, routing, encoding it).
+const LONG = !Deno.args.includes("--no-long-prompts");
+const LONG_TOKENS = Number(flag("--long-prompt-tokens") ?? 20_000);
+const LONG_REQUESTS = Number(flag("--long-prompt-requests") ?? (quick ? 40 : 150));
 const PREWARM = Number(flag("--prewarm") ?? 0);
 const REPEAT = Number(flag("--repeat") ?? 1);
 if (!(Number.isInteger(PREWARM) && PREWARM >= 0)) throw new Error("--prewarm takes a whole number");
@@ -86,6 +95,8 @@ for (
     ["--repeat", REPEAT],
     ...THROUGHPUT_CONCURRENCY.map((c) => ["--throughput-concurrency", c] as const),
     ["--throughput-seconds", THROUGHPUT_SECONDS],
+    ["--long-prompt-tokens", LONG_TOKENS],
+    ["--long-prompt-requests", LONG_REQUESTS],
   ] as const
 ) {
   if (!(Number.isInteger(v) && v > 0)) throw new Error(`${name} must be a whole number > 0`);
@@ -422,6 +433,66 @@ async function throughput(
   }
 }
 
+interface LongRun {
+  frontend: string;
+  requests: number;
+  failed: number;
+  ttftP50Ms: number;
+  ttftP90Ms: number;
+  /** The frontend process's CPU per request (ms), all its threads. */
+  frontendCpuMsPerRequest: number;
+}
+
+/**
+ * One frontend, one long prompt at a time: LONG_REQUESTS completions of LONG_TOKENS token ids
+ * that share nothing (so every block is hashed, routed and sent; the workers' KV events for them
+ * come back), 4 tokens out, kv mode, engines at THROUGHPUT_ENGINE_SPEEDUP so the frontend's own
+ * work is most of the TTFT. The first 10 requests warm up and are not counted.
+ */
+async function longPrompts(py: string, frontend: string): Promise<LongRun> {
+  const fleet = await startFleet(py, "kv", frontend, THROUGHPUT_ENGINE_SPEEDUP);
+  try {
+    let next = 0;
+    const send = () => {
+      const i = next++;
+      const blocks = Math.ceil(LONG_TOKENS / 64);
+      return sendOne({
+        timestamp: 0,
+        inputLength: LONG_TOKENS,
+        outputLength: 4,
+        // Hash ids of their own per request, far above any trace's: no prefix is shared.
+        hashIds: Array.from({ length: blocks }, (_, j) => 20_000_000 + i * blocks + j),
+        blockTokens: 64,
+      }, { baseUrl: fleet.base, model: MODEL, requestTimeoutMs: 60_000 });
+    };
+    for (let i = 0; i < 10; i++) await send();
+    await clockTicks();
+    const cpu0 = cpuSeconds(fleet.front.pid);
+    const ttfts: number[] = [];
+    let failed = 0;
+    for (let i = 0; i < LONG_REQUESTS; i++) {
+      const r = await send();
+      if (r.ok && r.ttftMs !== undefined) ttfts.push(r.ttftMs);
+      else failed++;
+    }
+    const cpu = cpuSeconds(fleet.front.pid) - cpu0;
+    const sorted = ttfts.sort((a, b) => a - b);
+    const at = (q: number) =>
+      sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+    log(`long prompts ${frontend}: TTFT p50 ${at(0.5).toFixed(2)} ms, ${failed} failed`);
+    return {
+      frontend,
+      requests: LONG_REQUESTS,
+      failed,
+      ttftP50Ms: at(0.5),
+      ttftP90Ms: at(0.9),
+      frontendCpuMsPerRequest: cpu * 1000 / LONG_REQUESTS,
+    };
+  } finally {
+    await fleet.stop();
+  }
+}
+
 await installServersIfMissing(log);
 const py = await python();
 const runs: Run[] = [];
@@ -440,6 +511,8 @@ for (const trace of TRACES) {
     }
   }
 }
+const long: LongRun[] = [];
+if (LONG) { for (const frontend of FRONTENDS) long.push(await longPrompts(py, frontend)); }
 const saturated: ThroughputRun[] = [];
 if (THROUGHPUT) {
   for (const concurrency of THROUGHPUT_CONCURRENCY) {
@@ -506,6 +579,31 @@ if (tails.length > 0) {
   console.log("\nour kv router's tail, per run (from its decision log, --router-decision-log)");
   for (const r of tails) console.log(`${r.trace} pass ${r.pass}: ${formatTail(r.tail!)}`);
 }
+if (long.length > 0) {
+  console.log(
+    `\nlong prompts: one completion of ${LONG_TOKENS} fresh token ids at a time (4 tokens out), ` +
+      `kv mode, engine --speedup-ratio ${THROUGHPUT_ENGINE_SPEEDUP}`,
+  );
+  console.log("| frontend | requests | failed | TTFT p50 ms | TTFT p90 ms | frontend CPU ms/req |");
+  console.log("| --- | --: | --: | --: | --: | --: |");
+  for (const l of long) {
+    console.log(
+      `| ${l.frontend} | ${l.requests} | ${l.failed} | ${l.ttftP50Ms.toFixed(2)} | ${
+        l.ttftP90Ms.toFixed(2)
+      } | ${l.frontendCpuMsPerRequest.toFixed(2)} |`,
+    );
+  }
+  const ours = long.find((l) => l.frontend === "ours");
+  const ref = long.find((l) => l.frontend === "reference");
+  if (ours && ref) {
+    console.log(
+      `long prompts: TTFT p50 ours / reference ${(ours.ttftP50Ms / ref.ttftP50Ms).toFixed(2)}x, ` +
+        `CPU per request ${
+          (ours.frontendCpuMsPerRequest / ref.frontendCpuMsPerRequest).toFixed(2)
+        }x`,
+    );
+  }
+}
 if (saturated.length > 0) {
   console.log(
     `\nclosed loop: each client sends its next short chat request (16 tokens out) when the last ends, ` +
@@ -541,6 +639,6 @@ if (saturated.length > 0) {
 if (jsonPath) {
   await Deno.writeTextFile(
     jsonPath,
-    JSON.stringify({ runs, throughput: saturated }, null, 2) + "\n",
+    JSON.stringify({ runs, longPrompts: long, throughput: saturated }, null, 2) + "\n",
   );
 }

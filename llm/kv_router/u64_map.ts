@@ -239,8 +239,15 @@ export class U64Map<V> {
   }
 }
 
+/**
+ * A seed per process: keys come from workers' KV events, and a set of keys crowding one probe
+ * run, worked out ahead, would work on every process without it (iteration follows insertion
+ * order, so nothing observable depends on the seed).
+ */
+const [SEED_HI, SEED_LO] = crypto.getRandomValues(new Uint32Array(2));
+
 /** The home slot of a key: both words mixed, so keys that differ only high spread too. */
 function slotOf(hi: number, lo: number, mask: number): number {
-  const x = Math.imul(lo ^ Math.imul(hi, 0x85ebca6b), 0x9e3779b1);
+  const x = Math.imul((lo ^ SEED_LO!) ^ Math.imul(hi ^ SEED_HI!, 0x85ebca6b), 0x9e3779b1);
   return (x ^ (x >>> 16)) & mask;
 }

@@ -46,6 +46,9 @@ export class U64Map<V> {
   #values: (V | undefined)[];
   /** Entries used, deleted ones included. */
   #used = 0;
+  /** No live entry before this one: iteration starts here (a map used as an LRU list deletes
+   * from the front). */
+  #head = 0;
   #size = 0;
 
   /**
@@ -140,7 +143,11 @@ export class U64Map<V> {
       if (s === 0) return false;
       if (keys[2 * s - 1] === lo && keys[2 * s - 2] === hi) break;
     }
-    this.#values[slots[i]! - 1] = undefined;
+    const deleted = slots[i]! - 1;
+    this.#values[deleted] = undefined;
+    if (deleted === this.#head) {
+      while (this.#head < this.#used && this.#values[this.#head] === undefined) this.#head++;
+    }
     // Backward shift: move later entries of the probe run into the hole when their home slot
     // does not lie cyclically in (hole, j], so every entry stays reachable from its home.
     let hole = i;
@@ -163,6 +170,7 @@ export class U64Map<V> {
     this.#slots.fill(0);
     this.#values.fill(undefined);
     this.#used = 0;
+    this.#head = 0;
     this.#size = 0;
   }
 
@@ -173,7 +181,7 @@ export class U64Map<V> {
    */
   *values(): IterableIterator<V> {
     const values = this.#values;
-    for (let e = 0; e < this.#used; e++) {
+    for (let e = this.#head; e < this.#used; e++) {
       const v = values[e];
       if (v !== undefined) yield v;
     }
@@ -186,7 +194,7 @@ export class U64Map<V> {
    */
   *entries(): IterableIterator<[bigint, V]> {
     const values = this.#values;
-    for (let e = 0; e < this.#used; e++) {
+    for (let e = this.#head; e < this.#used; e++) {
       const v = values[e];
       if (v === undefined) continue;
       scratch.setUint32(0, this.#keys[2 * e]!);
@@ -225,6 +233,7 @@ export class U64Map<V> {
     this.#keys = new Uint32Array(2 * entries);
     this.#values = new Array<V | undefined>(entries).fill(undefined);
     this.#used = 0;
+    this.#head = 0;
     for (let e = 0; e < used; e++) {
       const v = values[e];
       if (v === undefined) continue;

@@ -2,6 +2,7 @@
 // cached blocks (prefix caching, keyed by sequence hash), and the KV events they cause.
 
 import { InvalidArgumentError } from "../../../runtime/errors.ts";
+import { U64Map } from "../../kv_router/u64_map.ts";
 import type { BlockHash, KvCacheStoredBlock, KvEventSink } from "./kv_types.ts";
 
 /** Options of {@linkcode BlockManager}. */
@@ -50,12 +51,18 @@ export class BlockManager {
   /** Blocks admission keeps free. */
   readonly watermarkBlocks: number;
   readonly #onEvent: KvEventSink;
-  /** Full active blocks: sequence hash -> reference count. */
-  readonly #active = new Map<BlockHash, number>();
+  /**
+   * Full active blocks: sequence hash -> reference count. Both maps are `U64Map`s: with bigint
+   * keys in a `Map` or `Set` their lookups were a third of a simulated replay's CPU.
+   */
+  readonly #active = new U64Map<number>();
   /** Anonymous (partially filled or not yet committed) active blocks. */
   #anonymous = 0;
-  /** Inactive cached blocks; iteration order is least recently used first. */
-  readonly #inactive = new Set<BlockHash>();
+  /**
+   * Inactive cached blocks, each mapped to its own hash (handed out again as it came); the
+   * order is least recently used first.
+   */
+  readonly #inactive = new U64Map<BlockHash>();
 
   /**
    * Creates a block manager with an empty cache.
@@ -114,7 +121,7 @@ export class BlockManager {
 
   /** Inactive blocks, least recently used first (the eviction order). */
   inactiveHashes(): BlockHash[] {
-    return [...this.#inactive];
+    return [...this.#inactive.values()];
   }
 
   /**
@@ -228,7 +235,7 @@ export class BlockManager {
         this.#active.set(h, refs - 1);
       } else {
         this.#active.delete(h);
-        this.#inactive.add(h);
+        this.#inactive.set(h, h);
       }
     }
   }
@@ -246,7 +253,7 @@ export class BlockManager {
 
   #evict(n: number): void {
     const removed: BlockHash[] = [];
-    for (const h of this.#inactive) {
+    for (const h of this.#inactive.values()) {
       if (removed.length === n) break;
       removed.push(h);
     }

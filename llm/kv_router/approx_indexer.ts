@@ -13,6 +13,7 @@ import { type BlockHash, computeBlockHashesSync, computeLocalHashes } from "./ha
 import { InstanceWatch } from "./instance_watch.ts";
 import type { OverlapScores } from "./protocols.ts";
 import { RadixTree } from "./radix_tree.ts";
+import { U64Map } from "./u64_map.ts";
 
 /** Options of {@linkcode ApproxKvIndexer}. */
 export interface ApproxKvIndexerOptions {
@@ -45,7 +46,7 @@ export class ApproxKvIndexer {
   #queue: { w: string; h: BlockHash; at: number }[] = [];
   #head = 0;
   /** Latest expiry per worker and block (a re-routed block lives longer). */
-  readonly #expiry = new Map<string, Map<BlockHash, number>>();
+  readonly #expiry = new Map<string, U64Map<number>>();
   readonly #stop = new AbortController();
   readonly #watch: InstanceWatch | undefined;
 
@@ -104,7 +105,7 @@ export class ApproxKvIndexer {
     if (local.length === 0) return;
     const at = this.#now() + this.#ttl;
     let mine = this.#expiry.get(workerId);
-    if (!mine) this.#expiry.set(workerId, mine = new Map());
+    if (!mine) this.#expiry.set(workerId, mine = new U64Map());
     for (const h of sequence) {
       mine.set(h, at);
       this.#queue.push({ w: workerId, h, at });

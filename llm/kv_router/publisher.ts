@@ -25,6 +25,7 @@ import {
   parseResyncRequest,
   toBlockHash,
 } from "./protocols.ts";
+import { U64Map } from "./u64_map.ts";
 
 /** Options of {@linkcode KvEventPublisher}. */
 export interface KvEventPublisherOptions {
@@ -59,6 +60,7 @@ export interface PublishStoredOptions {
 }
 
 interface MirrorBlock {
+  hash: BlockHash;
   parent: BlockHash | null;
   local: BlockHash;
 }
@@ -85,7 +87,7 @@ export class KvEventPublisher {
   /** Tokens per KV block. */
   readonly kvBlockSize: number;
   readonly #component: Component;
-  readonly #mirror = new Map<BlockHash, MirrorBlock>();
+  readonly #mirror = new U64Map<MirrorBlock>();
   readonly #chunk: number;
   readonly #log: Logger;
   readonly #resync: EventSubscription;
@@ -266,7 +268,7 @@ export class KvEventPublisher {
     } else {
       let parent = data.stored.parent_hash;
       for (const b of data.stored.blocks) {
-        this.#mirror.set(b.block_hash, { parent, local: b.tokens_hash });
+        this.#mirror.set(b.block_hash, { hash: b.block_hash, parent, local: b.tokens_hash });
         parent = b.block_hash;
       }
     }
@@ -277,7 +279,7 @@ export class KvEventPublisher {
     const out: KvStateEntry[] = [];
     const done = new Set<BlockHash>();
     const chain: BlockHash[] = [];
-    for (const start of this.#mirror.keys()) {
+    for (const { hash: start } of this.#mirror.values()) {
       // Walk up to the first ancestor already out (or the root), then emit downwards.
       let h: BlockHash | null = start;
       while (h !== null && !done.has(h)) {

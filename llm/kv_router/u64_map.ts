@@ -162,6 +162,9 @@ export class U64Map<V> {
     }
     slots[hole] = 0;
     this.#size--;
+    // Mostly empty: give the room back (a worker's block map after its cache emptied).
+    const capacity = this.#values.length;
+    if (this.#size * 8 < capacity && capacity > 8 * MIN_ENTRIES) this.#rebuild(capacity / 4);
     return true;
   }
 

@@ -73,4 +73,13 @@ Deno.test("U64Map stays consistent through growth and mass deletion", () => {
   const order = [...m.values()];
   assert.deepEqual(order.slice(0, 3), [1, 3, 5]);
   assert.deepEqual(order.slice(-2), [-2998, -2999]);
+  // Emptied down to a few entries, the map shrinks and keeps them, in order.
+  const live = [...m.entries()];
+  for (const [k] of live.slice(0, -3)) assert.equal(m.delete(k), true);
+  assert.equal(m.size, 3);
+  assert.deepEqual([...m.entries()], live.slice(-3));
+  for (let i = 0; i < 100; i++) m.set(BigInt(i) << 40n, i);
+  assert.equal(m.size, 103);
+  assert.equal(m.get(99n << 40n), 99);
+  assert.deepEqual([...m.values()].slice(0, 4), [-2997, -2998, -2999, 0]);
 });

@@ -8,8 +8,8 @@
  * Kept as counts of sequence hashes per worker, no tree: a sequence hash names a whole prefix,
  * so a worker's pending set is closed under prefixes (a request pends all of its blocks), and
  * how much of a prompt is pending there is found by a binary search over the prompt's sequence
- * hashes. Recording and finishing a request cost two map operations per block (a radix tree
- * beside the counts cost three times as many, on every request, for every block of its prompt).
+ * hashes. Recording and finishing a request cost two map operations per block each (with a
+ * radix tree beside the counts, about ten per block in all, on every request).
  *
  * @module
  */

@@ -46,8 +46,10 @@ export class U64Map<V> {
   #values: (V | undefined)[];
   /** Entries used, deleted ones included. */
   #used = 0;
-  /** No live entry before this one: iteration starts here (a map used as an LRU list deletes
-   * from the front). */
+  /**
+   * No live entry before this one: iteration starts here (a map used as an LRU list deletes
+   * from the front).
+   */
   #head = 0;
   #size = 0;
 
@@ -77,8 +79,8 @@ export class U64Map<V> {
    */
   get(key: bigint): V | undefined {
     scratch.setBigUint64(0, key);
-    const e = this.#find(scratch.getUint32(0), scratch.getUint32(4));
-    return e < 0 ? undefined : this.#values[e];
+    const i = this.#findSlot(scratch.getUint32(0), scratch.getUint32(4));
+    return i < 0 ? undefined : this.#values[this.#slots[i]! - 1];
   }
 
   /**
@@ -89,7 +91,7 @@ export class U64Map<V> {
    */
   has(key: bigint): boolean {
     scratch.setBigUint64(0, key);
-    return this.#find(scratch.getUint32(0), scratch.getUint32(4)) >= 0;
+    return this.#findSlot(scratch.getUint32(0), scratch.getUint32(4)) >= 0;
   }
 
   /**
@@ -106,9 +108,9 @@ export class U64Map<V> {
     scratch.setBigUint64(0, key);
     const hi = scratch.getUint32(0);
     const lo = scratch.getUint32(4);
-    const found = this.#find(hi, lo);
+    const found = this.#findSlot(hi, lo);
     if (found >= 0) {
-      this.#values[found] = value;
+      this.#values[this.#slots[found]! - 1] = value;
       return this;
     }
     if (this.#used === this.#values.length) {
@@ -132,17 +134,11 @@ export class U64Map<V> {
    */
   delete(key: bigint): boolean {
     scratch.setBigUint64(0, key);
-    const hi = scratch.getUint32(0);
-    const lo = scratch.getUint32(4);
+    const i = this.#findSlot(scratch.getUint32(0), scratch.getUint32(4));
+    if (i < 0) return false;
     const slots = this.#slots;
     const keys = this.#keys;
     const mask = slots.length - 1;
-    let i = slotOf(hi, lo, mask);
-    for (;; i = (i + 1) & mask) {
-      const s = slots[i]!;
-      if (s === 0) return false;
-      if (keys[2 * s - 1] === lo && keys[2 * s - 2] === hi) break;
-    }
     const deleted = slots[i]! - 1;
     this.#values[deleted] = undefined;
     if (deleted === this.#head) {
@@ -206,15 +202,15 @@ export class U64Map<V> {
     }
   }
 
-  /** The entry holding (hi, lo), or -1. */
-  #find(hi: number, lo: number): number {
+  /** The slot of the entry holding (hi, lo), or -1. */
+  #findSlot(hi: number, lo: number): number {
     const slots = this.#slots;
     const keys = this.#keys;
     const mask = slots.length - 1;
     for (let i = slotOf(hi, lo, mask);; i = (i + 1) & mask) {
       const s = slots[i]!;
       if (s === 0) return -1;
-      if (keys[2 * s - 1] === lo && keys[2 * s - 2] === hi) return s - 1;
+      if (keys[2 * s - 1] === lo && keys[2 * s - 2] === hi) return i;
     }
   }
 

@@ -14,7 +14,6 @@ interface HfInternals {
   post_processor: unknown;
   added_tokens_map: Map<string, { id: number; lstrip: boolean; rstrip: boolean }>;
   splitter_unnormalized: { split(text: string): string[] };
-  splitter_normalized: { split(text: string): string[] };
   remove_space: unknown;
   do_lowercase_and_remove_accent: unknown;
 }
@@ -147,9 +146,10 @@ export class WordCacheEncoder {
     for (const step of steps.slice(0, -1)) {
       if (!isRecord(step) || step.type !== "Split") return undefined;
     }
-    // Normalized added tokens are matched after normalization: leave those to the library.
+    // Normalized added tokens are matched after normalization: leave those to the library
+    // (its condition for putting a token in its normalized splitter, which is then empty).
     for (const t of Array.isArray(json.added_tokens) ? json.added_tokens : []) {
-      if (isRecord(t) && t.normalized === true && json.normalizer) return undefined;
+      if (isRecord(t) && t.normalized && json.normalizer) return undefined;
     }
     const post = json.post_processor;
     const specialTokensAddNothing = post === null || post === undefined ||
@@ -162,7 +162,6 @@ export class WordCacheEncoder {
       typeof hf.model !== "function" || !(hf.model.tokens_to_ids instanceof Map) ||
       !(hf.added_tokens_map instanceof Map) ||
       typeof hf.splitter_unnormalized?.split !== "function" ||
-      typeof hf.splitter_normalized?.split !== "function" ||
       (hf.normalizer !== null && typeof hf.normalizer !== "function") ||
       hf.remove_space || hf.do_lowercase_and_remove_accent
     ) {
@@ -206,25 +205,24 @@ export class WordCacheEncoder {
       }
       const normalized = hf.normalizer === null ? section : hf.normalizer(section);
       if (normalized.length === 0) continue;
-      // No normalized added tokens (see create), so this split finds none: one piece.
-      for (const sub of hf.splitter_normalized.split(normalized)) {
-        if (sub.length === 0) continue;
-        const subToken = added.get(sub);
-        if (subToken !== undefined) {
-          ids.push(subToken.id);
-          continue;
-        }
-        let words = [sub];
-        for (const split of this.#splits) {
-          words = words.length === 1 ? split(words[0]!) : words.flatMap(split);
-        }
-        for (const word of words) {
-          const cached = this.#cache.get(word);
-          if (cached !== undefined) {
-            for (let k = 0; k < cached.length; k++) ids.push(cached[k]!);
-          } else {
-            for (const id of this.#encodeWord(word)) ids.push(id);
-          }
+      // The library splits the normalized text around normalized added tokens next; there are
+      // none (see create), so its split would give the text back whole: not run (it walks the
+      // text a character at a time). The text can still be an added token as a whole.
+      const subToken = added.get(normalized);
+      if (subToken !== undefined) {
+        ids.push(subToken.id);
+        continue;
+      }
+      let words = [normalized];
+      for (const split of this.#splits) {
+        words = words.length === 1 ? split(words[0]!) : words.flatMap(split);
+      }
+      for (const word of words) {
+        const cached = this.#cache.get(word);
+        if (cached !== undefined) {
+          for (let k = 0; k < cached.length; k++) ids.push(cached[k]!);
+        } else {
+          for (const id of this.#encodeWord(word)) ids.push(id);
         }
       }
     }

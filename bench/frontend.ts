@@ -11,7 +11,9 @@
 // for the throughput case, default 32), --requests N (per throughput round),
 // --ttft-requests N (timed requests per server at concurrency 1), --clients N (client
 // processes sharing the throughput load, default 2: one saturates a core on the bare server;
-// bench/_frontend_loadgen.ts).
+// bench/_frontend_loadgen.ts), --warmup N (requests per server before the rounds, default
+// 20,000: V8 has compiled the servers' hot code by then; with 1,500 the dynamo server was
+// still getting faster round after round), --rounds N (throughput rounds, default 5).
 
 import { bareArgsFrom, chatBody, shapeOf, streamOnce, streamShape } from "./_frontend_client.ts";
 import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
@@ -26,9 +28,9 @@ const CONCURRENCY = Number(flag("--concurrency") ?? 32);
 const CLIENTS = Number(flag("--clients") ?? 2);
 const REQUESTS = Number(flag("--requests") ?? (quick ? 1_000 : 10_000));
 const TTFT_REQUESTS = Number(flag("--ttft-requests") ?? (quick ? 300 : 2_000));
-const ROUNDS = quick ? 1 : 3;
+const ROUNDS = Number(flag("--rounds") ?? (quick ? 1 : 5));
 const TTFT_ROUNDS = quick ? 2 : 5;
-const WARMUP = quick ? 300 : 1_500;
+const WARMUP = Number(flag("--warmup") ?? (quick ? 300 : 20_000));
 const ROUND_MAX_MS = quick ? 3_000 : 10_000;
 const TARGET_RATIO = 0.8; // issue 16
 const TARGET_ADDED_TTFT_MS = 0.5; // issue 16
@@ -37,10 +39,12 @@ for (
     ["--concurrency", CONCURRENCY],
     ["--requests", REQUESTS],
     ["--clients", CLIENTS],
+    ["--rounds", ROUNDS],
   ] as const
 ) {
   if (!(Number.isInteger(v) && v > 0)) throw new Error(`${name} must be a whole number > 0`);
 }
+if (!(Number.isInteger(WARMUP) && WARMUP >= 0)) throw new Error("--warmup must be a whole number");
 if (!(Number.isInteger(TTFT_REQUESTS) && TTFT_REQUESTS > 0)) {
   throw new Error("--ttft-requests must be a whole number > 0");
 }
@@ -195,7 +199,7 @@ async function run(servers: Array<{ stop(): Promise<void> }>): Promise<number> {
 
   for (const c of cases) {
     log(`warm-up: ${WARMUP} requests to ${c.key}, ${CONCURRENCY} in flight`);
-    await drive(c.url, WARMUP, 20_000);
+    if (WARMUP > 0) await drive(c.url, WARMUP, 60_000);
     for (let i = 0; i < 200; i++) await once(c.url);
   }
 

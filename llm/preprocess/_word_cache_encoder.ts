@@ -65,6 +65,20 @@ const WORD_CACHE_SIZE = 16_384;
 /** Longer words are not cached (the library's BPE cache has the same limit). */
 const WORD_CACHE_MAX_LENGTH = 256;
 
+/** The section cache's bounds (see {@linkcode WordCacheEncoder}). */
+export interface SectionCacheLimits {
+  /** Shorter sections are not cached (the word cache serves them well). Default 64 chars. */
+  minLength: number;
+  /**
+   * The cached sections' characters in all; past it the least recently used are dropped. A
+   * section longer than a quarter of it is not cached. Default 4,194,304 (4M characters:
+   * 8 MB or less of text and, at the usual 3-4 characters a token, 4-6 MB of ids).
+   */
+  maxChars: number;
+}
+
+const DEFAULT_SECTION_LIMITS: SectionCacheLimits = { minLength: 64, maxChars: 1 << 22 };
+
 /**
  * `encode` for byte-level BPE tokenizers whose pre-tokenizer is regex splits followed by a
  * byte-level mapping of each piece (Qwen2/3, Llama 3, DeepSeek, ...), with a bounded cache of
@@ -72,6 +86,12 @@ const WORD_CACHE_MAX_LENGTH = 256;
  * (added-token split, normalizer, regex split, byte-level map, BPE, id lookup), so its output
  * is the library's; only the per-word work (byte mapping, BPE, id lookup) is remembered: each
  * word's ids depend on the word alone when BPE does not fuse unknown tokens across words.
+ *
+ * A second cache holds the ids of whole sections (the text between two added tokens, once
+ * stripped beside the tokens that strip: a function of that text alone). A chat template puts
+ * each message between special tokens, and a conversation sends its history again every
+ * turn, so from the second turn on the history's messages (and a shared system prompt) cost a
+ * lookup instead of the regex split and a word lookup per piece.
  */
 export class WordCacheEncoder {
   readonly #hf: HfInternals;
@@ -79,6 +99,11 @@ export class WordCacheEncoder {
   readonly #splits: ((text: string) => string[])[];
   readonly #byteLevel: HfPreTokenizer;
   readonly #cache = new Map<string, readonly number[]>();
+  /** Section text -> its ids, least recently used first. */
+  readonly #sections = new Map<string, Uint32Array>();
+  /** The characters of the cached sections, in all. */
+  #sectionChars = 0;
+  readonly #sectionLimits: SectionCacheLimits;
   /**
    * The added tokens (not normalized) as one alternation, longest first: at each position it
    * takes the longest token there, as the library's trie does. Null when there are none.
@@ -92,8 +117,10 @@ export class WordCacheEncoder {
     splits: ((text: string) => string[])[],
     byteLevel: HfPreTokenizer,
     specialTokensAddNothing: boolean,
+    sectionLimits: SectionCacheLimits,
   ) {
     this.#hf = hf;
+    this.#sectionLimits = sectionLimits;
     this.#splits = splits;
     this.#byteLevel = byteLevel;
     this.specialTokensAddNothing = specialTokensAddNothing;
@@ -120,11 +147,15 @@ export class WordCacheEncoder {
     return out;
   }
 
-  /** The encoder, or undefined when the tokenizer's pipeline is not one it reproduces. */
+  /**
+   * The encoder, or undefined when the tokenizer's pipeline is not one it reproduces.
+   * @param sectionLimits the section cache's bounds (tests set small ones)
+   */
   static create(
     library: HfTokenizer,
     json: Record<string, unknown>,
     config: Record<string, unknown>,
+    sectionLimits: SectionCacheLimits = DEFAULT_SECTION_LIMITS,
   ): WordCacheEncoder | undefined {
     const hf = library as unknown as HfInternals;
     const model = json.model;
@@ -180,6 +211,7 @@ export class WordCacheEncoder {
       splits,
       pieces[pieces.length - 1]!,
       specialTokensAddNothing,
+      sectionLimits,
     );
   }
 
@@ -196,6 +228,7 @@ export class WordCacheEncoder {
       if (token.lstrip && i > 0) sections[i - 1] = sections[i - 1]!.trimEnd();
       if (token.rstrip && i < sections.length - 1) sections[i + 1] = sections[i + 1]!.trimStart();
     }
+    const minLength = this.#sectionLimits.minLength;
     for (const section of sections) {
       if (section.length === 0) continue;
       const token = added.get(section);
@@ -203,30 +236,74 @@ export class WordCacheEncoder {
         ids.push(token.id);
         continue;
       }
-      const normalized = hf.normalizer === null ? section : hf.normalizer(section);
-      if (normalized.length === 0) continue;
-      // The library splits the normalized text around normalized added tokens next; there are
-      // none (see create), so its split would give the text back whole: not run (it walks the
-      // text a character at a time). The text can still be an added token as a whole.
-      const subToken = added.get(normalized);
-      if (subToken !== undefined) {
-        ids.push(subToken.id);
+      if (section.length < minLength) {
+        this.#encodeSection(section, ids);
         continue;
       }
-      let words = [normalized];
-      for (const split of this.#splits) {
-        words = words.length === 1 ? split(words[0]!) : words.flatMap(split);
+      const cache = this.#sections;
+      const cached = cache.get(section);
+      if (cached !== undefined) {
+        cache.delete(section); // most recently used: to the end
+        cache.set(section, cached);
+        for (let k = 0; k < cached.length; k++) ids.push(cached[k]!);
+        continue;
       }
-      for (const word of words) {
-        const cached = this.#cache.get(word);
-        if (cached !== undefined) {
-          for (let k = 0; k < cached.length; k++) ids.push(cached[k]!);
-        } else {
-          for (const id of this.#encodeWord(word)) ids.push(id);
-        }
-      }
+      const start = ids.length;
+      this.#encodeSection(section, ids);
+      this.#rememberSection(section, ids, start);
     }
     return ids;
+  }
+
+  /** The ids of one section (no added token in it) appended to `ids`. */
+  #encodeSection(section: string, ids: number[]): void {
+    const hf = this.#hf;
+    const normalized = hf.normalizer === null ? section : hf.normalizer(section);
+    if (normalized.length === 0) return;
+    // The library splits the normalized text around normalized added tokens next; there are
+    // none (see create), so its split would give the text back whole: not run (it walks the
+    // text a character at a time). The text can still be an added token as a whole.
+    const token = hf.added_tokens_map.get(normalized);
+    if (token !== undefined) {
+      ids.push(token.id);
+      return;
+    }
+    let words = [normalized];
+    for (const split of this.#splits) {
+      words = words.length === 1 ? split(words[0]!) : words.flatMap(split);
+    }
+    for (const word of words) {
+      const cached = this.#cache.get(word);
+      if (cached !== undefined) {
+        for (let k = 0; k < cached.length; k++) ids.push(cached[k]!);
+      } else {
+        for (const id of this.#encodeWord(word)) ids.push(id);
+      }
+    }
+  }
+
+  /** Caches `section`'s ids (`ids` from `start` on), dropping the least recently used. */
+  #rememberSection(section: string, ids: number[], start: number): void {
+    const { maxChars } = this.#sectionLimits;
+    if (section.length > maxChars / 4) return;
+    const sections = this.#sections;
+    for (const [oldest] of sections) {
+      if (this.#sectionChars + section.length <= maxChars) break;
+      sections.delete(oldest);
+      this.#sectionChars -= oldest.length;
+    }
+    // The key is a copy: `section` is a slice of the whole prompt, and V8 keeps a slice's
+    // parent string alive with it.
+    const key = JSON.parse(JSON.stringify(section)) as string;
+    const own = new Uint32Array(ids.length - start);
+    for (let k = 0; k < own.length; k++) own[k] = ids[start + k]!;
+    sections.set(key, own);
+    this.#sectionChars += key.length;
+  }
+
+  /** The section cache's size (tests). @internal */
+  get sectionCacheSize(): { sections: number; chars: number } {
+    return { sections: this.#sections.size, chars: this.#sectionChars };
   }
 
   /** One word through the byte-level map, BPE and the id lookup, as the library does. */

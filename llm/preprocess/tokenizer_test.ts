@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
+import { Tokenizer as HfTokenizer } from "@huggingface/tokenizers";
 import { IncrementalDetokenizer } from "./detokenizer.ts";
+import { type SectionCacheLimits, WordCacheEncoder } from "./_word_cache_encoder.ts";
 import { Tokenizer, TokenizerLoadError } from "./tokenizer.ts";
 import {
   QWEN3_ENDOFTEXT,
@@ -316,6 +318,70 @@ Deno.test("Tokenizer.encode (cached word path) honours lstrip/rstrip added token
     }),
     { numRuns: 300 },
   );
+});
+
+/** Qwen3's cached encoder with section cache bounds of the test's choosing (and the library). */
+function qwen3Encoder(limits: SectionCacheLimits, strip = false) {
+  const json = structuredClone(qwen3TokenizerJson) as {
+    added_tokens: { content: string; lstrip: boolean; rstrip: boolean }[];
+  };
+  if (strip) {
+    // Sections beside these are stripped first: the cache must key them as encoded.
+    for (const t of json.added_tokens) {
+      if (t.content === "<|im_start|>") t.lstrip = true;
+      if (t.content === "<|im_end|>") t.rstrip = true;
+    }
+  }
+  const library = new HfTokenizer(json, qwen3TokenizerConfig);
+  const enc = WordCacheEncoder.create(library, json, qwen3TokenizerConfig, limits)!;
+  assert.ok(enc);
+  return { enc, library: (t: string) => library.encode(t, { add_special_tokens: false }).ids };
+}
+
+Deno.test("WordCacheEncoder's section cache: the library's ids for sections met again, in any context, through evictions", () => {
+  // Sections from a small set, so they come back often; bounds small enough to evict.
+  const section = fc.constantFrom(
+    "hello world, this is a section",
+    "  hello world, this is a section  ",
+    "hello world, this is a section\n",
+    "another section of text é\u0301 and more",
+    "x",
+    "",
+    " \n ",
+  );
+  const token = fc.constantFrom("<|im_start|>", "<|im_end|>", "<think>", "\n");
+  const texts = fc.array(fc.tuple(section, token).map(([a, b]) => a + b), { maxLength: 8 })
+    .map((p) => p.join(""));
+  for (const strip of [false, true]) {
+    const { enc, library } = qwen3Encoder({ minLength: 4, maxChars: 160 }, strip);
+    fc.assert(
+      fc.property(fc.array(texts, { minLength: 1, maxLength: 6 }), (batch) => {
+        for (const text of batch) assert.deepEqual(enc.encode(text), library(text));
+        assert.ok(enc.sectionCacheSize.chars <= 160);
+      }),
+      { numRuns: 300 },
+    );
+    assert.ok(enc.sectionCacheSize.sections > 0);
+  }
+});
+
+Deno.test("WordCacheEncoder's section cache keeps its bounds and drops the least recently used", () => {
+  const { enc } = qwen3Encoder({ minLength: 8, maxChars: 100 });
+  const a = "a".repeat(20), b = "b b".repeat(7), c = "c, c".repeat(5), d = "d".repeat(20);
+  enc.encode("short<|im_end|>");
+  assert.deepEqual(enc.sectionCacheSize, { sections: 0, chars: 0 }); // under minLength
+  enc.encode("x".repeat(26)); // over a quarter of maxChars
+  assert.deepEqual(enc.sectionCacheSize, { sections: 0, chars: 0 });
+  enc.encode(`${a}<|im_end|>${b}<|im_end|>${c}<|im_end|>`);
+  assert.deepEqual(enc.sectionCacheSize, { sections: 3, chars: 61 });
+  enc.encode(a); // a is now the most recently used
+  enc.encode(`${d}<|im_end|>${d.replaceAll("d", "e")}`); // 40 more: 101 > 100, one goes
+  assert.deepEqual(enc.sectionCacheSize, { sections: 4, chars: 80 });
+  // b (the least recently used) went; a did not: encoding a adds nothing.
+  enc.encode(a);
+  assert.deepEqual(enc.sectionCacheSize, { sections: 4, chars: 80 });
+  enc.encode(b);
+  assert.deepEqual(enc.sectionCacheSize, { sections: 4, chars: 81 }); // b back, c (20) out
 });
 
 Deno.test("Tokenizer.encode (cached word path) takes the longest of overlapping added tokens", () => {

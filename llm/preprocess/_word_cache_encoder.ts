@@ -286,6 +286,12 @@ export class WordCacheEncoder {
   #rememberSection(section: string, ids: number[], start: number): void {
     const { maxChars } = this.#sectionLimits;
     if (section.length > maxChars / 4) return;
+    const own = new Uint32Array(ids.length - start);
+    for (let k = 0; k < own.length; k++) {
+      const id = ids[start + k]!;
+      own[k] = id;
+      if (own[k] !== id) return; // not a u32 (an unknown token without an id): not cached
+    }
     const sections = this.#sections;
     for (const [oldest] of sections) {
       if (this.#sectionChars + section.length <= maxChars) break;
@@ -295,8 +301,6 @@ export class WordCacheEncoder {
     // The key is a copy: `section` is a slice of the whole prompt, and V8 keeps a slice's
     // parent string alive with it.
     const key = JSON.parse(JSON.stringify(section)) as string;
-    const own = new Uint32Array(ids.length - start);
-    for (let k = 0; k < own.length; k++) own[k] = ids[start + k]!;
     sections.set(key, own);
     this.#sectionChars += key.length;
   }

@@ -7,6 +7,7 @@
 //
 // deno run -A bench/_frontend_profile.ts [--requests N] [--concurrency N] [--out FILE.cpuprofile]
 //   [--stages N] (how many of the largest stages to break down by function, default 6)
+//   [--warmup N] (requests before profiling, default 20,000)
 
 import { bareArgsFrom, chatBody, streamOnce, streamShape } from "./_frontend_client.ts";
 import { measureStages } from "./_frontend_stages.ts";
@@ -18,6 +19,8 @@ const CONCURRENCY = Number(flag("--concurrency") ?? 32);
 const SAMPLING_US = Number(flag("--sampling-us") ?? 200);
 const outPath = flag("--out");
 const STAGES = Number(flag("--stages") ?? 6);
+// As bench:frontend: the dynamo server keeps getting faster for its first ~20,000 requests.
+const WARMUP = Number(flag("--warmup") ?? 20_000);
 const log = (msg: string) => console.error(`[profile] ${msg}`);
 
 interface CallFrame {
@@ -186,8 +189,13 @@ async function main(): Promise<void> {
   try {
     const url = `${server.url}/v1/chat/completions`;
     bare = bareArgsFrom(await streamShape(url, body), "Qwen3-0.6B");
-    log("warm-up: 1,500 requests");
-    await measureConcurrent(() => streamOnce(url, body).then(() => {}), CONCURRENCY, 1_500, 20_000);
+    log(`warm-up: ${WARMUP} requests`);
+    await measureConcurrent(
+      () => streamOnce(url, body).then(() => {}),
+      CONCURRENCY,
+      WARMUP,
+      60_000,
+    );
     const inspector = await connectInspector(await withTimeout(wsUrl.promise, 5_000, "ws url"));
     await inspector.send("Profiler.enable");
     await inspector.send("Profiler.setSamplingInterval", { interval: SAMPLING_US });

@@ -18,6 +18,7 @@ import { instancePrefix } from "./keys.ts";
 import { instanceRecordSchema } from "./names.ts";
 import { hurryStream, openStream, type OpenStreamOptions, type ResponseStream } from "./stream.ts";
 import { callLocal, localEndpoint } from "./local_call.ts";
+import { idSet, idsWithin, type InstanceIds } from "./_id_set.ts";
 import type { LocalRequestPlane } from "./transport/local.ts";
 import type { RequestPlane } from "./transport/mod.ts";
 import { natsConnectionOf } from "./transport/tcp.ts";
@@ -32,8 +33,11 @@ export interface GenerateOptions {
   context?: Context;
   /** Aborting cancels the request (the worker's context is stopped). */
   signal?: AbortSignal;
-  /** roundRobin/random: choose only among these instance ids (e.g. those serving one model). */
-  instances?: readonly string[];
+  /**
+   * roundRobin/random: choose only among these instance ids (e.g. those serving one model); a
+   * set is read as it is, without a copy.
+   */
+  instances?: InstanceIds;
 }
 
 /** Options of {@linkcode Client.waitForInstances}. */
@@ -45,7 +49,7 @@ export interface WaitForInstancesOptions {
   /** How many instances to wait for (default 1). */
   count?: number;
   /** Count only these instance ids (e.g. those a model entry names). */
-  among?: readonly string[];
+  among?: InstanceIds;
 }
 
 /** @internal What a client needs from its runtime. */
@@ -214,9 +218,8 @@ export class Client {
    */
   waitForInstances(options: WaitForInstancesOptions = {}): Promise<string[]> {
     const { signal, timeoutMs, count = 1 } = options;
-    const among = options.among === undefined ? undefined : new Set(options.among);
-    const known = () =>
-      among === undefined ? this.#ids.length : this.#ids.filter((id) => among.has(id)).length;
+    const among = options.among === undefined ? undefined : idSet(options.among);
+    const known = () => this.#countKnown(among);
     signal?.throwIfAborted();
     if (this.#stop.signal.aborted) {
       return Promise.reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
@@ -255,6 +258,14 @@ export class Client {
         }, timeoutMs);
       }
     });
+  }
+
+  /** How many instances are known (among `among`, when given). */
+  #countKnown(among: ReadonlySet<string> | undefined): number {
+    if (among === undefined) return this.#ids.length;
+    let n = 0;
+    for (const id of this.#ids) if (among.has(id)) n++;
+    return n;
   }
 
   /** Sends to the next instance in round-robin order (the default routing). */
@@ -297,10 +308,11 @@ export class Client {
     options: GenerateOptions,
     pick: (ids: string[]) => string,
   ): Promise<ResponseStream<T>> {
-    if (options.instances !== undefined) return this.#retry(request, options, pick, new Set());
     // The first try, without the bookkeeping of retries (most requests need no other): one
     // async step fewer per request; `#send` retries elsewhere if this instance did not answer.
-    const ids = this.#available();
+    const ids = options.instances === undefined
+      ? this.#available()
+      : idsWithin(this.#available(), idSet(options.instances));
     if (ids.length === 0) return Promise.reject(new NoInstancesError(this.path));
     const id = pick(ids);
     return this.#send<T>(this.#instances.get(id)!, id, request, options, pick);
@@ -317,7 +329,7 @@ export class Client {
     pick: (ids: string[]) => string,
     tried: Set<string>,
   ): Promise<ResponseStream<T>> {
-    const allowed = options.instances === undefined ? undefined : new Set(options.instances);
+    const allowed = options.instances === undefined ? undefined : idSet(options.instances);
     for (;;) {
       const ids = this.#available().filter((id) =>
         !tried.has(id) && (allowed === undefined || allowed.has(id))

@@ -12,6 +12,7 @@
 
 import type { Client } from "../../runtime/client.ts";
 import type { Endpoint } from "../../runtime/component.ts";
+import { idSet, type InstanceIds } from "../../runtime/_id_set.ts";
 import { Context } from "../../runtime/context.ts";
 import { CancelledError, InvalidArgumentError, NoInstancesError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
@@ -113,8 +114,8 @@ export interface RouteDecision {
 
 /** Options of {@linkcode KvRouter.findBestMatch}. */
 export interface FindBestMatchOptions {
-  /** Choose only among these instance ids. */
-  instances?: readonly string[];
+  /** Choose only among these instance ids (a set is read as it is). */
+  instances?: InstanceIds;
   /** LoRA adapter id, which salts the block hashes. */
   loraId?: number;
   /**
@@ -392,7 +393,7 @@ export class KvRouter {
     exclude: ReadonlySet<string>,
     sequenceHashes?: readonly BlockHash[],
   ): Promise<RouteDecision & Pick<RouteDecisionRecord, "candidates" | "costs">> {
-    const allowed = options.instances === undefined ? undefined : new Set(options.instances);
+    const allowed = options.instances === undefined ? undefined : idSet(options.instances);
     const ids = client.availableInstanceIds().filter((id) =>
       !exclude.has(id) && (allowed === undefined || allowed.has(id))
     );

@@ -7,6 +7,7 @@
 import { z } from "zod";
 import type { Context } from "../../runtime/context.ts";
 import type { Discovery } from "../../runtime/discovery/types.ts";
+import { idSet, type InstanceIds } from "../../runtime/_id_set.ts";
 import { type DiscoveryRecord, watchPrefix } from "../../runtime/discovery/watch_prefix.ts";
 import { ProtocolError } from "../../runtime/errors.ts";
 import type { EventPlane, EventSubscription } from "../../runtime/events/types.ts";
@@ -632,10 +633,10 @@ export class ReferenceKvRouter implements TokenRouter {
    */
   async generate<T extends { token_ids?: number[] }>(
     request: { token_ids: number[] },
-    options: { context?: Context; instances?: readonly string[] },
+    options: { context?: Context; instances?: InstanceIds },
   ): Promise<ResponseStream<T>> {
     await this.ready;
-    const allowed = options.instances === undefined ? undefined : new Set(options.instances);
+    const allowed = options.instances === undefined ? undefined : idSet(options.instances);
     const ids = this.#client.availableInstanceIds().filter((id) =>
       allowed === undefined || allowed.has(id)
     );

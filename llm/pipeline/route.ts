@@ -3,6 +3,7 @@
 
 import type { Context } from "../../runtime/context.ts";
 import { withDeadline } from "../../runtime/_deadline.ts";
+import { anyIn, type InstanceIds } from "../../runtime/_id_set.ts";
 import { NoInstancesError, TimeoutError } from "../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../runtime/logger.ts";
 import type { ResponseStream } from "../../runtime/stream.ts";
@@ -19,7 +20,7 @@ export type RouterMode = "round-robin" | "random" | "kv";
 export interface TokenRouter {
   generate<T extends { token_ids?: number[] }>(
     request: { token_ids: number[] },
-    options: { context?: Context; instances?: readonly string[] },
+    options: { context?: Context; instances?: InstanceIds },
   ): Promise<ResponseStream<T>>;
 }
 
@@ -109,20 +110,22 @@ export class ModelRouter {
 
   async #generate<T>(request: unknown, context: Context): Promise<ResponseStream<T>> {
     const target = this.#target;
-    const groups = [...target.endpoints.values()].filter((g) => g.instances.size > 0);
-    if (groups.length === 0) throw new NoInstancesError(target.name);
-    const group = groups[this.#next++ % groups.length]!;
+    const group = this.#nextGroup();
+    if (group === undefined) throw new NoInstancesError(target.name);
     const client = clientOf(group) ?? await firstListing(group, this.#policy, context);
-    // Only the instances that registered this model: an endpoint may serve several.
-    const instances = [...group.instances];
+    // Only the instances that registered this model (an endpoint may serve several): the
+    // live set itself, read by the client as it is.
+    const instances = group.instances;
     // Workers register the model before they serve (seed 001's order): give the endpoint's
     // instance a moment to appear instead of failing a request in that window.
-    await client.waitForInstances({
-      among: instances,
-      timeoutMs: this.#policy.instanceWaitMs,
-      signal: context.signal,
-    })
-      .catch(() => {});
+    if (!anyIn(client.instanceIds(), instances)) {
+      await client.waitForInstances({
+        among: instances,
+        timeoutMs: this.#policy.instanceWaitMs,
+        signal: context.signal,
+      })
+        .catch(() => {});
+    }
     const options = { context, instances };
     const mode = this.#policy.mode;
     if (mode === "kv") {
@@ -151,6 +154,18 @@ export class ModelRouter {
     return mode === "random"
       ? await client.random<T>(request, options)
       : await client.roundRobin<T>(request, options);
+  }
+
+  /** The next of the model's endpoint groups with an instance, in turn (none: undefined). */
+  #nextGroup(): EndpointGroup | undefined {
+    const endpoints = this.#target.endpoints;
+    if (endpoints.size === 1) {
+      // One endpoint (the common case): no list of groups to build per request.
+      const only = endpoints.values().next().value!;
+      return only.instances.size > 0 ? only : undefined;
+    }
+    const groups = [...endpoints.values()].filter((g) => g.instances.size > 0);
+    return groups.length === 0 ? undefined : groups[this.#next++ % groups.length];
   }
 
   /**

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import type { Client } from "../../runtime/client.ts";
+import type { Client, GenerateOptions } from "../../runtime/client.ts";
 import { Context } from "../../runtime/context.ts";
 import { NoInstancesError, TimeoutError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
@@ -10,14 +10,16 @@ import { ModelRouter, type RoutePolicy, type RouterMode, type TokenRouter } from
 
 /** A client that answers with a stream naming how it was chosen. */
 function fakeClient(calls: string[]): Client {
-  const answer = (how: string, options: { instances?: readonly string[] }) => {
-    calls.push(`${how}:${options.instances?.join(",")}`);
+  const answer = (how: string, options: GenerateOptions) => {
+    const ids = options.instances === undefined ? undefined : [...options.instances].join(",");
+    calls.push(`${how}:${ids}`);
     return Promise.resolve({ how } as unknown as ResponseStream<unknown>);
   };
   return {
+    instanceIds: () => [],
     waitForInstances: () => Promise.resolve([]),
-    roundRobin: (_: unknown, o: { instances?: readonly string[] }) => answer("rr", o),
-    random: (_: unknown, o: { instances?: readonly string[] }) => answer("random", o),
+    roundRobin: (_: unknown, o: GenerateOptions) => answer("rr", o),
+    random: (_: unknown, o: GenerateOptions) => answer("random", o),
     reportInstanceDown: (id: string) => calls.push(`down:${id}`),
   } as unknown as Client;
 }
@@ -35,7 +37,7 @@ function group(name: string, instances: string[], client: Client): [string, Endp
 function policy(mode: RouterMode, kv: string[], warnings: string[]): RoutePolicy {
   const kvRouter: TokenRouter = {
     generate(_request, options) {
-      kv.push(options.instances?.join(",") ?? "");
+      kv.push(options.instances === undefined ? "" : [...options.instances].join(","));
       return Promise.resolve({} as ResponseStream<never>);
     },
   };

@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { Context } from "../context.ts";
 import type { Discovery } from "../discovery/types.ts";
+import { idSet, type InstanceIds } from "../_id_set.ts";
 import { watchPrefix } from "../discovery/watch_prefix.ts";
 import {
   CancelledError,
@@ -55,7 +56,7 @@ export interface ReferenceSendOptions {
   /** Aborting cancels the request. */
   signal?: AbortSignal;
   /** roundRobin/random: choose only among these instance ids. */
-  instances?: readonly string[];
+  instances?: InstanceIds;
 }
 
 /** The reference endpoint's instances, followed in discovery, and requests to them. */
@@ -169,11 +170,11 @@ export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
       signal?: AbortSignal;
       timeoutMs?: number;
       count?: number;
-      among?: readonly string[];
+      among?: InstanceIds;
     } = {},
   ): Promise<string[]> {
     const { signal, timeoutMs, count = 1 } = options;
-    const among = options.among === undefined ? undefined : new Set(options.among);
+    const among = options.among === undefined ? undefined : idSet(options.among);
     const known = () =>
       among === undefined ? this.#ids.length : this.#ids.filter((id) => among.has(id)).length;
     signal?.throwIfAborted();
@@ -281,7 +282,7 @@ export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
     // A worker that refuses the connection (it died before its lease expired) is skipped and
     // the request, never taken by anyone, goes to another one.
     const tried = new Set<string>();
-    const allowed = options.instances === undefined ? undefined : new Set(options.instances);
+    const allowed = options.instances === undefined ? undefined : idSet(options.instances);
     for (;;) {
       const ids = this.#available().filter((id) =>
         !tried.has(id) && (allowed === undefined || allowed.has(id))

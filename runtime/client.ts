@@ -5,20 +5,14 @@ import { z } from "zod";
 import { Context } from "./context.ts";
 import type { Discovery } from "./discovery/mod.ts";
 import { watchPrefix } from "./discovery/watch_prefix.ts";
-import {
-  CancelledError,
-  DynamoError,
-  NoInstancesError,
-  RuntimeShutdownError,
-  TimeoutError,
-} from "./errors.ts";
+import { CancelledError, DynamoError, NoInstancesError, TimeoutError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { RouteTrace } from "./route_trace.ts";
 import { instancePrefix } from "./keys.ts";
 import { instanceRecordSchema } from "./names.ts";
 import { hurryStream, openStream, type OpenStreamOptions, type ResponseStream } from "./stream.ts";
 import { callLocal, localEndpoint } from "./local_call.ts";
-import { idSet, idsWithin, type InstanceIds } from "./_id_set.ts";
+import { idSet, idsWithin, type IdWatch, waitForIds } from "./_id_set.ts";
 import type { LocalRequestPlane } from "./transport/local.ts";
 import type { RequestPlane } from "./transport/mod.ts";
 import { natsConnectionOf } from "./transport/tcp.ts";
@@ -37,7 +31,7 @@ export interface GenerateOptions {
    * roundRobin/random: choose only among these instance ids (e.g. those serving one model); a
    * set is read as it is, without a copy.
    */
-  instances?: InstanceIds;
+  instances?: readonly string[] | ReadonlySet<string>;
 }
 
 /** Options of {@linkcode Client.waitForInstances}. */
@@ -49,7 +43,7 @@ export interface WaitForInstancesOptions {
   /** How many instances to wait for (default 1). */
   count?: number;
   /** Count only these instance ids (e.g. those a model entry names). */
-  among?: InstanceIds;
+  among?: readonly string[] | ReadonlySet<string>;
 }
 
 /** @internal What a client needs from its runtime. */
@@ -113,8 +107,10 @@ export class Client {
   /** Streams open to each instance, hurried when the instance leaves discovery. */
   readonly #open = new Map<string, Set<ResponseStream<unknown>>>();
   #next = 0;
-  #waiters = new Set<() => void>();
-  #stop = new AbortController();
+  readonly #waiters = new Set<() => void>();
+  readonly #stop = new AbortController();
+  /** What `waitForInstances` watches. */
+  readonly #idWatch: IdWatch;
   #watching: Promise<void> | undefined;
 
   /** @internal use `endpoint.client()` */
@@ -122,6 +118,13 @@ export class Client {
     this.#deps = deps;
     this.path = `${namespace}/${component}/${endpoint}`;
     this.#prefix = instancePrefix(namespace, component, endpoint);
+    this.#idWatch = {
+      ids: () => this.#ids,
+      waiters: this.#waiters,
+      closed: this.#stop.signal,
+      path: this.path,
+      noun: "instance(s)",
+    };
   }
 
   /** @internal Starts watching; resolves once the current instances are known. */
@@ -215,57 +218,10 @@ export class Client {
   /**
    * Resolves with the instance ids once at least `count` (default 1) are known.
    * @throws {TimeoutError} `timeoutMs` passed first
+   * @throws {RuntimeShutdownError} the client is closed first
    */
   waitForInstances(options: WaitForInstancesOptions = {}): Promise<string[]> {
-    const { signal, timeoutMs, count = 1 } = options;
-    const among = options.among === undefined ? undefined : idSet(options.among);
-    const known = () => this.#countKnown(among);
-    signal?.throwIfAborted();
-    if (this.#stop.signal.aborted) {
-      return Promise.reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
-    }
-    if (known() >= count) return Promise.resolve(this.instanceIds());
-    return new Promise((resolve, reject) => {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const done = () => {
-        this.#waiters.delete(check);
-        signal?.removeEventListener("abort", onAbort);
-        clearTimeout(timer);
-      };
-      const check = () => {
-        if (this.#stop.signal.aborted) {
-          done();
-          reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
-        } else if (known() >= count) {
-          done();
-          resolve(this.instanceIds());
-        }
-      };
-      const onAbort = () => {
-        done();
-        reject(signal!.reason);
-      };
-      this.#waiters.add(check);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      if (timeoutMs !== undefined) {
-        timer = setTimeout(() => {
-          done();
-          reject(
-            new TimeoutError(
-              `no ${count} instance(s) of ${this.path} within ${timeoutMs} ms (have ${known()})`,
-            ),
-          );
-        }, timeoutMs);
-      }
-    });
-  }
-
-  /** How many instances are known (among `among`, when given). */
-  #countKnown(among: ReadonlySet<string> | undefined): number {
-    if (among === undefined) return this.#ids.length;
-    let n = 0;
-    for (const id of this.#ids) if (among.has(id)) n++;
-    return n;
+    return waitForIds(this.#idWatch, options);
   }
 
   /** Sends to the next instance in round-robin order (the default routing). */

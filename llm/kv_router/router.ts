@@ -12,7 +12,7 @@
 
 import type { Client } from "../../runtime/client.ts";
 import type { Endpoint } from "../../runtime/component.ts";
-import { idSet, type InstanceIds } from "../../runtime/_id_set.ts";
+import { idSet } from "../../runtime/_id_set.ts";
 import { Context } from "../../runtime/context.ts";
 import { CancelledError, InvalidArgumentError, NoInstancesError } from "../../runtime/errors.ts";
 import type { Logger } from "../../runtime/logger.ts";
@@ -115,7 +115,7 @@ export interface RouteDecision {
 /** Options of {@linkcode KvRouter.findBestMatch}. */
 export interface FindBestMatchOptions {
   /** Choose only among these instance ids (a set is read as it is). */
-  instances?: InstanceIds;
+  instances?: readonly string[] | ReadonlySet<string>;
   /** LoRA adapter id, which salts the block hashes. */
   loraId?: number;
   /**

@@ -6,15 +6,9 @@
 import { z } from "zod";
 import { Context } from "../context.ts";
 import type { Discovery } from "../discovery/types.ts";
-import { idSet, type InstanceIds } from "../_id_set.ts";
+import { idSet, type IdWatch, waitForIds } from "../_id_set.ts";
 import { watchPrefix } from "../discovery/watch_prefix.ts";
-import {
-  CancelledError,
-  DynamoError,
-  NoInstancesError,
-  RuntimeShutdownError,
-  TimeoutError,
-} from "../errors.ts";
+import { CancelledError, DynamoError, NoInstancesError, TimeoutError } from "../errors.ts";
 import { type Logger, silentLogger } from "../logger.ts";
 import type { ResponseStream } from "../stream.ts";
 import type { ReferenceClient } from "./client.ts";
@@ -56,7 +50,7 @@ export interface ReferenceSendOptions {
   /** Aborting cancels the request. */
   signal?: AbortSignal;
   /** roundRobin/random: choose only among these instance ids. */
-  instances?: InstanceIds;
+  instances?: readonly string[] | ReadonlySet<string>;
 }
 
 /** The reference endpoint's instances, followed in discovery, and requests to them. */
@@ -74,6 +68,8 @@ export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
   #next = 0;
   readonly #waiters = new Set<() => void>();
   readonly #stop = new AbortController();
+  /** What `waitForInstances` watches. */
+  readonly #idWatch: IdWatch;
   #watching: Promise<void> | undefined;
 
   private constructor(
@@ -85,6 +81,13 @@ export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
     this.path = `${endpoint.namespace}/${endpoint.component}/${endpoint.endpoint}`;
     this.#prefix = `${REFERENCE_INSTANCES_PREFIX}${this.path}/`;
     this.#options = options;
+    this.#idWatch = {
+      ids: () => this.#ids,
+      waiters: this.#waiters,
+      closed: this.#stop.signal,
+      path: this.path,
+      noun: "reference instance(s)",
+    };
   }
 
   /**
@@ -164,58 +167,17 @@ export class ReferenceEndpointClient<Out = ReferenceEngineOutput> {
   /**
    * Resolves once at least `count` (default 1) instances, among `among` when given, are known.
    * @throws {TimeoutError} `timeoutMs` passed first
+   * @throws {RuntimeShutdownError} the client is closed first
    */
   waitForInstances(
     options: {
       signal?: AbortSignal;
       timeoutMs?: number;
       count?: number;
-      among?: InstanceIds;
+      among?: readonly string[] | ReadonlySet<string>;
     } = {},
   ): Promise<string[]> {
-    const { signal, timeoutMs, count = 1 } = options;
-    const among = options.among === undefined ? undefined : idSet(options.among);
-    const known = () =>
-      among === undefined ? this.#ids.length : this.#ids.filter((id) => among.has(id)).length;
-    signal?.throwIfAborted();
-    if (this.#stop.signal.aborted) {
-      return Promise.reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
-    }
-    if (known() >= count) return Promise.resolve(this.instanceIds());
-    return new Promise((resolve, reject) => {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const done = () => {
-        this.#waiters.delete(check);
-        signal?.removeEventListener("abort", onAbort);
-        clearTimeout(timer);
-      };
-      const check = () => {
-        if (this.#stop.signal.aborted) {
-          done();
-          reject(new RuntimeShutdownError(`client of ${this.path} is closed`));
-        } else if (known() >= count) {
-          done();
-          resolve(this.instanceIds());
-        }
-      };
-      const onAbort = () => {
-        done();
-        reject(signal!.reason);
-      };
-      this.#waiters.add(check);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      if (timeoutMs !== undefined) {
-        timer = setTimeout(() => {
-          done();
-          reject(
-            new TimeoutError(
-              `no ${count} reference instance(s) of ${this.path} within ${timeoutMs} ms ` +
-                `(have ${known()})`,
-            ),
-          );
-        }, timeoutMs);
-      }
-    });
+    return waitForIds(this.#idWatch, options);
   }
 
   /** Sends to the next instance in round-robin order. */

@@ -19,6 +19,9 @@ import {
   registerLlm,
 } from "../mod.ts";
 import { validateChatRequest } from "../llm/openai/validate.ts";
+import { admit } from "../llm/pipeline/admit.ts";
+import { chunkBase, tokenSse } from "../llm/pipeline/encode.ts";
+import { TokenChoices } from "../llm/pipeline/postprocess.ts";
 import type { BareArgs } from "./_frontend_bare.ts";
 
 /** One timed stage: microseconds per request (median over batches). */
@@ -40,6 +43,22 @@ export interface MeasureStagesOptions {
 }
 
 const encoder = new TextEncoder();
+
+/**
+ * `outputs` as an engine stream whose items have all arrived: the SSE encoder polls them and
+ * writes them in one step, as it does under load.
+ */
+function alreadyThere(outputs: readonly LLMEngineOutput[]): AsyncIterable<LLMEngineOutput> {
+  let i = 0;
+  const take = (): IteratorResult<LLMEngineOutput> =>
+    i < outputs.length ? { value: outputs[i++]!, done: false } : { value: undefined, done: true };
+  const it = {
+    next: () => Promise.resolve(take()),
+    poll: take,
+    return: () => Promise.resolve({ value: undefined, done: true as const }),
+  };
+  return { [Symbol.asyncIterator]: () => it };
+}
 
 /** Median per-call time (µs) of `fn` over batches, after a warm-up batch. */
 async function timeIt(fn: () => unknown, budgetMs: number, batches = 7): Promise<number> {
@@ -111,13 +130,6 @@ export async function measureStages(options: MeasureStagesOptions): Promise<Stag
     };
 
     const metrics = new FrontendMetrics();
-    const base = {
-      id: "chatcmpl-x",
-      object: "chat.completion.chunk",
-      created: 0,
-      model: model.name,
-    };
-
     const stages: Array<[string, string, () => unknown]> = [
       ["validate", "JSON.parse + validateChatRequest", () => {
         validateChatRequest(JSON.parse(options.body));
@@ -170,41 +182,27 @@ export async function measureStages(options: MeasureStagesOptions): Promise<Stag
       }],
       [
         "sse",
-        `SSE encode: ${options.bare.contents.length + 1} chunks + [DONE]`,
-        () => {
-          const n = options.bare.contents.length;
-          for (let i = 0; i <= n; i++) {
-            const choice = i === n
-              ? { index: 0, delta: {}, logprobs: null, finish_reason: "stop" }
-              : {
-                index: 0,
-                delta: i === 0
-                  ? { role: "assistant", content: options.bare.contents[i] }
-                  : { content: options.bare.contents[i] },
-                logprobs: null,
-                finish_reason: null,
-              };
-            encoder.encode(`data: ${JSON.stringify({ ...base, choices: [choice] })}\n\n`);
+        `SSE as the frontend writes it: ${outputs.length} outputs -> chunks + [DONE] ` +
+        "(detokenize, TTFT/ITL and request metrics)",
+        async () => {
+          const admission = admit(metrics, model.name, "chat", true);
+          const run = new TokenChoices(
+            tokenizer,
+            [pre],
+            [alreadyThere(outputs)],
+            pre.token_ids.length,
+            admission.series,
+            admission.started,
+          );
+          const sse = tokenSse(run, chunkBase("chat", "x", model.name), false);
+          for (;;) {
+            const step = await sse.next();
+            encoder.encode(step.text);
+            if (step.last) break;
           }
-          encoder.encode("data: [DONE]\n\n");
+          admission.finish("success");
         },
       ],
-      ["metrics", `prom-client updates (${outputs.length + 5} per request)`, () => {
-        const m = { model: model.name };
-        metrics.inflight.inc(m);
-        metrics.inputTokens.observe(m, pre.token_ids.length);
-        metrics.ttft.observe(m, 0.0004);
-        for (let i = 1; i < outputs.length; i++) metrics.itl.observe(m, 0.00005);
-        metrics.outputTokens.observe(m, outputs.length);
-        metrics.inflight.dec(m);
-        metrics.requests.inc({
-          model: model.name,
-          endpoint: "chat_completions",
-          request_type: "stream",
-          status: "success",
-        });
-        metrics.duration.observe(m, 0.0006);
-      }],
     ];
     const rows: StageRow[] = [];
     for (const [key, label, fn] of stages) {

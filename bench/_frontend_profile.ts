@@ -9,7 +9,7 @@
 //   [--stages N] (how many of the largest stages to break down by function, default 6)
 //   [--warmup N] (requests before profiling, default 20,000)
 
-import { bareArgsFrom, chatBody, streamOnce, streamShape } from "./_frontend_client.ts";
+import { chatBody, streamOnce } from "./_frontend_client.ts";
 import { measureStages } from "./_frontend_stages.ts";
 import { startServer } from "./_frontend_proc.ts";
 import { flag, measureConcurrent, rate, withTimeout } from "./_stats.ts";
@@ -185,10 +185,8 @@ async function main(): Promise<void> {
     },
   );
   const body = chatBody("Qwen3-0.6B");
-  let bare;
   try {
     const url = `${server.url}/v1/chat/completions`;
-    bare = bareArgsFrom(await streamShape(url, body), "Qwen3-0.6B");
     log(`warm-up: ${WARMUP} requests`);
     await measureConcurrent(
       () => streamOnce(url, body).then(() => {}),
@@ -219,7 +217,7 @@ async function main(): Promise<void> {
     await server.stop();
   }
   log("timing each stage alone, in this process");
-  const rows = await measureStages({ body, bare, budgetMs: 400 });
+  const rows = await measureStages({ body, budgetMs: 400 });
   const lines = [
     "",
     "each stage alone, tight loop in process (us per request, median of 7 batches)",

@@ -22,7 +22,6 @@ import { validateChatRequest } from "../llm/openai/validate.ts";
 import { admit } from "../llm/pipeline/admit.ts";
 import { chunkBase, tokenSse } from "../llm/pipeline/encode.ts";
 import { TokenChoices } from "../llm/pipeline/postprocess.ts";
-import type { BareArgs } from "./_frontend_bare.ts";
 
 /** One timed stage: microseconds per request (median over batches). */
 export interface StageRow {
@@ -36,8 +35,6 @@ export interface StageRow {
 export interface MeasureStagesOptions {
   /** Request body the bench sends (JSON text). */
   body: string;
-  /** What the bare server answers with. */
-  bare: BareArgs;
   /** Time budget per stage (ms); each stage stops after its batches or this. */
   budgetMs: number;
 }

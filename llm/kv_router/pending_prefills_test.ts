@@ -78,3 +78,22 @@ Deno.test("PendingPrefills finds the longest pending prefix of every worker, lik
     assert.deepEqual(pending.findMatches(query).scores, expected, `query ${q}`);
   }
 });
+
+Deno.test("PendingPrefills forgets a worker's blocks with its last pending request, in any order", () => {
+  const pending = new PendingPrefills();
+  const a = prompt(48);
+  const b = prompt(96);
+  for (const order of [["a", "b"], ["b", "a"]]) {
+    pending.add("a", "w1", a.sequence);
+    pending.add("b", "w1", b.sequence);
+    pending.done(order[0]!);
+    const left = order[0] === "a" ? 6 : 3;
+    assert.deepEqual(pending.findMatches(b.sequence).scores, new Map([["w1", left]]));
+    pending.done(order[1]!);
+    assert.equal(pending.findMatches(b.sequence).scores.size, 0);
+    assert.equal(pending.size, 0);
+  }
+  // The worker's next prompt starts from nothing left over.
+  pending.add("c", "w1", a.sequence);
+  assert.deepEqual(pending.findMatches(b.sequence).scores, new Map([["w1", 3]]));
+});

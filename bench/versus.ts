@@ -25,7 +25,9 @@
 // yet) stays out of the trace's figures; default 0, the frontends as started.
 // --repeat N replays each trace and mode N times per frontend, the frontends taking turns, and
 // compares the frontends' median p90s (each run on a fresh fleet): on a shared machine one run's
-// p90 moves by more than the difference between the routers; default 1.
+// p90 moves by more than the difference between the routers; default 1. It also gives the p90
+// of all passes' requests together for each frontend, and where 90% of their ratio's values
+// fall when the passes are drawn again with replacement (cli/_bench/pooled.ts).
 // The reference is installed by scripts/setup_reference.sh (PyPI, cached in .dynamo/).
 // VERSUS_DUMP=PREFIX writes each run's requests (TTFT, prompt and cached tokens, send time) to
 // PREFIX.TRACE.MODE.FRONTEND.json, and our kv router's decision log beside it
@@ -40,6 +42,7 @@ import { replayTrace, sendOne } from "../cli/_bench/replay.ts";
 import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
 import { limitTrace, loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
 import { parseSyntheticSpec, synthesizeTrace } from "../cli/_bench/synthetic.ts";
+import { pooledRatio } from "../cli/_bench/pooled.ts";
 import { attributeTail, formatTail, type TailAttribution } from "../cli/_bench/decision_tail.ts";
 import { parseDecisionLog } from "../llm/kv_router/decision_log.ts";
 import { builtinTestModel } from "../mod.ts";
@@ -198,6 +201,9 @@ interface Run {
   tail?: TailAttribution;
 }
 
+/** Each run's TTFTs (ms) of the requests that succeeded, for the pooled p90 of its passes. */
+const ttftsOf = new WeakMap<Run, number[]>();
+
 /** Fresh etcd + NATS, the mocker workers, and one frontend listing the model. */
 interface Fleet {
   base: string;
@@ -321,12 +327,13 @@ async function one(
       );
     }
     const summary = summarizeMode(results, seconds);
+    const ttfts = results.flatMap((r) => r.ok && r.ttftMs !== undefined ? [r.ttftMs] : []);
     let tail: TailAttribution | undefined;
     if (decisionLog !== undefined) {
       tail = attributeTail(results, parseDecisionLog(await Deno.readTextFile(decisionLog)));
       if (tail) log(`${trace} ${mode} ${frontend}: ${formatTail(tail)}`);
     }
-    return {
+    const run: Run = {
       tail,
       trace,
       mode,
@@ -337,6 +344,8 @@ async function one(
       requestsPerS: results.length / seconds,
       frontendCpuMsPerRequest: cpu * 1000 / results.length,
     };
+    ttftsOf.set(run, ttfts);
+    return run;
   } finally {
     await fleet.stop();
     if (decisionLog !== undefined) await Deno.remove(decisionLog).catch(() => {});
@@ -549,6 +558,8 @@ for (const r of runs) {
 console.log(
   "\nours / reference, per trace and mode (TTFT p90: lower is better; CPU per request: lower)",
 );
+/** Per trace and mode with `--repeat`: the p90 of all passes' requests together, both sides. */
+const pooledP90: ({ trace: string; mode: string } & ReturnType<typeof pooledRatio>)[] = [];
 for (const trace of TRACES) {
   for (const mode of MODES) {
     const of = (frontend: string) =>
@@ -572,6 +583,19 @@ for (const trace of TRACES) {
         sum(ref.map((r) => r.summary.failed))
       }`,
     );
+    if (REPEAT > 1) {
+      const pooled = pooledRatio(
+        ours.map((r) => ttftsOf.get(r)!),
+        ref.map((r) => ttftsOf.get(r)!),
+      );
+      pooledP90.push({ trace, mode, ...pooled });
+      console.log(
+        `${trace} ${mode}: TTFT p90 of all ${REPEAT} passes' requests together ${
+          pooled.ours.toFixed(1)
+        } ms vs ${pooled.reference.toFixed(1)} ms, ${pooled.ratio.toFixed(3)}x (passes drawn ` +
+          `again, 90% of draws: ${pooled.low.toFixed(3)}-${pooled.high.toFixed(3)}x)`,
+      );
+    }
   }
 }
 const tails = runs.filter((r) => r.tail !== undefined);
@@ -639,6 +663,7 @@ if (saturated.length > 0) {
 if (jsonPath) {
   await Deno.writeTextFile(
     jsonPath,
-    JSON.stringify({ runs, longPrompts: long, throughput: saturated }, null, 2) + "\n",
+    JSON.stringify({ runs, pooledP90, longPrompts: long, throughput: saturated }, null, 2) +
+      "\n",
   );
 }

@@ -330,7 +330,9 @@ async function one(
     const ttfts = results.flatMap((r) => r.ok && r.ttftMs !== undefined ? [r.ttftMs] : []);
     let tail: TailAttribution | undefined;
     if (decisionLog !== undefined) {
-      tail = attributeTail(results, parseDecisionLog(await Deno.readTextFile(decisionLog)));
+      // The prewarm's requests were routed first: their decisions are not the trace's.
+      const decisions = parseDecisionLog(await Deno.readTextFile(decisionLog)).slice(PREWARM);
+      tail = attributeTail(results, decisions);
       if (tail) log(`${trace} ${mode} ${frontend}: ${formatTail(tail)}`);
     }
     const run: Run = {

@@ -87,3 +87,30 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "NATS plane: a subject is served once serve resolves, for a caller on another connection",
+  ignore: skip,
+  async fn() {
+    // A worker registers its instance as soon as serve resolves, and callers on their own
+    // connections send at once: the server must have the subscription by then, or the request
+    // gets "no responders" (NoInstancesError).
+    const nats = await startNats();
+    const caller = await NatsRequestPlane.connect({ servers: nats.url, name: "caller" });
+    const worker = await NatsRequestPlane.connect({ servers: nats.url, name: "worker" });
+    try {
+      let served = 0;
+      for (let i = 0; i < 200; i++) {
+        const subject = `plane.fresh.${i}`;
+        const sub = await worker.serve(subject, () => served++);
+        await caller.request(subject, new Uint8Array([i & 0xff]), { timeoutMs: 5000 });
+        await sub.unsubscribe();
+      }
+      assert.equal(served, 200);
+    } finally {
+      await caller.close();
+      await worker.close();
+      await nats.stop();
+    }
+  },
+});

@@ -360,7 +360,7 @@ export class NatsRequestPlane implements RequestPlane {
     return new NatsRequestPlane(nc, options.tcp ?? {});
   }
 
-  serve(subject: string, handler: RawRequestHandler): Promise<Subscription> {
+  async serve(subject: string, handler: RawRequestHandler): Promise<Subscription> {
     const sub = this.nc.subscribe(subject, {
       callback: (err, msg) => {
         if (err) return;
@@ -368,13 +368,22 @@ export class NatsRequestPlane implements RequestPlane {
         handler(msg.data);
       },
     });
-    return Promise.resolve({
+    // The server has the subscription before the caller is told it is served: a worker
+    // registers its instance right after, and a request that reached the server before the
+    // subscription got "no responders" (seen as a flaky NoInstancesError in CI).
+    try {
+      await this.nc.flush();
+    } catch (err) {
+      sub.unsubscribe();
+      throw err;
+    }
+    return {
       unsubscribe: async () => {
         sub.unsubscribe();
         // Make sure the server knows before callers are told the instance is gone.
         await this.nc.flush().catch(() => {});
       },
-    });
+    };
   }
 
   async request(

@@ -9,14 +9,27 @@ import { DynamoError, NoInstancesError, TimeoutError } from "../runtime/errors.t
 
 const skip = !haveServers();
 
+/** A nats-server and two planes on it, the caller's and the worker's, all stopped after `fn`. */
+async function withPlanes(
+  fn: (caller: NatsRequestPlane, worker: NatsRequestPlane) => Promise<void>,
+): Promise<void> {
+  const nats = await startNats();
+  const caller = await NatsRequestPlane.connect({ servers: nats.url, name: "caller" });
+  const worker = await NatsRequestPlane.connect({ servers: nats.url, name: "worker" });
+  try {
+    await fn(caller, worker);
+  } finally {
+    await caller.close();
+    await worker.close();
+    await nats.stop();
+  }
+}
+
 Deno.test({
   name: "NATS plane: acknowledgements reach their own requests; no responders and silence fail",
   ignore: skip,
-  async fn() {
-    const nats = await startNats();
-    const caller = await NatsRequestPlane.connect({ servers: nats.url, name: "caller" });
-    const worker = await NatsRequestPlane.connect({ servers: nats.url, name: "worker" });
-    try {
+  fn: () =>
+    withPlanes(async (caller, worker) => {
       // 300 requests at once over two subjects: every one acknowledged, each payload seen once.
       const seen = new Map<string, number>();
       const count = (p: unknown) => {
@@ -80,25 +93,17 @@ Deno.test({
       await assert.rejects(pending, DynamoError);
       assert.ok(performance.now() - t2 < 5000, "a closed plane ends its waits");
       hung.unsubscribe();
-    } finally {
-      await caller.close();
-      await worker.close();
-      await nats.stop();
-    }
-  },
+    }),
 });
 
 Deno.test({
   name: "NATS plane: a subject is served once serve resolves, for a caller on another connection",
   ignore: skip,
-  async fn() {
-    // A worker registers its instance as soon as serve resolves, and callers on their own
-    // connections send at once: the server must have the subscription by then, or the request
-    // gets "no responders" (NoInstancesError).
-    const nats = await startNats();
-    const caller = await NatsRequestPlane.connect({ servers: nats.url, name: "caller" });
-    const worker = await NatsRequestPlane.connect({ servers: nats.url, name: "worker" });
-    try {
+  // A worker registers its instance as soon as serve resolves, and callers on their own
+  // connections send at once: the server must have the subscription by then, or the request
+  // gets "no responders" (NoInstancesError).
+  fn: () =>
+    withPlanes(async (caller, worker) => {
       let served = 0;
       for (let i = 0; i < 200; i++) {
         const subject = `plane.fresh.${i}`;
@@ -107,10 +112,5 @@ Deno.test({
         await sub.unsubscribe();
       }
       assert.equal(served, 200);
-    } finally {
-      await caller.close();
-      await worker.close();
-      await nats.stop();
-    }
-  },
+    }),
 });

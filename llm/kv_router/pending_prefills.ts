@@ -39,7 +39,7 @@ export class PendingPrefills {
    * hash). A worker's entry goes with its last pending request, the map whole: taking its
    * blocks out one by one would shrink the map step by step, as adding them grew it, and a
    * long prompt on an idle worker is the common case (a 20,000-token prompt: about ten
-   * rebuilds of the map per request, 2% of the frontend's time on such prompts).
+   * rebuilds of the map per request, about 1% of the frontend's time on such prompts).
    */
   readonly #workers = new Map<string, { requests: number; counts: U64Map<number> }>();
 

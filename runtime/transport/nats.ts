@@ -20,6 +20,7 @@ import type {
   Subscription,
 } from "./types.ts";
 import { encodeRequest } from "./wire.ts";
+import { withDeadline } from "../_deadline.ts";
 import { addDeadline, type Deadline, removeDeadline } from "./_deadlines.ts";
 import { CallHomePool, TcpResponseServer, type TcpResponseServerOptions } from "./tcp_stream.ts";
 
@@ -231,6 +232,9 @@ class AckWait implements Deadline {
   }
 }
 
+/** Longest wait in `serve` for the server to confirm a new subscription (ms). */
+const SERVE_FLUSH_MS = 5_000;
+
 /** Requests over NATS core, response streams over TCP call-home. */
 export class NatsRequestPlane implements RequestPlane {
   readonly kind = "nats";
@@ -370,12 +374,20 @@ export class NatsRequestPlane implements RequestPlane {
     });
     // The server has the subscription before the caller is told it is served: a worker
     // registers its instance right after, and a request that reached the server before the
-    // subscription got "no responders" (seen as a flaky NoInstancesError in CI).
+    // subscription got "no responders" (seen as a flaky NoInstancesError in CI). A server that
+    // does not answer in time (reconnecting) is not waited for longer: the client subscribes
+    // again when it is back, as it would have without the wait.
     try {
-      await this.nc.flush();
+      await withDeadline(
+        this.nc.flush(),
+        SERVE_FLUSH_MS,
+        () => new TimeoutError(`NATS did not confirm ${subject} within ${SERVE_FLUSH_MS} ms`),
+      );
     } catch (err) {
-      sub.unsubscribe();
-      throw err;
+      if (!(err instanceof TimeoutError)) {
+        sub.unsubscribe();
+        throw err;
+      }
     }
     return {
       unsubscribe: async () => {

@@ -5,7 +5,7 @@
 // difference is more than the replays' own spread.
 
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import { percentile } from "./report.ts";
+import { percentile, sortedPercentile } from "./report.ts";
 import { mulberry32 } from "./synthetic.ts";
 
 /** A pooled percentile of two systems' replays and their ratio. */
@@ -64,9 +64,11 @@ export function pooledRatio(
     // Typed and sorted without a comparator: the draws below sort thousands of samples each.
     const all = new Float64Array(runs.reduce((n, r) => n + r.length, 0));
     let at = 0;
-    for (const run of runs) all.set(run, (at += run.length) - run.length);
-    all.sort();
-    return all[Math.min(all.length - 1, Math.max(0, Math.ceil((p / 100) * all.length) - 1))]!;
+    for (const run of runs) {
+      all.set(run, at);
+      at += run.length;
+    }
+    return sortedPercentile(all.sort(), p);
   };
   const draw = (runs: readonly (readonly number[])[]) =>
     runs.map(() => runs[Math.floor(random() * runs.length)]!);

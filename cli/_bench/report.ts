@@ -19,8 +19,12 @@ export interface ModeSummary {
 
 /** Nearest-rank percentile (`p` in 0..100) of unsorted samples. */
 export function percentile(samples: readonly number[], p: number): number {
-  if (samples.length === 0) return Number.NaN;
-  const sorted = [...samples].sort((a, b) => a - b);
+  return sortedPercentile([...samples].sort((a, b) => a - b), p);
+}
+
+/** Nearest-rank percentile (`p` in 0..100) of samples sorted in ascending order. */
+export function sortedPercentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
   const rank = Math.ceil((p / 100) * sorted.length);
   return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]!;
 }

@@ -9,12 +9,12 @@
 import assert from "node:assert/strict";
 import { type DistributedRuntime, runMockerWorker } from "../mod.ts";
 import { Context } from "../runtime/context.ts";
-import { freePort, haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
+import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
 import {
   etcdRuntime,
-  type ReferenceProcess,
+  type ReferenceFrontend,
   referencePython,
-  startReferenceProcess,
+  startReferenceFrontend,
   until,
   untilListed,
 } from "./_helpers/reference.ts";
@@ -64,17 +64,15 @@ async function routesByEvents(
   const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
   const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
   const workers: (PlainWorker & { close(): Promise<void> })[] = [];
-  let front: ReferenceProcess | undefined;
+  let front: ReferenceFrontend | undefined;
   try {
     for (let i = 0; i < 2; i++) workers.push(await start(await etcdRuntime(etcd, nats)));
-    const port = freePort();
-    front = startReferenceProcess(
+    front = await startReferenceFrontend(
       python!,
-      "dynamo.frontend",
-      ["--http-port", String(port), "--router-mode", "kv"],
+      ["--router-mode", "kv"],
       servers,
     );
-    const base = `http://127.0.0.1:${port}`;
+    const base = front.base;
     await untilListed(base, model);
     await until(
       "the reference router to follow both workers' KV event channels",
@@ -188,19 +186,17 @@ async function streamsAndStops(plane: "tcp" | "nats"): Promise<void> {
     natsServer: nats.url,
   });
   const model = `slow-mocker-${plane}`;
-  let front: ReferenceProcess | undefined;
+  let front: ReferenceFrontend | undefined;
   try {
     const endpoint = runtime.namespace("dynamo").component("backend").endpoint("generate");
     // About 6 ms a token: a 30,000-token answer would take minutes.
     await runMockerWorker(endpoint, { speedupRatio: 1, register: { modelName: model } });
-    const port = freePort();
-    front = startReferenceProcess(
+    front = await startReferenceFrontend(
       python!,
-      "dynamo.frontend",
-      ["--http-port", String(port), "--router-mode", "round-robin"],
+      ["--router-mode", "round-robin"],
       { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, DYN_REQUEST_PLANE: plane },
     );
-    const base = `http://127.0.0.1:${port}`;
+    const base = front.base;
     await untilListed(base, model);
     const chat = (maxTokens: number, signal?: AbortSignal) =>
       fetch(`${base}/v1/chat/completions`, {

@@ -25,11 +25,13 @@ import {
   referenceModelCard,
   serveReferenceEndpoint,
 } from "../runtime/reference/worker.ts";
-import { freePort, haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
+import { haveServers, startEtcd, startNats } from "./_helpers/servers.ts";
 import {
   etcdRuntime,
   listedModels,
+  type ReferenceFrontend,
   referencePython,
+  startReferenceFrontend,
   startReferenceProcess,
   until,
   untilListed,
@@ -55,7 +57,7 @@ Deno.test({
     const runtimes: DistributedRuntime[] = [];
     const servers: ReferenceEndpointServer[] = [];
     const mocker = new MockerEngine({ speedupRatio: 10 });
-    let frontend: ReturnType<typeof startReference> | undefined;
+    let frontend: ReferenceFrontend | undefined;
     // The echo worker's engine, watched: when a request's context stops, and how it ended.
     const echo = echoEngine({ delayMs: 30 });
     const ended: { id: string; stopped: boolean; tokens: number }[] = [];
@@ -91,13 +93,12 @@ Deno.test({
           }),
         );
       }
-      const port = freePort();
-      frontend = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
+      frontend = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "round-robin"],
         { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = frontend.base;
       const ids = await until(
         "both models in the reference frontend's /v1/models",
         90_000,
@@ -185,7 +186,7 @@ Deno.test({
   fn: async () => {
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
     let runtime: DistributedRuntime | undefined;
-    let frontend: ReturnType<typeof startReference> | undefined;
+    let frontend: ReferenceFrontend | undefined;
     let serving: Promise<void> | undefined;
     const echo = echoEngine({ delayMs: 30 });
     const ended: { stopped: boolean; tokens: number }[] = [];
@@ -224,13 +225,12 @@ Deno.test({
       );
       assert.equal(record.type, "Model");
       assert.equal(record.dynamo_deno.display_name, "plain-model");
-      const port = freePort();
-      frontend = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
+      frontend = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "round-robin"],
         { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = frontend.base;
       await untilListed(base, "plain-model");
       const chat = (content: string, extra: Record<string, unknown>, signal?: AbortSignal) =>
         fetch(`${base}/v1/chat/completions`, {
@@ -321,14 +321,13 @@ Deno.test({
         },
         card: await referenceModelCard({ modelPath, displayName: MODEL, kvCacheBlockSize: 64 }),
       });
-      const port = freePort();
-      const front = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
+      const front = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "round-robin"],
         servers,
       );
       processes.push(front);
-      const base = `http://127.0.0.1:${port}`;
+      const base = front.base;
       // Both instances known: the reference mocker's and ours, on the same endpoint.
       await untilListed(base, MODEL);
       const N = 12;
@@ -378,7 +377,7 @@ Deno.test({
     const engine = await LlamaCppEngine.load(gguf, { maxNumSeqs: 2 });
     let runtime: DistributedRuntime | undefined;
     let ours: ReferenceEndpointServer | undefined;
-    let front: ReturnType<typeof startReference> | undefined;
+    let front: ReferenceFrontend | undefined;
     try {
       runtime = await etcdRuntime(etcd, nats);
       ours = await serveReferenceEndpoint({
@@ -389,13 +388,12 @@ Deno.test({
         handler: engine.handler as never,
         card: await referenceModelCard({ modelPath: folder, displayName: "tiny-llama" }),
       });
-      const port = freePort();
-      front = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
+      front = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "round-robin"],
         servers,
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = front.base;
       await untilListed(base, "tiny-llama");
       const res = await fetch(`${base}/v1/chat/completions`, {
         method: "POST",
@@ -459,7 +457,7 @@ Deno.test({
         "cli-mocker",
       ],
     );
-    let front: ReturnType<typeof startReference> | undefined;
+    let front: ReferenceFrontend | undefined;
     try {
       await worker.waitFor(
         (l) => typeof l.text === "string" && l.text.includes("dynamo worker serving"),
@@ -486,13 +484,12 @@ Deno.test({
       for (const c of [...channels, ...loads]) {
         assert.match(JSON.parse(c.value).transport.config.endpoint, /^tcp:\/\/127\.0\.0\.1:\d+$/);
       }
-      const port = freePort();
-      front = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
+      front = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "round-robin"],
         servers,
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = front.base;
       await untilListed(base, "cli-mocker");
       for (let i = 0; i < 4; i++) {
         const res = await fetch(`${base}/v1/chat/completions`, {
@@ -542,7 +539,7 @@ Deno.test({
       plain("plainecho", "echo", "cli-plain"),
       plain("plainmock", "mocker", "cli-plain-mocker"),
     ];
-    let front: ReturnType<typeof startReference> | undefined;
+    let front: ReferenceFrontend | undefined;
     try {
       for (const worker of workers) {
         await worker.waitFor(
@@ -551,13 +548,12 @@ Deno.test({
           "the plain worker to serve",
         );
       }
-      const port = freePort();
-      front = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
+      front = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "round-robin"],
         servers,
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = front.base;
       const stream = async (name: string, content: string, maxTokens: number) => {
         await untilListed(base, name);
         const res = await fetch(`${base}/v1/chat/completions`, {
@@ -606,7 +602,7 @@ Deno.test({
     const { publishModelCard } = await import("../llm/model/register.ts");
     const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
     let runtime: DistributedRuntime | undefined;
-    let frontend: ReturnType<typeof startReference> | undefined;
+    let frontend: ReferenceFrontend | undefined;
     let serving: Promise<void> | undefined;
     const seen: Record<string, unknown>[] = [];
     try {
@@ -635,13 +631,12 @@ Deno.test({
       );
       assert.equal(record.card_json.model_input, "Text");
       assert.equal(record.card_json.tokenizer, null);
-      const port = freePort();
-      frontend = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "round-robin"],
+      frontend = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "round-robin"],
         { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = frontend.base;
       await untilListed(base, "up-model");
       const res = await fetch(`${base}/v1/chat/completions`, {
         method: "POST",
@@ -754,17 +749,16 @@ Deno.test({
     const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
     const modelPath = await builtinTestModel();
     let fleet: KvMockerFleet | undefined;
-    let front: ReturnType<typeof startReference> | undefined;
+    let front: ReferenceFrontend | undefined;
     try {
       fleet = await kvMockerFleet(2, etcd, nats, modelPath);
       const { engines, publishers, served } = fleet;
-      const port = freePort();
-      front = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "kv"],
+      front = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "kv"],
         servers,
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = front.base;
       await untilListed(base, "kv-mocker");
       await until(
         "the reference router to follow both workers' event channels",
@@ -822,7 +816,7 @@ Deno.test({
     const modelPath = await builtinTestModel();
     const fleet = await kvMockerFleet(2, etcd, nats, modelPath);
     const { runtimes, engines, publishers, served, lose } = fleet;
-    let front: ReturnType<typeof startReference> | undefined;
+    let front: ReferenceFrontend | undefined;
     const prompt = (seed: number) => Array.from({ length: 160 }, (_, i) => 1000 + seed * 200 + i);
     const computeOn = async (worker: number, tokens: number[]) => {
       const ctx = new RuntimeContext();
@@ -856,13 +850,12 @@ Deno.test({
       await computeOn(1, prompt(1));
       await computeOn(0, prompt(2));
       assert.ok(publishers.every((p) => p.lastEventId > 0 && p.subscribers === 0));
-      const port = freePort();
-      front = startReference(
-        "dynamo.frontend",
-        ["--http-port", String(port), "--router-mode", "kv"],
+      front = await startReferenceFrontend(
+        python!,
+        ["--router-mode", "kv"],
         servers,
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = front.base;
       await untilListed(base, "kv-mocker");
       await until(
         "the reference router to query both workers' KV state",
@@ -927,7 +920,7 @@ Deno.test({
       { activeDecodeBlocks: 0, activePrefillTokens: 0, kvUsedBlocks: 0 },
       { activeDecodeBlocks: 0, activePrefillTokens: 0, kvUsedBlocks: 0 },
     ];
-    let front: ReturnType<typeof startReference> | undefined;
+    let front: ReferenceFrontend | undefined;
     const reporting = setInterval(() => loads.forEach((l, i) => l.publish(reported[i])), 100);
     try {
       for (let i = 0; i < 2; i++) {
@@ -954,12 +947,9 @@ Deno.test({
         closers.push(() => load.close());
         closers.push(() => server.close());
       }
-      const port = freePort();
-      front = startReference(
-        "dynamo.frontend",
+      front = await startReferenceFrontend(
+        python!,
         [
-          "--http-port",
-          String(port),
           "--router-mode",
           "round-robin",
           "--active-decode-blocks-threshold",
@@ -967,7 +957,7 @@ Deno.test({
         ],
         servers,
       );
-      const base = `http://127.0.0.1:${port}`;
+      const base = front.base;
       await untilListed(base, "busy-echo");
       await until(
         "the reference frontend to follow both workers' kv_metrics",

@@ -3,6 +3,7 @@
 // installs, and a mocker worker started on loopback against a test's etcd and NATS.
 
 import { builtinTestModel, DistributedRuntime } from "../../mod.ts";
+import { freePort } from "./servers.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -148,16 +149,20 @@ export interface ReferenceProcess {
   stop(): Promise<void>;
 }
 
-/** A reference process (`python -m MODULE ...args`) on loopback, its stderr's tail kept. */
+/**
+ * A reference process (`python -m MODULE ...args`) on loopback, its stderr's tail kept; `watch`
+ * sees each piece of its stderr as it comes.
+ */
 export function startReferenceProcess(
   python: string,
   module: string,
   args: string[],
   servers: { ETCD_ENDPOINTS: string; NATS_SERVER: string } & Record<string, string>,
+  watch?: (chunk: string) => void,
 ): ReferenceProcess {
   const child = new Deno.Command(python, {
     args: ["-m", module, ...args],
-    env: { ...servers, ...LOOPBACK },
+    env: { ...LOOPBACK, ...servers },
     stdin: "null",
     stdout: "null",
     stderr: "piped",
@@ -166,6 +171,7 @@ export function startReferenceProcess(
   (async () => {
     for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
       tail = (tail + chunk).slice(-(Number(Deno.env.get("REFERENCE_LOG_TAIL")) || 4000));
+      watch?.(chunk);
     }
   })().catch(() => {});
   return {
@@ -184,6 +190,83 @@ export function startReferenceProcess(
       clearTimeout(timer);
     },
   };
+}
+
+/** A reference frontend started by {@linkcode startReferenceFrontend}. */
+export interface ReferenceFrontend extends ReferenceProcess {
+  /** Its HTTP port on loopback. */
+  readonly port: number;
+  /** `http://127.0.0.1:PORT` */
+  readonly base: string;
+}
+
+/** The frontend's log line just before it binds its HTTP port (logged at info). */
+const HTTP_STARTING = "Starting HTTP(S) service";
+/** What it logs when another process holds that port, just before it exits. */
+const PORT_TAKEN = /already in use/;
+
+/**
+ * Starts `python -m dynamo.frontend ...args --http-port PORT` on a free loopback port; resolves
+ * once it holds that port. A port found free stays free only until someone binds it, and the
+ * frontend takes seconds to start: when another process took the port first (the frontend
+ * says "already in use" and exits), it starts again on a fresh one, up to three times. Holding
+ * the port is told by its log (the line before the bind, with no bind failure after it) and a
+ * connection to the port, not by the connection alone, which any process on the port answers.
+ * `options.port` draws each attempt's port (a test's hook; {@linkcode freePort} by default).
+ */
+export async function startReferenceFrontend(
+  python: string,
+  args: string[],
+  servers: { ETCD_ENDPOINTS: string; NATS_SERVER: string } & Record<string, string>,
+  options: { deadlineMs?: number; port?: () => number } = {},
+): Promise<ReferenceFrontend> {
+  const { deadlineMs = 90_000, port: nextPort = freePort } = options;
+  for (let attempt = 1;; attempt++) {
+    const port = nextPort();
+    let seen = "";
+    const front = startReferenceProcess(
+      python,
+      "dynamo.frontend",
+      [...args, "--http-port", String(port)],
+      {
+        ...servers,
+        DYN_LOG: `${
+          servers.DYN_LOG ?? LOOPBACK.DYN_LOG
+        },dynamo_llm::http::service::service_v2=info`,
+      },
+      (chunk) => {
+        if (seen.length < 65_536) seen += chunk;
+      },
+    );
+    let exited = false;
+    front.child.status.then(() => (exited = true));
+    const started = await until(
+      `the reference frontend to bind port ${port}`,
+      deadlineMs,
+      async () => {
+        if (exited || PORT_TAKEN.test(seen)) return "gone";
+        if (!seen.includes(HTTP_STARTING)) return undefined;
+        try {
+          (await Deno.connect({ hostname: "127.0.0.1", port })).close();
+        } catch {
+          return undefined;
+        }
+        // The bind fails within milliseconds of the line before it; give it time to say so.
+        await new Promise((r) => setTimeout(r, 300));
+        return exited || PORT_TAKEN.test(seen) ? "gone" : "bound";
+      },
+    ).catch(async (err) => {
+      await front.stop();
+      throw new Error(`${err.message}\nreference frontend log (tail):\n${front.log()}`);
+    });
+    if (started === "bound") return { ...front, port, base: `http://127.0.0.1:${port}` };
+    await front.stop();
+    if (attempt >= 3 || !PORT_TAKEN.test(seen)) {
+      throw new Error(
+        `the reference frontend exited before it served (attempt ${attempt}):\n${front.log()}`,
+      );
+    }
+  }
 }
 
 /**

@@ -23,7 +23,8 @@
 // --prewarm N sends each frontend N throwaway requests (2,048 tokens of their own, 30 out, 4 at a
 // time) before the trace starts, so a frontend's cold start (for ours, code V8 has not compiled
 // yet) stays out of the trace's figures; default 0, the frontends as started.
-// --repeat N replays each trace and mode N times per frontend, the frontends taking turns, and
+// --repeat N replays each trace and mode N times per frontend, the frontends taking turns (each
+// goes first in every other pass), and
 // compares the frontends' median p90s (each run on a fresh fleet): on a shared machine one run's
 // p90 moves by more than the difference between the routers; default 1. It also gives the p90
 // of all passes' requests together for each frontend, and where 90% of their ratio's values
@@ -38,6 +39,7 @@
 import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
 import { flag, measureConcurrent } from "./_stats.ts";
 import { streamOnce } from "./_frontend_client.ts";
+import { warmReplayClient } from "../cli/_bench/client_warmup.ts";
 import { replayTrace, sendOne } from "../cli/_bench/replay.ts";
 import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
 import { limitTrace, loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
@@ -506,6 +508,13 @@ async function longPrompts(py: string, frontend: string): Promise<LongRun> {
 
 await installServersIfMissing(log);
 const py = await python();
+// The bench's own client warmed first, so that neither frontend meets it cold.
+const clientWarm = await warmReplayClient();
+log(
+  `client warmed: ${clientWarm.requests} requests to a stub server in ${
+    clientWarm.ms.toFixed(0)
+  } ms (${clientWarm.failed} failed)`,
+);
 const runs: Run[] = [];
 for (const trace of TRACES) {
   const requests = await traceOf(trace);
@@ -516,7 +525,10 @@ for (const trace of TRACES) {
   );
   for (const mode of MODES) {
     for (let pass = 1; pass <= REPEAT; pass++) {
-      for (const frontend of FRONTENDS) {
+      // The frontends take turns going first: whatever the machine carries over from one run
+      // to the next (caches, the client's state) falls on each of them alike.
+      const order = pass % 2 === 1 ? FRONTENDS : [...FRONTENDS].reverse();
+      for (const frontend of order) {
         runs.push(await one(py, trace, requests, mode, frontend, pass));
       }
     }

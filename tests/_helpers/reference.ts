@@ -3,7 +3,7 @@
 // installs, and a mocker worker started on loopback against a test's etcd and NATS.
 
 import { builtinTestModel, DistributedRuntime } from "../../mod.ts";
-import { freePort } from "./servers.ts";
+import { freePort, isFree, reservePort } from "./servers.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -45,10 +45,7 @@ export interface ReferenceMocker {
 export function freeShortPort(): number {
   for (let i = 0; i < 200; i++) {
     const port = 20_000 + Math.floor(Math.random() * 12_000);
-    try {
-      Deno.listen({ hostname: "127.0.0.1", port }).close();
-      return port;
-    } catch { /* taken: try another */ }
+    if (isFree(port) && reservePort(port)) return port;
   }
   throw new Error("no free port in 20000..32000 after 200 tries");
 }

@@ -88,18 +88,59 @@ export function freePort(): number {
   if (low !== undefined) {
     for (let tries = 0; tries < 50; tries++) {
       const port = 10_000 + Math.floor(Math.random() * (low - 10_000));
-      try {
-        Deno.listen({ hostname: "127.0.0.1", port }).close();
-        return port;
-      } catch {
-        // taken: draw again
-      }
+      if (isFree(port) && reservePort(port)) return port;
     }
   }
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (l.addr as Deno.NetAddr).port;
   l.close();
   return port;
+}
+
+/** Whether nothing listens on `port` of 127.0.0.1 now. */
+export function isFree(port: number): boolean {
+  try {
+    Deno.listen({ hostname: "127.0.0.1", port }).close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Where test processes mark the ports they handed out (one empty file per port). */
+const RESERVED = `${Deno.env.get("TMPDIR") ?? "/tmp"}/dynamo-test-ports`;
+/** How long a mark holds: longer than any test keeps a server it started. */
+const RESERVATION_MS = 15 * 60_000;
+
+/**
+ * Marks `port` as handed out, across the test processes running at once: false when another
+ * process (or this one) marked it within the last 15 minutes. A port found free stays free
+ * only until some process binds it, and tests run in parallel, each drawing ports at random:
+ * without the mark two of them could hand out the same one, and the server started second
+ * fails to bind, or a client reaches the wrong server.
+ *
+ * @param port a port just found free
+ * @param now the clock (a test's hook)
+ * @returns whether this call took the mark
+ */
+export function reservePort(port: number, now = Date.now()): boolean {
+  const path = `${RESERVED}/${port}`;
+  try {
+    Deno.mkdirSync(RESERVED, { recursive: true });
+    Deno.writeTextFileSync(path, "", { createNew: true });
+    return true;
+  } catch (err) {
+    if (!(err instanceof Deno.errors.AlreadyExists)) return true; // no shared folder: as before
+  }
+  try {
+    const marked = Deno.statSync(path).mtime?.getTime() ?? now;
+    if (now - marked < RESERVATION_MS) return false;
+    // A stale mark (a run long gone): take it over.
+    Deno.utimeSync(path, new Date(now), new Date(now));
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 async function waitForPort(

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { haveServers, startServers } from "./servers.ts";
+import { freePort, haveServers, reservePort, startServers } from "./servers.ts";
 
 Deno.test({
   name: "startServers() brings up etcd and NATS on free loopback ports",
@@ -15,4 +15,13 @@ Deno.test({
       await s.stop();
     }
   },
+});
+
+Deno.test("a port handed out is not handed out again by any test process until its mark is stale", () => {
+  const port = freePort(); // marked by this draw
+  assert.equal(reservePort(port), false, "a second draw of the same port was allowed");
+  // A mark from a run long gone is taken over, and then holds again.
+  const later = Date.now() + 16 * 60_000;
+  assert.equal(reservePort(port, later), true);
+  assert.equal(reservePort(port, later + 1_000), false);
 });

@@ -205,21 +205,26 @@ export class ReferenceClient {
         header: new TextEncoder().encode(JSON.stringify(header)),
         body,
       });
-      if (instance.natsSubject !== undefined) {
-        await this.#sendNats(instance.natsSubject, payload, { "request-id": id, ...trace }, signal);
-      } else {
-        const conn = await this.#connection(instance);
-        await conn.send(
-          {
-            endpointPath: instance.endpointPath,
-            headers: { "request-id": id, "x-endpoint-path": instance.endpointPath, ...trace },
-            payload,
-          },
-          this.#ackTimeoutMs,
-          signal,
+      const accepted = instance.natsSubject !== undefined
+        ? this.#sendNats(instance.natsSubject, payload, { "request-id": id, ...trace }, signal)
+        : this.#connection(instance).then((conn) =>
+          conn.send(
+            {
+              endpointPath: instance.endpointPath,
+              headers: { "request-id": id, "x-endpoint-path": instance.endpointPath, ...trace },
+              payload,
+            },
+            this.#ackTimeoutMs,
+            signal,
+          )
         );
-      }
-      response = await callHome;
+      accepted.catch(() => {}); // raced below; a late failure after the call home is moot
+      // The stream starts at the call home, which proves the worker took the request as well as
+      // its acknowledgement does, and can come first: a worker's TCP server writes its acks
+      // without TCP_NODELAY, so an ack that follows another still unacknowledged by our kernel
+      // waits for our next request or the delayed-ACK timer (up to ~40 ms on Linux), while the
+      // answer is already on its own connection. A refusal or a lost ack still ends the wait.
+      response = await Promise.race([callHome, accepted.then(() => callHome)]);
     } catch (err) {
       stopWaiting.abort();
       if (signal?.aborted) throw new CancelledError("request cancelled", { cause: err });

@@ -263,6 +263,26 @@ Deno.test("an error ack, no ack, or no worker is ReferenceWorkerRefusedError or 
   }
 });
 
+Deno.test("the answer streams from the call home on, before a late acknowledgement", async () => {
+  // The worker acks only once the caller has its first item: a caller that waited for the ack
+  // before reading the answer would wait until its ack deadline.
+  const firstItem = Promise.withResolvers<void>();
+  await withClient(async (req, ack) => {
+    const conn = await callHome(req, [frame({ error: null }), item([7])]);
+    await firstItem.promise;
+    await ack();
+    for (const f of [item([8], "length"), FINAL, SENTINEL]) await conn.write(f);
+    await readControl(conn);
+  }, async (client, instance) => {
+    const tokens: number[] = [];
+    for await (const out of client.generate(instance, REQUEST)) {
+      tokens.push(...out.token_ids);
+      firstItem.resolve();
+    }
+    assert.deepEqual(tokens, [7, 8]);
+  }, { ackTimeoutMs: 2_000 });
+});
+
 Deno.test("a worker that acks but never calls home is TimeoutError", async () => {
   await withClient((_req, ack) => ack(), async (client, instance) => {
     await assert.rejects(

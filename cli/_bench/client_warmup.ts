@@ -1,8 +1,8 @@
 // Warming the benches' own client before they time anything. A replay's client is a Deno
 // process too: its first requests run its code (the prompt's token ids built and encoded, fetch,
-// the SSE parser, JSON.parse of each chunk) before V8 has compiled it, and on this machine the
-// first burst of a trace took ours 10 ms from the client's fetch to our handler's first line.
-// Whichever frontend a bench runs first would pay for that. `warmReplayClient` replays
+// the SSE parser, JSON.parse of each chunk) before V8 has compiled it. Whichever frontend a bench
+// runs first pays for that: `bench:versus` ran ours first, and our first pass of a trace had
+// TTFT medians up to twice the later passes' (BENCHMARKS.md). `warmReplayClient` replays
 // synthetic requests against a stub server in this process, so every frontend meets a warm
 // client: the stub streams a few completion chunks and a usage chunk, as a frontend does.
 
@@ -71,7 +71,7 @@ export async function warmReplayClient(options: ClientWarmupOptions = {}): Promi
   }
 }
 
-/** A completion stream for any valid request: a text chunk per token asked (at most 16), usage, [DONE]. */
+/** A completion stream for any valid request: a chunk per token asked (at most 16), usage, DONE. */
 async function stubCompletions(request: Request): Promise<Response> {
   const body = await request.json().catch(() => undefined) as { max_tokens?: unknown } | undefined;
   if (new URL(request.url).pathname !== "/v1/completions" || body === undefined) {

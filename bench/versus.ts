@@ -43,7 +43,7 @@ import { warmReplayClient } from "../cli/_bench/client_warmup.ts";
 import { replayTrace, sendOne } from "../cli/_bench/replay.ts";
 import { type ModeSummary, summarizeMode } from "../cli/_bench/report.ts";
 import { limitTrace, loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
-import { parseSyntheticSpec, synthesizeTrace } from "../cli/_bench/synthetic.ts";
+import { parseSyntheticSpec, splitTraceList, synthesizeTrace } from "../cli/_bench/synthetic.ts";
 import { pooledRatio } from "../cli/_bench/pooled.ts";
 import { attributeTail, formatTail, type TailAttribution } from "../cli/_bench/decision_tail.ts";
 import { parseDecisionLog } from "../llm/kv_router/decision_log.ts";
@@ -57,7 +57,8 @@ import {
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const quick = Deno.args.includes("--quick");
-const TRACES = (flag("--traces") ?? "mooncake,multi-tenant").split(",").filter(Boolean);
+// `--traces mooncake,multi-tenant,seed=3`: a synthetic trace's parameters follow its name.
+const TRACES = splitTraceList(flag("--traces") ?? "mooncake,multi-tenant");
 const MODES = (flag("--modes") ?? "kv,round-robin").split(",").filter(Boolean);
 const FRONTENDS = (flag("--frontends") ?? "ours,reference").split(",").filter(Boolean);
 const WORKERS = Number(flag("--workers") ?? 8);

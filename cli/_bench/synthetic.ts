@@ -89,6 +89,28 @@ export const SYNTHETIC_PRESETS: Record<string, Omit<SyntheticTraceOptions, "seed
 };
 
 /**
+ * Splits a list of traces, `mooncake,multi-tenant,seed=3,long-system`, into its traces: a
+ * `key=value` part belongs to the trace named before it (`multi-tenant,seed=3`).
+ *
+ * @param list traces and their parameters, comma-separated
+ * @returns one spec per trace, as {@linkcode parseSyntheticSpec} takes it (names as they are)
+ * @throws {InvalidArgumentError} a parameter before any trace's name
+ */
+export function splitTraceList(list: string): string[] {
+  const out: string[] = [];
+  for (const part of list.split(",").map((p) => p.trim()).filter((p) => p !== "")) {
+    if (!part.includes("=")) {
+      out.push(part);
+    } else if (out.length === 0) {
+      throw new InvalidArgumentError(`trace parameter ${JSON.stringify(part)} before a trace name`);
+    } else {
+      out[out.length - 1] += `,${part}`;
+    }
+  }
+  return out;
+}
+
+/**
  * Parses `NAME[,key=value...]` or `key=value,...` (over `multi-tenant`) into options.
  *
  * @param spec e.g. `multi-tenant,seed=3,sessionsPerS=4`

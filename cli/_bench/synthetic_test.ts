@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import { parseSyntheticSpec, synthesizeTrace, SYNTHETIC_PRESETS } from "./synthetic.ts";
+import {
+  parseSyntheticSpec,
+  splitTraceList,
+  synthesizeTrace,
+  SYNTHETIC_PRESETS,
+} from "./synthetic.ts";
 import { prefixCeiling, promptTokens } from "./trace.ts";
 
 Deno.test("synthesizeTrace: the same seed gives the same trace, another seed another", () => {
@@ -56,4 +61,15 @@ Deno.test("parseSyntheticSpec names what is wrong", () => {
   assert.throws(() => parseSyntheticSpec("nope"), /unknown synthetic trace "nope"/);
   assert.throws(() => parseSyntheticSpec("tenants=x"), InvalidArgumentError);
   assert.throws(() => parseSyntheticSpec("users=3"), /unknown synthetic trace parameter "users"/);
+});
+
+Deno.test("splitTraceList keeps each trace's parameters with it", () => {
+  assert.deepEqual(splitTraceList("mooncake,multi-tenant,seed=3,sessionsPerS=4,long-system"), [
+    "mooncake",
+    "multi-tenant,seed=3,sessionsPerS=4",
+    "long-system",
+  ]);
+  assert.deepEqual(splitTraceList(" many-tenants , seed=7 "), ["many-tenants,seed=7"]);
+  assert.deepEqual(splitTraceList(""), []);
+  assert.throws(() => splitTraceList("seed=3,mooncake"), InvalidArgumentError);
 });

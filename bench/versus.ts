@@ -129,7 +129,7 @@ async function python(): Promise<string> {
 async function traceOf(name: string): Promise<TraceRequest[]> {
   const all = name === "mooncake"
     ? await loadTrace(`${ROOT}bench/data/mooncake_conversation_trace.jsonl`)
-    : synthesizeTrace(parseSyntheticSpec(name.includes(",") ? name : `${name},seed=1`));
+    : synthesizeTrace(parseSyntheticSpec(name));
   // Requests that fit the model's context (40,960 tokens): ours refuses longer prompts with a
   // 400, the reference's frontend passes them to its mocker, which does not care.
   const fits = all.filter((r) => r.inputLength + r.outputLength <= CONTEXT);

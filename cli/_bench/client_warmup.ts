@@ -49,7 +49,7 @@ export async function warmReplayClient(options: ClientWarmupOptions = {}): Promi
         // Bursts of ten, 20 ms apart: a trace's opening, as the frontends will see it.
         timestamp: Math.floor(i / 10) * 20,
         inputLength: tokens,
-        outputLength: 4,
+        outputLength: STUB_TOKENS,
         hashIds: Array.from({ length: blocks }, (_, j) => i * 100_000 + j),
         blockTokens,
       };
@@ -71,23 +71,27 @@ export async function warmReplayClient(options: ClientWarmupOptions = {}): Promi
   }
 }
 
-/** A completion stream for any valid request: a chunk per token asked (at most 16), usage, DONE. */
+/** Tokens each warm-up request asks for. */
+const STUB_TOKENS = 4;
+/** Every warm-up request's answer: a text chunk per token asked, usage, [DONE]. */
+const STUB_ANSWER = [
+  ...Array.from({ length: STUB_TOKENS }, (_, i) => ({ choices: [{ index: 0, text: ` t${i}` }] })),
+  {
+    choices: [],
+    usage: {
+      prompt_tokens: 0,
+      completion_tokens: STUB_TOKENS,
+      prompt_tokens_details: { cached_tokens: 0 },
+    },
+  },
+].map((c) => `data: ${JSON.stringify({ object: "text_completion", ...c })}\n\n`).join("") +
+  "data: [DONE]\n\n";
+
+/** Reads the request whole (the client's upload is part of what is warmed), then answers. */
 async function stubCompletions(request: Request): Promise<Response> {
-  const body = await request.json().catch(() => undefined) as { max_tokens?: unknown } | undefined;
-  if (new URL(request.url).pathname !== "/v1/completions" || body === undefined) {
+  await request.arrayBuffer();
+  if (new URL(request.url).pathname !== "/v1/completions") {
     return new Response("not found", { status: 404 });
   }
-  const n = typeof body.max_tokens === "number" ? Math.min(body.max_tokens, 16) : 4;
-  const chunk = (c: unknown) => `data: ${JSON.stringify(c)}\n\n`;
-  let text = "";
-  for (let i = 0; i < n; i++) {
-    text += chunk({ object: "text_completion", choices: [{ index: 0, text: ` t${i}` }] });
-  }
-  text += chunk({
-    object: "text_completion",
-    choices: [],
-    usage: { prompt_tokens: 0, completion_tokens: n, prompt_tokens_details: { cached_tokens: 0 } },
-  });
-  text += "data: [DONE]\n\n";
-  return new Response(text, { headers: { "content-type": "text/event-stream" } });
+  return new Response(STUB_ANSWER, { headers: { "content-type": "text/event-stream" } });
 }

@@ -3,7 +3,7 @@
 // installs, and a mocker worker started on loopback against a test's etcd and NATS.
 
 import { builtinTestModel, DistributedRuntime } from "../../mod.ts";
-import { freePort, isFree, reservePort } from "./servers.ts";
+import { freePort, freePortIn } from "./servers.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -43,10 +43,8 @@ export interface ReferenceMocker {
  * kernel's own free ports are above that.
  */
 export function freeShortPort(): number {
-  for (let i = 0; i < 200; i++) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    if (isFree(port) && reservePort(port)) return port;
-  }
+  const port = freePortIn(20_000, 32_000, 200);
+  if (port !== undefined) return port;
   throw new Error("no free port in 20000..32000 after 200 tries");
 }
 

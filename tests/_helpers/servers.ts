@@ -85,20 +85,28 @@ function ephemeralLow(): number | undefined {
  */
 export function freePort(): number {
   const low = ephemeralLow();
-  if (low !== undefined) {
-    for (let tries = 0; tries < 50; tries++) {
-      const port = 10_000 + Math.floor(Math.random() * (low - 10_000));
-      if (isFree(port) && reservePort(port)) return port;
-    }
-  }
+  const drawn = low === undefined ? undefined : freePortIn(10_000, low, 50);
+  if (drawn !== undefined) return drawn;
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (l.addr as Deno.NetAddr).port;
   l.close();
   return port;
 }
 
+/**
+ * A port in [low, high) that nothing listens on and no test process has handed out (see
+ * {@linkcode reservePort}), marked as handed out; undefined after `tries` draws.
+ */
+export function freePortIn(low: number, high: number, tries: number): number | undefined {
+  for (let i = 0; i < tries; i++) {
+    const port = low + Math.floor(Math.random() * (high - low));
+    if (isFree(port) && reservePort(port)) return port;
+  }
+  return undefined;
+}
+
 /** Whether nothing listens on `port` of 127.0.0.1 now. */
-export function isFree(port: number): boolean {
+function isFree(port: number): boolean {
   try {
     Deno.listen({ hostname: "127.0.0.1", port }).close();
     return true;

@@ -59,15 +59,22 @@ Options:
   --duration-s S               replay only requests arriving in the first S trace seconds
   --block-size N               KV block size of the mockers (default 16)
   --num-gpu-blocks N           KV blocks per mocker (default: the mocker's)
-  --kv-overlap-score-weight W  kv mode's weight of cached blocks (default 1)
+  --kv-overlap-score-weight W  kv mode's weight of cached blocks; given (or the next), kv
+                               uses the reference's weighted cost instead of the default,
+                               the predicted time to first token
   --router-temperature T       kv mode's sampling temperature (default 0)
-  --kv-queued-prefill-weight Q kv mode's weight of prompts queued for prefill (default 1)
+  --kv-queued-prefill-weight Q kv mode's weight of prompts queued for prefill in the weighted
+                               cost (default 1)
   --request-timeout-s S        deadline per request (default 600)
   --simulate                   replay in virtual time: the mockers' scheduler and step times
                                and the router's policy, no servers; times are the engine's
                                own (--speedup / --engine-speedup sets the load); fast, and
                                the same figures whatever else the machine runs
-  -h, --help                   show this help`;
+  -h, --help                   show this help
+
+Environment: DYN_BENCH_SERVER_LOG (the servers' log level, default warn; their output goes to
+DIR/server-MODE.log), DYN_BENCH_SERVER_DENO_FLAGS (flags for the servers' deno run, e.g.
+"--cpu-prof --cpu-prof-dir=DIR").`;
 
 interface BenchFlags {
   /** The trace file, or `synthetic:SPEC`. */
@@ -208,6 +215,7 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
   const args = [
     "run",
     "-A",
+    ...(Deno.env.get("DYN_BENCH_SERVER_DENO_FLAGS") ?? "").split(" ").filter(Boolean),
     new URL("./main.ts", import.meta.url).pathname,
     "run",
     "in=http",
@@ -412,9 +420,13 @@ async function run(args: string[], io: Io): Promise<number> {
     engine_speedup: flags.engineSpeedup,
     block_size: flags.blockSize,
     num_gpu_blocks: flags.numGpuBlocks ?? DEFAULT_NUM_GPU_BLOCKS,
-    kv_overlap_score_weight: flags.overlapWeight ?? 1,
+    // What kv mode's cost was: the weights are null under the default, which has none.
+    kv_cost: flags.overlapWeight === undefined && flags.queuedPrefillWeight === undefined
+      ? "predicted-ttft"
+      : "weighted",
+    kv_overlap_score_weight: flags.overlapWeight ?? null,
     router_temperature: flags.temperature ?? 0,
-    kv_queued_prefill_weight: flags.queuedPrefillWeight ?? 1,
+    kv_queued_prefill_weight: flags.queuedPrefillWeight ?? null,
     requests: requests.length,
     prefix_ceiling: ceiling,
     modes,
@@ -474,11 +486,11 @@ async function run(args: string[], io: Io): Promise<number> {
   const kv = modes["kv"];
   const rr = modes["round-robin"];
   if (kv) {
-    io.out(
-      `kv prefix hit rate: ${(kv.prefix_hit_rate * 100).toFixed(1)}% = ${
-        (kv.prefix_hit_rate / ceiling.tokens * 100).toFixed(0)
-      }% of the ceiling`,
-    );
+    // A trace whose prompts share nothing has a ceiling of 0: no share of it to give.
+    const share = ceiling.tokens > 0
+      ? ` = ${(kv.prefix_hit_rate / ceiling.tokens * 100).toFixed(0)}% of the ceiling`
+      : " (the trace's prompts share no prefix)";
+    io.out(`kv prefix hit rate: ${(kv.prefix_hit_rate * 100).toFixed(1)}%${share}`);
   }
   if (kv && rr) {
     io.out(`TTFT p90: round-robin / kv = ${(rr.ttft_ms.p90 / kv.ttft_ms.p90).toFixed(2)}x`);

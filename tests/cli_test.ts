@@ -203,6 +203,51 @@ Deno.test("dynamo bench with a missing trace file says which traces ship, in one
   assert.doesNotMatch(run.stderr, /\n\s+at /, "no stack trace");
 });
 
+Deno.test("dynamo bench --simulate on a trace sharing nothing: no NaN, and results.json names kv's cost", async () => {
+  const out = await Deno.makeTempDir({ prefix: "dynamo-bench-" });
+  try {
+    const run = await dynamo([
+      "bench",
+      "--synthetic",
+      "no-sharing,seed=1",
+      "--simulate",
+      "--router-modes",
+      "kv",
+      "--max-requests",
+      "20",
+      "--out",
+      out,
+    ]);
+    assert.equal(run.code, 0, run.stderr);
+    assert.doesNotMatch(run.stdout, /NaN/);
+    assert.match(run.stdout, /kv prefix hit rate: 0\.0% \(the trace's prompts share no prefix\)/);
+    const results = JSON.parse(await Deno.readTextFile(`${out}/results.json`));
+    assert.equal(results.kv_cost, "predicted-ttft");
+    assert.equal(results.kv_overlap_score_weight, null);
+    assert.equal(results.kv_queued_prefill_weight, null);
+    const weighted = await dynamo([
+      "bench",
+      "--synthetic",
+      "no-sharing,seed=1",
+      "--simulate",
+      "--router-modes",
+      "kv",
+      "--max-requests",
+      "20",
+      "--kv-overlap-score-weight",
+      "4",
+      "--out",
+      out,
+    ]);
+    assert.equal(weighted.code, 0, weighted.stderr);
+    const w = JSON.parse(await Deno.readTextFile(`${out}/results.json`));
+    assert.equal(w.kv_cost, "weighted");
+    assert.equal(w.kv_overlap_score_weight, 4);
+  } finally {
+    await Deno.remove(out, { recursive: true });
+  }
+});
+
 Deno.test("dynamo run --cors-allow-origin answers preflights (even with an API key) and marks responses", async () => {
   const run = await startDynamoRun(["--cors-allow-origin", "https://app.example"], {
     DYN_HTTP_API_KEY: "sekret",

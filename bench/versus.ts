@@ -54,6 +54,7 @@ import {
   startEtcd,
   startNats,
 } from "../tests/_helpers/servers.ts";
+import { terminate } from "../tests/_helpers/process.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const quick = Deno.args.includes("--quick");
@@ -163,16 +164,7 @@ function spawn(cmd: string, args: string[], env: Record<string, string>): Proc {
     pid: child.pid,
     tail: () => tail,
     async stop() {
-      try {
-        child.kill("SIGTERM");
-      } catch { /* exited */ }
-      const timer = setTimeout(() => {
-        try {
-          child.kill("SIGKILL");
-        } catch { /* exited */ }
-      }, 15_000);
-      await child.status;
-      clearTimeout(timer);
+      await terminate(child, 15_000);
     },
   };
 }

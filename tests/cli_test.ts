@@ -205,44 +205,28 @@ Deno.test("dynamo bench with a missing trace file says which traces ship, in one
 
 Deno.test("dynamo bench --simulate on a trace sharing nothing: no NaN, and results.json names kv's cost", async () => {
   const out = await Deno.makeTempDir({ prefix: "dynamo-bench-" });
-  try {
+  const bench = async (...extra: string[]) => {
     const run = await dynamo([
       "bench",
-      "--synthetic",
-      "no-sharing,seed=1",
-      "--simulate",
-      "--router-modes",
-      "kv",
-      "--max-requests",
-      "20",
-      "--out",
-      out,
+      ...["--synthetic", "no-sharing,seed=1", "--simulate", "--router-modes", "kv"],
+      ...["--max-requests", "20", "--out", out, ...extra],
     ]);
     assert.equal(run.code, 0, run.stderr);
-    assert.doesNotMatch(run.stdout, /NaN/);
-    assert.match(run.stdout, /kv prefix hit rate: 0\.0% \(the trace's prompts share no prefix\)/);
-    const results = JSON.parse(await Deno.readTextFile(`${out}/results.json`));
-    assert.equal(results.kv_cost, "predicted-ttft");
-    assert.equal(results.kv_overlap_score_weight, null);
-    assert.equal(results.kv_queued_prefill_weight, null);
-    const weighted = await dynamo([
-      "bench",
-      "--synthetic",
-      "no-sharing,seed=1",
-      "--simulate",
-      "--router-modes",
-      "kv",
-      "--max-requests",
-      "20",
-      "--kv-overlap-score-weight",
-      "4",
-      "--out",
-      out,
-    ]);
-    assert.equal(weighted.code, 0, weighted.stderr);
-    const w = JSON.parse(await Deno.readTextFile(`${out}/results.json`));
-    assert.equal(w.kv_cost, "weighted");
-    assert.equal(w.kv_overlap_score_weight, 4);
+    return {
+      stdout: run.stdout,
+      results: JSON.parse(await Deno.readTextFile(`${out}/results.json`)),
+    };
+  };
+  try {
+    const plain = await bench();
+    assert.doesNotMatch(plain.stdout, /NaN/);
+    assert.match(plain.stdout, /kv prefix hit rate: 0\.0% \(the trace's prompts share no prefix\)/);
+    assert.equal(plain.results.kv_cost, "predicted-ttft");
+    assert.equal(plain.results.kv_overlap_score_weight, null);
+    assert.equal(plain.results.kv_queued_prefill_weight, null);
+    const weighted = await bench("--kv-overlap-score-weight", "4");
+    assert.equal(weighted.results.kv_cost, "weighted");
+    assert.equal(weighted.results.kv_overlap_score_weight, 4);
   } finally {
     await Deno.remove(out, { recursive: true });
   }

@@ -9,25 +9,8 @@ import type {
   HistogramMetric,
   MetricsRegistry,
 } from "../../runtime/metrics/metric_types.ts";
+import { DURATION_BUCKETS } from "../../runtime/metrics/runtime_metrics.ts";
 
-const LATENCY_BUCKETS = [
-  0.001,
-  0.0025,
-  0.005,
-  0.01,
-  0.025,
-  0.05,
-  0.1,
-  0.25,
-  0.5,
-  1,
-  2.5,
-  5,
-  10,
-  30,
-  60,
-  120,
-];
 const TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144];
 
 /** Labels every request metric carries. */
@@ -137,21 +120,21 @@ export class FrontendMetrics {
       name: `${p}request_duration_seconds`,
       help: "Time from request to last byte",
       labelNames: ["model"],
-      buckets: LATENCY_BUCKETS,
+      buckets: [...DURATION_BUCKETS],
       registers,
     });
     this.ttft = new Histogram({
       name: `${p}time_to_first_token_seconds`,
       help: "Time from request to first generated token",
       labelNames: ["model"],
-      buckets: LATENCY_BUCKETS,
+      buckets: [...DURATION_BUCKETS],
       registers,
     });
     this.itl = new Histogram({
       name: `${p}inter_token_latency_seconds`,
       help: "Time between generated tokens",
       labelNames: ["model"],
-      buckets: LATENCY_BUCKETS,
+      buckets: [...DURATION_BUCKETS],
       registers,
     });
     this.inputTokens = new Histogram({

@@ -7,8 +7,8 @@ import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { counterSeries, gaugeSeries, histogramSeries } from "./fast_series.ts";
 import type { MetricsRegistry } from "./metric_types.ts";
 
-/** Seconds: from a millisecond to two minutes, as the frontend's latency histograms. */
-const DURATION_BUCKETS = [
+/** Seconds: from a millisecond to two minutes (the runtime's and the frontend's latency histograms). */
+export const DURATION_BUCKETS: readonly number[] = [
   0.001,
   0.0025,
   0.005,
@@ -144,7 +144,7 @@ export class RuntimeMetrics {
       name: `${p}request_duration_seconds`,
       help: "Time from a request's arrival to the end of its response stream",
       labelNames: endpointLabels,
-      buckets: DURATION_BUCKETS,
+      buckets: [...DURATION_BUCKETS],
       registers,
     });
     this.#requestBytes = new Counter({

@@ -3,6 +3,7 @@
 // engine's expected answers come from the same built-in tokenizer.
 
 import { builtinTestModel, Tokenizer } from "../../mod.ts";
+import { terminate } from "./process.ts";
 
 const CLI = new URL("../../cli/main.ts", import.meta.url).pathname;
 
@@ -67,25 +68,10 @@ export async function startDynamoRun(
     return s;
   });
   const stop = async () => {
-    try {
-      child.kill("SIGTERM");
-    } catch {
-      // already exited
-    }
-    const timer = setTimeout(() => {
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        // already exited
-      }
-    }, 10_000);
-    try {
-      const s = await status;
-      await pumped;
-      return s;
-    } finally {
-      clearTimeout(timer);
-    }
+    await terminate(child);
+    const s = await status;
+    await pumped;
+    return s;
   };
   const timer = setTimeout(
     () => listening.reject(new Error(`dynamo run did not listen within 60 s:\n${text}`)),

@@ -17,6 +17,33 @@ export interface ChildHandle {
   readonly status: Promise<Deno.CommandStatus>;
 }
 
+/**
+ * Sends `signal` to a child, then SIGKILL if it has not exited after `graceMs`; resolves with
+ * its exit status. A child that has already exited is not an error.
+ *
+ * @param child the process
+ * @param graceMs how long it may take to exit by itself (default 10 s)
+ * @param signal the first signal (default SIGTERM)
+ */
+export async function terminate(
+  child: Deno.ChildProcess,
+  graceMs = 10_000,
+  signal: Deno.Signal = "SIGTERM",
+): Promise<Deno.CommandStatus> {
+  const send = (sig: Deno.Signal) => {
+    try {
+      child.kill(sig);
+    } catch { /* already exited */ }
+  };
+  send(signal);
+  const timer = setTimeout(() => send("SIGKILL"), graceMs);
+  try {
+    return await child.status;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Options of {@linkcode spawnDeno}. */
 export interface SpawnDenoOptions {
   /** Receives each line the child writes to stderr (default: stderr is the test's). */

@@ -2,6 +2,7 @@
 // missing, started on a free loopback port with its storage in a temp folder and a 1 s
 // scrape interval, queried through its HTTP API, and stopped (folder removed) afterwards.
 
+import { terminate } from "./process.ts";
 import { findBinary, freePort } from "./servers.ts";
 
 const INSTALL = new URL("../../scripts/install_prometheus.sh", import.meta.url).pathname;
@@ -96,22 +97,7 @@ export async function startPrometheus(binary: string, jobs: ScrapeJob[]): Promis
   });
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
-    if (!exited) {
-      try {
-        child.kill("SIGTERM");
-      } catch {
-        // already gone
-      }
-      const timer = setTimeout(() => {
-        try {
-          child.kill("SIGKILL");
-        } catch {
-          // already gone
-        }
-      }, 10_000);
-      await status;
-      clearTimeout(timer);
-    }
+    if (!exited) await terminate(child);
     await pumped;
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   };

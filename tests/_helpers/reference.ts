@@ -3,6 +3,7 @@
 // installs, and a mocker worker started on loopback against a test's etcd and NATS.
 
 import { builtinTestModel, DistributedRuntime } from "../../mod.ts";
+import { terminate } from "./process.ts";
 import { freePort, freePortIn } from "./servers.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -173,16 +174,7 @@ export function startReferenceProcess(
     child,
     log: () => tail,
     async stop() {
-      try {
-        child.kill("SIGTERM");
-      } catch { /* exited */ }
-      const timer = setTimeout(() => {
-        try {
-          child.kill("SIGKILL");
-        } catch { /* exited */ }
-      }, 10_000);
-      await child.status;
-      clearTimeout(timer);
+      await terminate(child);
     },
   };
 }

@@ -3,7 +3,7 @@
 // line on stdout. Exits when stdin closes.
 
 import { streamOnce } from "./_frontend_client.ts";
-import { clockTicks, cpuSeconds } from "./_cpu_time.ts";
+import { clockTicks, cpuSeconds } from "../cli/_bench/cpu_time.ts";
 import { measureConcurrent } from "./_stats.ts";
 
 /** One load to drive. */

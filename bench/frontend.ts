@@ -16,7 +16,7 @@
 // still getting faster round after round), --rounds N (throughput rounds, default 5).
 
 import { bareArgsFrom, chatBody, shapeOf, streamOnce, streamShape } from "./_frontend_client.ts";
-import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
+import { clockTicks, cpuSeconds, machineBusySeconds } from "../cli/_bench/cpu_time.ts";
 import { type LoadClient, startLoadClient, startServer } from "./_frontend_proc.ts";
 import { type LoadCommand, runLoad } from "./_frontend_loadgen.ts";
 import { flag, ms, rate, summarize, type Summary } from "./_stats.ts";

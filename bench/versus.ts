@@ -36,7 +36,7 @@
 // `deno run` (e.g. "--cpu-prof --cpu-prof-dir=DIR"), VERSUS_OURS_ARGS extra arguments to our
 // frontend (e.g. "--router-load-bound 2").
 
-import { clockTicks, cpuSeconds, machineBusySeconds } from "./_cpu_time.ts";
+import { clockTicks, cpuSeconds, machineBusySeconds } from "../cli/_bench/cpu_time.ts";
 import { flag, measureConcurrent } from "./_stats.ts";
 import { streamOnce } from "./_frontend_client.ts";
 import { warmReplayClient } from "../cli/_bench/client_warmup.ts";

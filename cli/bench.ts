@@ -18,6 +18,13 @@ import {
   throughputSeries,
 } from "./_bench/report.ts";
 import { simulate } from "./_bench/simulate.ts";
+import {
+  clockTicks,
+  cpuSeconds,
+  cpuWarnings,
+  machineBusySeconds,
+  type ReplayCpu,
+} from "./_bench/cpu_time.ts";
 import { limitTrace, loadTrace, prefixCeiling } from "./_bench/trace.ts";
 import {
   parseSyntheticSpec,
@@ -208,6 +215,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
 interface Server {
   url: string;
   model: string;
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -316,7 +324,7 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
       const models = res?.ok ? ((await res.json()).data as { id: string }[]) : [];
       if (models.length > 0) {
         io.err(`[bench] ${mode}: server at ${url}, model ${models[0]!.id}`);
-        return { url, model: models[0]!.id, stop };
+        return { url, model: models[0]!.id, pid: child.pid, stop };
       }
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -364,6 +372,8 @@ async function run(args: string[], io: Io): Promise<number> {
   const samples: Record<string, ModeSamples> = {};
   const loads: Record<string, number[][]> = {};
   const throughput: Record<string, [number, number][]> = {};
+  // Live runs: CPU use during each mode's replay (NaN off Linux).
+  const cpu: Record<string, ReplayCpu> = {};
   for (const mode of flags.modes) {
     if (flags.simulate) {
       const t = performance.now();
@@ -394,6 +404,10 @@ async function run(args: string[], io: Io): Promise<number> {
     }
     const server = await startServer(flags, mode, io);
     try {
+      await clockTicks();
+      const cpu0 = cpuSeconds(server.pid);
+      const machine0 = machineBusySeconds();
+      const wall0 = performance.now();
       const { results, seconds } = await replayTrace(requests, {
         baseUrl: server.url,
         model: server.model,
@@ -406,6 +420,11 @@ async function run(args: string[], io: Io): Promise<number> {
             } in flight, ${p.failed} failed`,
           ),
       });
+      const wall = (performance.now() - wall0) / 1000;
+      cpu[mode] = {
+        server_cores: round2((cpuSeconds(server.pid) - cpu0) / wall),
+        machine_cores: round2((machineBusySeconds() - machine0) / wall),
+      };
       modes[mode] = summarizeMode(results, seconds);
       samples[mode] = modeSamples(results);
       throughput[mode] = throughputSeries(results, seconds);
@@ -430,6 +449,7 @@ async function run(args: string[], io: Io): Promise<number> {
     requests: requests.length,
     prefix_ceiling: ceiling,
     modes,
+    ...(flags.simulate ? {} : { live_cpu: cpu }),
   };
   await Deno.writeTextFile(`${flags.out}/results.json`, JSON.stringify(results, null, 2) + "\n");
   const how = flags.simulate ? "simulated" : "live";
@@ -495,11 +515,16 @@ async function run(args: string[], io: Io): Promise<number> {
   if (kv && rr) {
     io.out(`TTFT p90: round-robin / kv = ${(rr.ttft_ms.p90 / kv.ttft_ms.p90).toFixed(2)}x`);
   }
+  for (const line of cpuWarnings(cpu, navigator.hardwareConcurrency)) io.out(line);
   io.out(
     `wrote ${flags.out}/results.json, report.html, ${charts.map((c) => c.file).join(", ")}`,
   );
   const failed = Object.values(modes).reduce((s, m) => s + m.failed, 0);
   return failed > 0 ? ExitCode.Failure : ExitCode.Ok;
+}
+
+function round2(x: number): number {
+  return Math.round(x * 100) / 100;
 }
 
 /** `dynamo bench`. */

@@ -91,10 +91,7 @@ export async function startPrometheus(binary: string, jobs: ScrapeJob[]): Promis
   };
   const pumped = Promise.all([pump(child.stdout), pump(child.stderr)]).catch(() => {});
   let exited = false;
-  const status = child.status.then((s) => {
-    exited = true;
-    return s;
-  });
+  child.status.then(() => exited = true);
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
     if (!exited) await terminate(child);

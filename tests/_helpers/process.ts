@@ -18,24 +18,22 @@ export interface ChildHandle {
 }
 
 /**
- * Sends `signal` to a child, then SIGKILL if it has not exited after `graceMs`; resolves with
- * its exit status. A child that has already exited is not an error.
+ * Sends SIGTERM to a child, then SIGKILL if it has not exited after `graceMs`; resolves with its
+ * exit status. A child that has already exited is not an error.
  *
  * @param child the process
  * @param graceMs how long it may take to exit by itself (default 10 s)
- * @param signal the first signal (default SIGTERM)
  */
 export async function terminate(
   child: Deno.ChildProcess,
   graceMs = 10_000,
-  signal: Deno.Signal = "SIGTERM",
 ): Promise<Deno.CommandStatus> {
   const send = (sig: Deno.Signal) => {
     try {
       child.kill(sig);
     } catch { /* already exited */ }
   };
-  send(signal);
+  send("SIGTERM");
   const timer = setTimeout(() => send("SIGKILL"), graceMs);
   try {
     return await child.status;

@@ -12,7 +12,7 @@
 //   deno task bench:sim-live [--rows "multi-tenant,seed=1:moderate;no-sharing,seed=1:saturation"]
 //     [--engine-speedup R] [--max-requests N] [--json PATH]
 //
-// About 5 minutes with the default rows on a 2-core machine.
+// About 6 minutes with the default rows on a 2-core machine.
 
 import { flag } from "./_stats.ts";
 import { SERVER_BUSY_CORES } from "../cli/_bench/cpu_time.ts";

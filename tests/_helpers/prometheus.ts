@@ -94,7 +94,7 @@ export async function startPrometheus(binary: string, jobs: ScrapeJob[]): Promis
   child.status.then(() => exited = true);
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
-    if (!exited) await terminate(child);
+    await terminate(child); // an exited child is no error
     await pumped;
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   };

@@ -117,6 +117,8 @@ function isFree(port: number): boolean {
 
 /** Where test processes mark the ports they handed out (one empty file per port). */
 const RESERVED = `${Deno.env.get("TMPDIR") ?? "/tmp"}/dynamo-test-ports`;
+/** Whether this process has made {@linkcode RESERVED} (once, not per port drawn). */
+let reservedFolderMade = false;
 /** How long a mark holds: longer than any test keeps a server it started. */
 const RESERVATION_MS = 15 * 60_000;
 
@@ -134,7 +136,10 @@ const RESERVATION_MS = 15 * 60_000;
 export function reservePort(port: number, now = Date.now()): boolean {
   const path = `${RESERVED}/${port}`;
   try {
-    Deno.mkdirSync(RESERVED, { recursive: true });
+    if (!reservedFolderMade) {
+      Deno.mkdirSync(RESERVED, { recursive: true });
+      reservedFolderMade = true;
+    }
     Deno.writeTextFileSync(path, "", { createNew: true });
     return true;
   } catch (err) {

@@ -14,6 +14,9 @@
 // worker a request goes to is first given every block of its prefix that any worker computed
 // (one shared cache), placed by round-robin and by the KV router's policy: what perfect cache
 // reuse would give with those placements (not a bound: a better placement could do better).
+// And for the hit rate, `capacity`: what one cache as large as the whole fleet hits with the best
+// possible eviction (Belady's, an upper bound for any router with these caches) and with the
+// workers' own least-recently-used eviction (cli/_bench/capacity.ts).
 //
 // Flags: --seeds N (default 5), --workers N (default 8), --mooncake-requests N (default 3000),
 // --json PATH, --quick (2 seeds, 1000 Mooncake requests), --reference-cost (the kv side with the
@@ -24,6 +27,8 @@ import { synthesizeTrace, SYNTHETIC_PRESETS } from "../cli/_bench/synthetic.ts";
 import { loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
 import { type ModeSummary, percentile, summarizeMode } from "../cli/_bench/report.ts";
 import { ttftLowerBounds } from "../cli/_bench/oracle.ts";
+import { type CapacityHitRates, capacityHitRates } from "../cli/_bench/capacity.ts";
+import { DEFAULT_NUM_GPU_BLOCKS } from "../llm/engines/mocker/block_manager.ts";
 import { flag } from "./_stats.ts";
 
 const quick = Deno.args.includes("--quick");
@@ -47,6 +52,8 @@ interface Row {
   oracleRr: ModeSummary;
   /** The shared-cache oracle fleet placed by the KV router's policy. */
   oracleKv: ModeSummary;
+  /** Hit rates of one cache of the fleet's size: Belady's eviction (a bound) and LRU. */
+  capacity: CapacityHitRates;
 }
 
 function run(
@@ -111,6 +118,7 @@ for (const [name, trace, blocks] of traces) {
   const sat = saturation(trace, blocks);
   const ceiling = prefixCeiling(trace).tokens;
   const boundP90 = percentile(ttftLowerBounds(trace, 16), 90);
+  const capacity = capacityHitRates(trace, 16, WORKERS * (blocks ?? DEFAULT_NUM_GPU_BLOCKS));
   for (const [level, load] of [["moderate", sat / 2], ["saturation", sat]] as const) {
     const row = {
       trace: name,
@@ -122,6 +130,7 @@ for (const [name, trace, blocks] of traces) {
       boundP90,
       oracleRr: run(trace, "round-robin", load, blocks, 1, true),
       oracleKv: run(trace, "kv", load, blocks, 1, true),
+      capacity,
     };
     rows.push(row);
     if (name.endsWith(" seed 1") && row.ceiling > 0) {
@@ -133,11 +142,13 @@ for (const [name, trace, blocks] of traces) {
         p90Ratio: two.ttft_ms.p90 / row.kv.ttft_ms.p90,
       });
     }
-    const hit = ceiling > 0 ? row.kv.prefix_hit_rate / ceiling : NaN;
+    const hit = ceiling > 0
+      ? `${(row.kv.prefix_hit_rate / ceiling * 100).toFixed(0)}% of ceiling`
+      : "n/a (nothing shared)";
     console.error(
       `[routing] ${name}, ${level} (load ${load.toFixed(2)}): p90 TTFT rr/kv ${
         (row.rr.ttft_ms.p90 / row.kv.ttft_ms.p90).toFixed(2)
-      }x, kv hit ${(hit * 100).toFixed(0)}% of ceiling; kv/rr p90 ${
+      }x, kv hit ${hit}; kv/rr p90 ${
         (row.kv.ttft_ms.p90 / row.rr.ttft_ms.p90).toFixed(2)
       }x, bound ${(boundP90 / row.rr.ttft_ms.p90).toFixed(2)}x, oracle rr ${
         (row.oracleRr.ttft_ms.p90 / row.rr.ttft_ms.p90).toFixed(2)
@@ -148,9 +159,11 @@ for (const [name, trace, blocks] of traces) {
 
 console.log(`\nKV router (defaults) vs round-robin, ${WORKERS} simulated mocker workers`);
 console.log(
-  "| trace | load | RR p90 TTFT ms | KV p90 TTFT ms | KV / RR p90 | bound / RR p90 | oracle RR, KV / RR p90 | ceiling | KV hit / ceiling | oracle hit / ceiling | RR hit / ceiling | failed |",
+  "| trace | load | RR p90 TTFT ms | KV p90 TTFT ms | KV / RR p90 | bound / RR p90 | oracle RR, KV / RR p90 | ceiling | KV hit / ceiling | oracle hit / ceiling | RR hit / ceiling | fleet-sized cache, Belady / LRU hit / ceiling | failed |",
 );
-console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+console.log(
+  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+);
 for (const r of rows) {
   const pct = (x: number) => r.ceiling > 0 ? `${(x / r.ceiling * 100).toFixed(0)}%` : "n/a";
   console.log(
@@ -162,7 +175,9 @@ for (const r of rows) {
       (r.oracleKv.ttft_ms.p90 / r.rr.ttft_ms.p90).toFixed(2)
     }x | ${(r.ceiling * 100).toFixed(1)}% | ${pct(r.kv.prefix_hit_rate)} | ${
       pct(r.oracleRr.prefix_hit_rate)
-    } | ${pct(r.rr.prefix_hit_rate)} | ${r.kv.failed + r.rr.failed} |`,
+    } | ${pct(r.rr.prefix_hit_rate)} | ${pct(r.capacity.belady)} / ${pct(r.capacity.lru)} | ${
+      r.kv.failed + r.rr.failed
+    } |`,
   );
 }
 
@@ -193,6 +208,19 @@ console.log(
   `p90 goal missed by the shared-cache oracle with both placements in ${oracleMisses.length} of ` +
     `${rows.length} rows` +
     (oracleMisses.length ? `: ${oracleMisses.map((r) => `${r.trace} ${r.level}`).join("; ")}` : ""),
+);
+// The hit goal against what caches of the fleet's size can hit at all.
+const hitGoal = (r: Row) => r.ceiling * (r.level === "moderate" ? 0.9 : 0.85);
+const overCapacity = rows.filter((r) => r.ceiling > 0 && r.capacity.belady < hitGoal(r));
+const overLru = rows.filter((r) => r.ceiling > 0 && r.capacity.lru < hitGoal(r));
+console.log(
+  `hit goal above Belady's bound for the fleet's cache size (no router reaches it) in ` +
+    `${overCapacity.length} of ${rows.length} rows` +
+    (overCapacity.length ? `: ${overCapacity.map((r) => `${r.trace} ${r.level}`).join("; ")}` : ""),
+);
+console.log(
+  `hit goal above one fleet-sized LRU cache's hit rate in ${overLru.length} of ${rows.length} rows` +
+    (overLru.length ? `: ${overLru.map((r) => `${r.trace} ${r.level}`).join("; ")}` : ""),
 );
 console.log("\nTwo routers with replica sync against one (hit rate, p90 TTFT):");
 for (const r of replicas) {

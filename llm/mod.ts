@@ -141,6 +141,7 @@ export {
   type RoutingContext,
   RoutingPolicy,
   type RoutingPolicyOptions,
+  withPeerFetch,
 } from "./kv_router/policy.ts";
 export {
   ACTIVE_SEQUENCES_EVENTS,

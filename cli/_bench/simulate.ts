@@ -10,7 +10,11 @@
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import { computeBlockHashesSync } from "../../llm/kv_router/hashing.ts";
 import { PendingPrefills } from "../../llm/kv_router/pending_prefills.ts";
-import { RoutingPolicy, type RoutingPolicyOptions } from "../../llm/kv_router/policy.ts";
+import {
+  RoutingPolicy,
+  type RoutingPolicyOptions,
+  withPeerFetch,
+} from "../../llm/kv_router/policy.ts";
 import { RadixTree } from "../../llm/kv_router/radix_tree.ts";
 import { ActiveSequences, type WorkerCandidate } from "../../llm/kv_router/scheduler.ts";
 import { BlockManager, type FullBlock } from "../../llm/engines/mocker/block_manager.ts";
@@ -60,6 +64,16 @@ export interface SimulateOptions {
    * Default false.
    */
   sharedCache?: boolean;
+  /**
+   * Workers can load a prompt's cached prefix from a peer that holds it, at this many simulated
+   * ms per KV block, and the router knows (peer KV fetch; see `withPeerFetch`). Default: off.
+   */
+  kvFetchMsPerBlock?: number;
+  /**
+   * The router knows when each worker's forward pass in flight ends and what it prefills (as
+   * workers that publish their passes tell it). Default false.
+   */
+  passTiming?: boolean;
 }
 
 /** What a simulated replay measured. */
@@ -140,12 +154,14 @@ export function simulate(
   const sampleMs = options.sampleMs ?? 1000;
   let nextSample = 0;
   let rr = 0;
+  // Requests waiting for their fetched blocks: when each starts.
+  const later: Array<{ at: number; run: () => void }> = [];
 
   const pick = (
     tokens: number[],
     r: number,
     hashes: { local: bigint[]; sequence: bigint[] },
-  ): { worker: Worker; overlap: number } => {
+  ): { worker: Worker; overlap: number; fetch?: { from: Worker; blocks: number } } => {
     const { policy, book, pending } = routers[r]!;
     if (options.mode === "round-robin") {
       return { worker: workers[rr++ % workers.length]!, overlap: 0 };
@@ -157,7 +173,7 @@ export function simulate(
     // What this router sent that is still being prefilled counts as cached where it went.
     const soon = pending.findMatches(hashes.sequence).scores;
     const requestBlocks = Math.ceil(tokens.length / bs);
-    const candidates: WorkerCandidate[] = workers.map((w) => {
+    const own: WorkerCandidate[] = workers.map((w) => {
       const l = book.load(w.id);
       return {
         workerId: w.id,
@@ -170,30 +186,42 @@ export function simulate(
         prefillBlocks: l.prefillBlocks,
         activeRequests: l.requests,
         waitingRequests: l.waiting,
+        ...(options.passTiming
+          ? {
+            passLeftMs: (w.busyUntil ?? now) - now,
+            passPrefillTokens: w.plan?.prefillTokens ?? 0,
+          }
+          : {}),
+        ...(options.kvFetchMsPerBlock === undefined
+          ? {}
+          : { fetchMsPerBlock: options.kvFetchMsPerBlock }),
       };
     });
+    const candidates = options.kvFetchMsPerBlock === undefined ? own : withPeerFetch(own, scores);
     const chosen = policy.choose(candidates, { totalRequests: book.totalRequests });
     return {
       worker: workers.find((w) => w.id === chosen.workerId)!,
       overlap: chosen.overlapBlocks,
+      fetch: chosen.fetchFrom === undefined
+        ? undefined
+        : { from: workers.find((w) => w.id === chosen.fetchFrom)!, blocks: chosen.overlapBlocks },
     };
+  };
+
+  // Peer KV fetch: copies into `w` the blocks of the prompt's prefix that `from` holds now (up
+  // to `upTo`) and `w` lacks, as inactive cached blocks (room permitting); returns how many.
+  const copyFrom = (w: Worker, from: Worker, blocks: FullBlock[], upTo: number): number => {
+    const hashes = blocks.map((b) => b.sequenceHash);
+    const have = Math.min(from.blocks.matchPrefix(hashes), upTo);
+    return cacheBlocks(w.blocks, blocks, have);
   };
 
   // The sharedCache oracle: copies into `w` the blocks of the prompt's prefix that some worker
   // computed and `w` lacks, as inactive cached blocks (room permitting).
   const share = (w: Worker, blocks: FullBlock[]) => {
-    const bm = w.blocks;
-    const hashes = blocks.map((b) => b.sequenceHash);
-    const have = bm.matchPrefix(hashes);
-    let end = have;
-    while (end < blocks.length && computed.has(hashes[end]!)) end++;
-    if (end === have) return;
-    // Hold the prefix already there so that making room cannot evict it.
-    bm.acquireCached(hashes.slice(0, have));
-    const add = blocks.slice(have, have + Math.min(end - have, bm.availableBlocks));
-    bm.allocate(add.length);
-    bm.commit(have > 0 ? hashes[have - 1]! : null, add);
-    bm.release(hashes.slice(0, have + add.length).reverse(), 0);
+    let end = w.blocks.matchPrefix(blocks.map((b) => b.sequenceHash));
+    while (end < blocks.length && computed.has(blocks[end]!.sequenceHash)) end++;
+    cacheBlocks(w.blocks, blocks, end);
   };
 
   const startStep = (w: Worker) => {
@@ -211,7 +239,7 @@ export function simulate(
     const tokens = promptTokens(req);
     const r = i % routers.length;
     const hashes = options.mode === "kv" ? computeBlockHashesSync(tokens, bs) : undefined;
-    const { worker, overlap } = pick(tokens, r, hashes!);
+    const { worker, overlap, fetch } = pick(tokens, r, hashes!);
     const books = options.mode === "kv" ? booksOf(r) : [];
     const key = String(i);
     const sent = now;
@@ -231,29 +259,42 @@ export function simulate(
     let seq: Sequence | undefined = undefined;
     const blocks = hashPromptBlocks(tokens, bs);
     if (options.sharedCache) share(worker, blocks);
-    seq = worker.scheduler.add({
-      id: key,
-      tokenIds: tokens,
-      maxTokens: req.outputLength,
-      blocks,
-      nextToken: (k) => 1000 + ((i * 7919 + k * 104729) % 30000),
-      onToken: (_token, finished) => {
-        result.outputTokens++;
-        if (result.ttftMs === undefined) {
-          result.ttftMs = now - sent;
-          result.cachedTokens = seq?.cachedTokens ?? 0;
-          if (hashes) routers[r]!.pending.done(key);
-        } else result.itlMs.push(now - last);
-        last = now;
-        for (const b of books) b.book.progress(b.key(key), 1);
-        if (finished) {
-          result.ok = true;
-          result.latencyMs = now - sent;
-          for (const b of books) b.book.free(b.key(key));
-        }
-      },
-    });
-    startStep(worker);
+    // A fetched prefix is there once its blocks are copied: the request starts then.
+    const copied = fetch ? copyFrom(worker, fetch.from, blocks, fetch.blocks) : 0;
+    // Held while the copy is under way, so that nothing evicts them before the request starts.
+    const held = copied > 0
+      ? blocks.slice(0, worker.blocks.matchPrefix(blocks.map((b) => b.sequenceHash)))
+        .map((b) => b.sequenceHash)
+      : [];
+    worker.blocks.acquireCached(held);
+    const start = () => {
+      seq = worker.scheduler.add({
+        id: key,
+        tokenIds: tokens,
+        maxTokens: req.outputLength,
+        blocks,
+        nextToken: (k) => 1000 + ((i * 7919 + k * 104729) % 30000),
+        onToken: (_token, finished) => {
+          result.outputTokens++;
+          if (result.ttftMs === undefined) {
+            result.ttftMs = now - sent;
+            result.cachedTokens = seq?.cachedTokens ?? 0;
+            if (hashes) routers[r]!.pending.done(key);
+          } else result.itlMs.push(now - last);
+          last = now;
+          for (const b of books) b.book.progress(b.key(key), 1);
+          if (finished) {
+            result.ok = true;
+            result.latencyMs = now - sent;
+            for (const b of books) b.book.free(b.key(key));
+          }
+        },
+      });
+      worker.blocks.release(held.toReversed(), 0);
+      startStep(worker);
+    };
+    if (copied > 0) later.push({ at: now + copied * options.kvFetchMsPerBlock!, run: start });
+    else start();
   };
 
   const start = requests[0]?.timestamp ?? 0;
@@ -266,7 +307,9 @@ export function simulate(
     const arrivalAt = next < requests.length
       ? (requests[next]!.timestamp - start) / options.load
       : Infinity;
-    const at = Math.min(stepAt, arrivalAt);
+    let laterAt = Infinity;
+    for (const l of later) laterAt = Math.min(laterAt, l.at);
+    const at = Math.min(stepAt, arrivalAt, laterAt);
     if (at === Infinity) break;
     while (nextSample <= at) {
       load.push([
@@ -276,6 +319,10 @@ export function simulate(
       nextSample += sampleMs;
     }
     now = at;
+    if (laterAt === at && laterAt < arrivalAt) {
+      later.splice(later.findIndex((l) => l.at === at), 1)[0]!.run();
+      continue;
+    }
     if (arrivalAt <= stepAt) {
       arrive(next++);
       continue;
@@ -290,4 +337,21 @@ export function simulate(
     }
   }
   return { results, seconds: now / 1000, load };
+}
+
+/**
+ * Makes `blocks[0 .. end)` cached in `bm` (inactive, evictable), as a worker that loaded their
+ * KV: the prefix already there is held while room is made, so that it cannot be evicted.
+ * @returns how many blocks were added (room permitting)
+ */
+function cacheBlocks(bm: BlockManager, blocks: readonly FullBlock[], end: number): number {
+  const hashes = blocks.map((b) => b.sequenceHash);
+  const have = bm.matchPrefix(hashes);
+  if (end <= have) return 0;
+  bm.acquireCached(hashes.slice(0, have));
+  const add = blocks.slice(have, have + Math.min(end - have, bm.availableBlocks));
+  bm.allocate(add.length);
+  bm.commit(have > 0 ? hashes[have - 1]! : null, add);
+  bm.release(hashes.slice(0, have + add.length).reverse(), 0);
+  return add.length;
 }

@@ -88,8 +88,50 @@ Deno.test("simulate: the sharedCache oracle gives a worker the prefix another wo
       .results.map((r) => r.cachedTokens);
   assert.deepEqual(run(false), [0, 0]);
   assert.deepEqual(run(true), [0, 1024]);
+});
 
-  function ids(from: number, n: number): number[] {
-    return Array.from({ length: n }, (_, i) => from + i);
-  }
+function ids(from: number, n: number): number[] {
+  return Array.from({ length: n }, (_, i) => from + i);
+}
+
+Deno.test("simulate: with peer fetch and pass timing, a busy holder's prefix is copied to an idle worker", () => {
+  // A 2,048-token prompt X; once it is done, X with 6,000 more tokens (it goes to X's holder);
+  // then X with a question while that long prefill runs.
+  const x = Array.from({ length: 128 }, (_, i) => i + 1);
+  const trace = [
+    { timestamp: 0, inputLength: 2048, outputLength: 2, hashIds: x },
+    { timestamp: 1000, inputLength: 8048, outputLength: 2, hashIds: [...x, ...ids(5000, 375)] },
+    { timestamp: 1010, inputLength: 2064, outputLength: 2, hashIds: [...x, 9999] },
+  ].map((r) => ({ ...r, blockTokens: 16 }));
+  const run = (kvFetchMsPerBlock?: number) =>
+    simulate(trace, {
+      workers: 2,
+      mode: "kv",
+      load: 1,
+      blockSize: 16,
+      passTiming: true,
+      kvFetchMsPerBlock,
+    }).results;
+  const fetched = run(0.05);
+  const [first, long, again] = fetched;
+  assert.ok(fetched.every((r) => r.ok));
+  // The long prompt's prefill takes ~125 ms; the question does not wait for it, and its 2,048
+  // tokens of X come from the holder (128 blocks at 0.05 ms: 6.4 ms) instead of being computed.
+  assert.equal(long!.cachedTokens, 2048);
+  assert.ok(long!.ttftMs! > 110, `long prompt ${long!.ttftMs} ms`);
+  assert.equal(again!.cachedTokens, 2048);
+  assert.ok(again!.ttftMs! < first!.ttftMs!, `${again!.ttftMs} vs ${first!.ttftMs}`);
+  // The copy's time is charged: 128 blocks at 0.05 ms instead of 0.01 ms start 5.12 ms later.
+  const quicker = run(0.01)[2]!;
+  assert.equal(quicker.cachedTokens, 2048);
+  assert.ok(Math.abs(again!.ttftMs! - quicker.ttftMs! - 128 * 0.04) < 1e-6);
+  // Without peer fetch the question either waits behind the long prefill or computes X again.
+  const [, , alone] = run(undefined);
+  assert.ok(
+    alone!.ttftMs! > 100 || alone!.cachedTokens === 0,
+    `${alone!.ttftMs} ms, ${alone!.cachedTokens} cached`,
+  );
+  // Copying (640 ms) slower than waiting for the holder: it waits.
+  const [, , slow] = run(5);
+  assert.ok(slow!.ttftMs! > 100 && slow!.ttftMs! < 128 * 5, `${slow!.ttftMs} ms`);
 });

@@ -201,7 +201,8 @@ export class RoutingPolicy {
    * Picks from costs. A prompt no candidate holds any of, at temperature 0, goes in turn to the
    * workers within {@linkcode COLD_NEAR_TIE} of the lowest cost: with nothing cached to win, even
    * spacing beats sending each to the momentary least loaded (which clumps arrivals on batching
-   * engines). Otherwise the cheapest, as {@linkcode pickByCost}.
+   * engines). Not when the candidates say when their passes end: then the cost knows which
+   * worker starts the prompt first. Otherwise the cheapest, as {@linkcode pickByCost}.
    *
    * @param candidates the candidates the costs are for
    * @param costs cost per worker id, lower is better
@@ -209,7 +210,7 @@ export class RoutingPolicy {
    * @throws {InvalidArgumentError} no costs, or a cost that is not a finite number
    */
   pick(candidates: readonly WorkerCandidate[], costs: Map<string, number>): string {
-    const cold = candidates.every((c) => c.overlapBlocks === 0);
+    const cold = candidates.every((c) => c.overlapBlocks === 0 && c.passLeftMs === undefined);
     if (!cold || this.temperature > 0) {
       return pickByCost(costs, this.temperature, this.#random);
     }
@@ -222,10 +223,56 @@ export class RoutingPolicy {
 }
 
 /**
+ * The candidates as they stand when workers can copy cached KV blocks from each other (peer KV
+ * fetch): each candidate that can fetch (`fetchMsPerBlock` set) and caches less of the prompt
+ * than another worker that can serve it does gets that worker's prefix, as `fetchBlocks` to copy
+ * from `fetchFrom`; the cost charges the copy's time. Only blocks a worker holds now count as a
+ * source (`resident`: the indexer's matches, not prompts still being prefilled, which cannot be
+ * copied yet). Candidates that cannot fetch are returned as they are.
+ *
+ * @param candidates the workers and their own overlaps
+ * @param resident blocks of the prompt's prefix each worker holds now
+ * @returns the candidates, those that would fetch with their overlap raised
+ * @example
+ * ```ts
+ * const [a, b] = withPeerFetch([
+ *   { workerId: "a", overlapBlocks: 8, requestBlocks: 10, activeBlocks: 0, prefillBlocks: 0,
+ *     activeRequests: 0, fetchMsPerBlock: 0.1 },
+ *   { workerId: "b", overlapBlocks: 0, requestBlocks: 10, activeBlocks: 0, prefillBlocks: 0,
+ *     activeRequests: 0, fetchMsPerBlock: 0.1 },
+ * ], new Map([["a", 8]]));
+ * b.fetchBlocks; // 8, from "a"
+ * ```
+ */
+export function withPeerFetch(
+  candidates: readonly WorkerCandidate[],
+  resident: ReadonlyMap<string, number>,
+): WorkerCandidate[] {
+  let best = 0;
+  let from: string | undefined;
+  for (const c of candidates) {
+    const held = Math.min(resident.get(c.workerId) ?? 0, c.requestBlocks);
+    if (c.fetchMsPerBlock !== undefined && held > best) {
+      best = held;
+      from = c.workerId;
+    }
+  }
+  return candidates.map((c) =>
+    c.fetchMsPerBlock === undefined || from === undefined || c.overlapBlocks >= best
+      ? c
+      : { ...c, overlapBlocks: best, fetchBlocks: best - c.overlapBlocks, fetchFrom: from }
+  );
+}
+
+/**
  * The default cost: each candidate's predicted time to first token, from the prefill it would
  * do (its queue plus this request's uncached tokens) and the KV its running requests hold
  * with this one added; plus, for a prompt some candidate caches part of, the delay its
- * uncached tokens add to waiting requests ({@linkcode WAITING_DELAY_SHARE}).
+ * uncached tokens add to waiting requests ({@linkcode WAITING_DELAY_SHARE}). Where known, the
+ * time to copy blocks from a peer (`fetchBlocks`), and the time left of the worker's pass in
+ * flight in place of the predicted time of the prefill in it (`passLeftMs`,
+ * `passPrefillTokens`): the queue term counts that prefill as work still to do, the time left
+ * says when it ends.
  *
  * @param candidates the workers and their loads
  * @param blockSize tokens per KV block
@@ -261,7 +308,10 @@ export function predictedTtftCosts(
       ? 0
       : WAITING_DELAY_SHARE * waiting * msPerToken * (c.requestBlocks - c.overlapBlocks) *
         blockSize;
-    costs.set(c.workerId, own + delay);
+    const fetch = (c.fetchBlocks ?? 0) * (c.fetchMsPerBlock ?? 0);
+    const pass = c.passLeftMs === undefined ? 0 : c.passLeftMs -
+      msPerToken * Math.min(c.passPrefillTokens ?? 0, c.prefillBlocks * blockSize);
+    costs.set(c.workerId, own + delay + fetch + pass);
   }
   return costs;
 }

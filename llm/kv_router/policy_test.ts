@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import { predictedTtftCosts, RoutingPolicy, WAITING_DELAY_SHARE } from "./policy.ts";
+import { predictedTtftCosts, RoutingPolicy, WAITING_DELAY_SHARE, withPeerFetch } from "./policy.ts";
 import { TtftModel } from "./ttft_model.ts";
 import type { WorkerCandidate } from "./scheduler.ts";
 
@@ -127,4 +127,95 @@ Deno.test("predictedTtftCosts adds no waiting delay for a prompt nobody caches",
   const all = [worker("a", { waitingRequests: 20 }), worker("b")];
   const costs = predictedTtftCosts(all, 16, new TtftModel());
   assert.equal(costs.get("a"), costs.get("b"));
+});
+
+Deno.test("withPeerFetch: workers that can fetch take the best holder's prefix, to copy from it", () => {
+  const all = [
+    worker("a", { overlapBlocks: 100, fetchMsPerBlock: 0.1 }),
+    worker("b", { overlapBlocks: 20, fetchMsPerBlock: 0.1 }),
+    worker("c", { overlapBlocks: 20 }), // cannot fetch
+    // d's overlap is a prompt still being prefilled there: nothing to copy from it yet.
+    worker("d", { overlapBlocks: 120, fetchMsPerBlock: 0.1 }),
+  ];
+  const resident = new Map([["a", 100], ["b", 20], ["c", 20]]);
+  const [a, b, c, d] = withPeerFetch(all, resident);
+  assert.deepEqual([a, c, d], [all[0], all[2], all[3]]);
+  assert.equal(b!.overlapBlocks, 100);
+  assert.equal(b!.fetchBlocks, 80);
+  assert.equal(b!.fetchFrom, "a");
+  // A holder that cannot serve its blocks is no source.
+  const noSource = withPeerFetch([worker("a", { overlapBlocks: 100 }), all[1]!], resident);
+  assert.equal(noSource[1]!.fetchBlocks, undefined);
+  // Nobody holds anything: nothing changes.
+  assert.deepEqual(withPeerFetch(all, new Map()), all);
+});
+
+Deno.test("predictedTtftCosts: a copy costs its blocks' time; the pass in flight its time left", () => {
+  const model = new TtftModel();
+  const msPerToken = model.coefficients().msPerKTokens / 1000;
+  const [base] = predictedTtftCosts([worker("a", { overlapBlocks: 100 })], 16, model).values();
+  const [copied] = predictedTtftCosts(
+    [worker("a", { overlapBlocks: 100, fetchBlocks: 80, fetchMsPerBlock: 0.1 })],
+    16,
+    model,
+  ).values();
+  assert.ok(Math.abs(copied! - base! - 8) < 1e-9);
+  // 2,000 tokens queued, 1,000 of them in the pass in flight, which ends in 5 ms: the cost counts
+  // the 1,000 in flight as 5 ms instead of their predicted prefill time.
+  const queued = worker("a", { overlapBlocks: 100, prefillBlocks: 125 });
+  const [counted] = predictedTtftCosts([queued], 16, model).values();
+  const [timed] = predictedTtftCosts(
+    [{ ...queued, passLeftMs: 5, passPrefillTokens: 1000 }],
+    16,
+    model,
+  ).values();
+  assert.ok(Math.abs(timed! - (counted! - 1000 * msPerToken + 5)) < 1e-9);
+  // In-flight tokens the book does not count are not taken off twice.
+  const [unbooked] = predictedTtftCosts(
+    [worker("a", { overlapBlocks: 100, passLeftMs: 5, passPrefillTokens: 1000 })],
+    16,
+    model,
+  ).values();
+  assert.ok(Math.abs(unbooked! - (base! + 5)) < 1e-9);
+});
+
+Deno.test("RoutingPolicy: a busy holder's prefix goes to a peer whose pass ends sooner, copied", () => {
+  const policy = new RoutingPolicy(16);
+  // a holds 120 of 128 blocks but its pass in flight has 25 ms left; b is idle and can copy.
+  const all = withPeerFetch([
+    worker("a", { overlapBlocks: 120, passLeftMs: 25, fetchMsPerBlock: 0.05 }),
+    worker("b", { passLeftMs: 0, fetchMsPerBlock: 0.05 }),
+  ], new Map([["a", 120]]));
+  const chosen = policy.choose(all, { totalRequests: 0 });
+  assert.equal(chosen.workerId, "b");
+  assert.equal(chosen.fetchFrom, "a");
+  assert.equal(chosen.overlapBlocks, 120);
+  // Copying slowly costs more than the wait: it stays.
+  const slow = withPeerFetch([
+    worker("a", { overlapBlocks: 120, passLeftMs: 25, fetchMsPerBlock: 1 }),
+    worker("b", { passLeftMs: 0, fetchMsPerBlock: 1 }),
+  ], new Map([["a", 120]]));
+  assert.equal(policy.choose(slow, { totalRequests: 0 }).workerId, "a");
+  // Without pass timing the holder keeps it, as before.
+  const untimed = withPeerFetch([
+    worker("a", { overlapBlocks: 120, fetchMsPerBlock: 0.05 }),
+    worker("b", { fetchMsPerBlock: 0.05 }),
+  ], new Map([["a", 120]]));
+  assert.equal(policy.choose(untimed, { totalRequests: 0 }).workerId, "a");
+});
+
+Deno.test("RoutingPolicy: with pass timing a prompt nobody caches goes where the pass ends first", () => {
+  const policy = new RoutingPolicy(16);
+  const all = [
+    worker("a", { passLeftMs: 20 }),
+    worker("b", { passLeftMs: 3 }),
+    worker("c", { passLeftMs: 12 }),
+  ];
+  for (let i = 0; i < 4; i++) assert.equal(policy.choose(all, { totalRequests: 0 }).workerId, "b");
+  // Without it, such prompts take turns among near-equal workers.
+  const untimed = all.map(({ passLeftMs: _, ...c }) => c);
+  const picks = new Set(
+    Array.from({ length: 3 }, () => policy.choose(untimed, { totalRequests: 0 }).workerId),
+  );
+  assert.equal(picks.size, 3);
 });

@@ -33,6 +33,22 @@ export interface WorkerCandidate {
    * default cost counts the delay this request's prefill adds to them.
    */
   waitingRequests?: number;
+  /**
+   * Milliseconds until the worker's forward pass in flight ends (0: idle), when the worker
+   * says when its passes start and how long they take; a new request waits for it first.
+   */
+  passLeftMs?: number;
+  /** Prompt tokens being prefilled in that pass (also part of `prefillBlocks`' work). */
+  passPrefillTokens?: number;
+  /**
+   * Milliseconds to copy one KV block from a peer that holds it, when the worker can load its
+   * prompt's cached prefix from another worker instead of computing it (peer KV fetch).
+   */
+  fetchMsPerBlock?: number;
+  /** Of `overlapBlocks`, the blocks it would copy from `fetchFrom` ({@linkcode withPeerFetch}). */
+  fetchBlocks?: number;
+  /** The worker it would copy them from. */
+  fetchFrom?: string;
 }
 
 /** What a cost function sees. */

@@ -34,6 +34,7 @@ import {
 } from "./_bench/synthetic.ts";
 import { InvalidArgumentError } from "../runtime/errors.ts";
 import { DEFAULT_NUM_GPU_BLOCKS } from "../llm/engines/mocker/block_manager.ts";
+import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "../llm/engines/mocker/timing.ts";
 
 const MODES = ["kv", "round-robin", "random"] as const;
 
@@ -66,6 +67,10 @@ Options:
   --duration-s S               replay only requests arriving in the first S trace seconds
   --block-size N               KV block size of the mockers (default 16)
   --num-gpu-blocks N           KV blocks per mocker (default: the mocker's)
+  --kv-fetch-ms-per-block MS|off
+                               the mockers' peer KV fetch: ms per KV block copied from the
+                               worker holding a prefix (default: the mocker's, 0.084); off:
+                               workers compute what they lack
   --kv-overlap-score-weight W  kv mode's weight of cached blocks; given (or the next), kv
                                uses the reference's weighted cost instead of the default,
                                the predicted time to first token
@@ -99,12 +104,28 @@ interface BenchFlags {
   durationS?: number;
   blockSize: number;
   numGpuBlocks?: number;
+  /** The mockers' peer KV fetch rate (undefined: the mocker's default; null: off). */
+  kvFetchMsPerBlock?: number | null;
   overlapWeight?: number;
   temperature?: number;
   queuedPrefillWeight?: number;
   requestTimeoutS: number;
   /** Set once the trace is read: its longest prompt plus output. */
   contextLength: number;
+}
+
+/** `--kv-fetch-ms-per-block`: ms >= 0, or "off" (null). */
+function fetchRate(value: string | undefined): number | null | undefined {
+  if (value === undefined) return undefined;
+  if (value === "off") return null;
+  const ms = Number(value);
+  if (value === "" || !(ms >= 0 && ms < Infinity)) {
+    throw new UsageError(
+      `--kv-fetch-ms-per-block must be a number of ms >= 0 or "off", got ${JSON.stringify(value)}`,
+      "bench",
+    );
+  }
+  return ms;
 }
 
 function positive(flag: string, value: string | undefined, integer: boolean): number | undefined {
@@ -135,6 +156,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
     "duration-s": { type: "string" },
     "block-size": { type: "string" },
     "num-gpu-blocks": { type: "string" },
+    "kv-fetch-ms-per-block": { type: "string" },
     "kv-overlap-score-weight": { type: "string" },
     "router-temperature": { type: "string" },
     "kv-queued-prefill-weight": { type: "string" },
@@ -203,6 +225,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
     durationS: positive("duration-s", values["duration-s"], false),
     blockSize: positive("block-size", values["block-size"], true) ?? 16,
     numGpuBlocks: positive("num-gpu-blocks", values["num-gpu-blocks"], true),
+    kvFetchMsPerBlock: fetchRate(values["kv-fetch-ms-per-block"]),
     overlapWeight: weight === undefined ? undefined : Number(weight),
     temperature: temperature === undefined ? undefined : Number(temperature),
     queuedPrefillWeight: queued === undefined ? undefined : Number(queued),
@@ -245,6 +268,9 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
     String(flags.contextLength),
   ];
   if (flags.numGpuBlocks !== undefined) args.push("--num-gpu-blocks", String(flags.numGpuBlocks));
+  if (flags.kvFetchMsPerBlock !== undefined) {
+    args.push("--kv-fetch-ms-per-block", String(flags.kvFetchMsPerBlock ?? "off"));
+  }
   if (mode === "kv" && flags.overlapWeight !== undefined) {
     args.push("--kv-overlap-score-weight", String(flags.overlapWeight));
   }
@@ -383,6 +409,7 @@ async function run(args: string[], io: Io): Promise<number> {
         load: flags.speedup / flags.engineSpeedup,
         blockSize: flags.blockSize,
         numGpuBlocks: flags.numGpuBlocks,
+        kvFetchMsPerBlock: flags.kvFetchMsPerBlock,
         // About 200 load samples over the replay.
         sampleMs: Math.max(1, span * 1000 / (flags.speedup / flags.engineSpeedup) / 200),
         policy: {
@@ -439,6 +466,9 @@ async function run(args: string[], io: Io): Promise<number> {
     engine_speedup: flags.engineSpeedup,
     block_size: flags.blockSize,
     num_gpu_blocks: flags.numGpuBlocks ?? DEFAULT_NUM_GPU_BLOCKS,
+    kv_fetch_ms_per_block: flags.kvFetchMsPerBlock === undefined
+      ? DEFAULT_KV_FETCH_MS_PER_BLOCK
+      : flags.kvFetchMsPerBlock,
     // What kv mode's cost was: the weights are null under the default, which has none.
     kv_cost: flags.overlapWeight === undefined && flags.queuedPrefillWeight === undefined
       ? "predicted-ttft"

@@ -12,7 +12,7 @@ import {
   type Endpoint,
   type LoadedModel,
   type Logger,
-  type MockerEngineOptions,
+  type MockerWorkerOptions,
   type MockerWorkers,
   type ModelDeploymentCard,
   ModelInput,
@@ -138,6 +138,11 @@ Options:
   --embedding              llamacpp: also serve /v1/embeddings with the model
   --max-num-batched-tokens N
                            mocker: tokens per forward pass (default 8192)
+  --kv-fetch-ms-per-block MS|off
+                           mocker: a worker loads a prompt's prefix cached on another
+                           worker when a KV router says so, taking MS simulated ms per
+                           KV block (default 0.084: 2 MiB blocks over 25 GB/s); off:
+                           workers compute what they lack
   -h, --help               show this help`;
 
 function parseIntFlag(name: string, value: string | undefined, min: number): number | undefined {
@@ -188,6 +193,7 @@ async function run(args: string[], io: Io): Promise<number> {
     upstream: { type: "string", multiple: true },
     "num-workers": { type: "string" },
     "speedup-ratio": { type: "string" },
+    "kv-fetch-ms-per-block": { type: "string" },
     "block-size": { type: "string" },
     "num-gpu-blocks": { type: "string" },
     "max-num-seqs": { type: "string" },
@@ -251,7 +257,7 @@ async function run(args: string[], io: Io): Promise<number> {
   let modelInput: ModelInput;
   let modelPath: string;
   let modelName = values["model-name"];
-  let mocker: { numWorkers: number; engine: MockerEngineOptions } | undefined;
+  let mocker: { numWorkers: number; engine: MockerWorkerOptions } | undefined;
   let checkHealth: (() => Promise<string | undefined>) | undefined;
   let llama: { numWorkers: number; engine: LlamaCppWorkerOptions } | undefined;
   let upstream: { baseUrls: string[]; model?: string; modelPath?: string } | undefined;
@@ -623,8 +629,16 @@ interface LlamaCppWorkerOptions {
 
 function parseMockerFlags(
   values: Record<string, string | boolean | string[] | undefined>,
-): { numWorkers: number; engine: MockerEngineOptions } {
+): { numWorkers: number; engine: MockerWorkerOptions } {
   const int = (name: string, min: number) => parseIntFlag(name, values[name] as string, min);
+  const fetch = values["kv-fetch-ms-per-block"] as string | undefined;
+  const fetchMs = fetch === undefined ? undefined : fetch === "off" ? null : Number(fetch);
+  if (typeof fetchMs === "number" && !(fetchMs >= 0 && fetchMs < Infinity) || fetch === "") {
+    throw new UsageError(
+      `--kv-fetch-ms-per-block must be a number of ms >= 0 or "off", got ${JSON.stringify(fetch)}`,
+      "run",
+    );
+  }
   const speedup = values["speedup-ratio"] as string | undefined;
   const speedupRatio = speedup === undefined ? undefined : Number(speedup);
   if (speedupRatio !== undefined && !(speedupRatio > 0 && Number.isFinite(speedupRatio))) {
@@ -641,6 +655,7 @@ function parseMockerFlags(
       numGpuBlocks: int("num-gpu-blocks", 1),
       maxNumSeqs: int("max-num-seqs", 1),
       maxNumBatchedTokens: int("max-num-batched-tokens", 1),
+      kvFetchMsPerBlock: fetchMs,
     },
   };
 }

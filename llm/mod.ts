@@ -181,11 +181,15 @@ export {
 export {
   BlockManager,
   type BlockManagerOptions,
+  cachePrefix,
+  DEFAULT_KV_FETCH_MS_PER_BLOCK,
   type FullBlock,
+  KV_FETCH_ENDPOINT,
   type KvEventSink,
   type MetricsSink,
   MockerEngine,
   type MockerEngineOptions,
+  type MockerKvFetch,
   type MockerWorker,
   type MockerWorkerOptions,
   type MockerWorkers,
@@ -199,6 +203,7 @@ export {
   startMockerWorkers,
   type StepEntry,
   type StepPlan,
+  TIMED_PASS_MS,
   type TokensHandler,
 } from "./engines/mocker/mod.ts";
 // KV events, the indexer and load metrics (the router's inputs); block hashing.

@@ -124,6 +124,20 @@ export interface PreprocessedRequest {
    * earlier attempts (and already streamed to the client). Engines may ignore it.
    */
   migrated_tokens?: number;
+  /**
+   * Set by a KV router when the worker should load the prompt's first `blocks` KV blocks from
+   * the worker `source` (an instance id) instead of computing them (peer KV fetch). Engines
+   * that cannot fetch ignore it and compute.
+   */
+  kv_fetch?: KvFetchHint;
+}
+
+/** Where a worker may copy a prompt's cached prefix from ({@linkcode PreprocessedRequest.kv_fetch}). */
+export interface KvFetchHint {
+  /** Instance id of the worker holding the blocks. */
+  source: string;
+  /** How many of the prompt's first full blocks it holds. */
+  blocks: number;
 }
 
 /** Why a sequence ended (OpenAI names plus Dynamo's). */

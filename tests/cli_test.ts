@@ -74,6 +74,12 @@ Deno.test("dynamo rejects unknown flags and bad arguments with exit code 2", asy
     [["call", "a/b/c", "{not json"], /not valid JSON/],
     [["call", "a/b/c", "{}", "--timeout-ms", "soon"], /--timeout-ms must be a whole number/],
     [["call", "a/b/c", "{}", "--instance"], /argument missing/],
+    [["run", "out=mocker", "--kv-fetch-ms-per-block", "fast"], /--kv-fetch-ms-per-block must be/],
+    [["run", "out=mocker", "--kv-fetch-ms-per-block=-1"], /--kv-fetch-ms-per-block must be/],
+    [
+      ["bench", "--synthetic", "no-sharing", "--out", "/tmp/x", "--kv-fetch-ms-per-block", "x"],
+      /--kv-fetch-ms-per-block must be/,
+    ],
   ];
   for (const [args, message] of cases) {
     const run = await dynamo(args);
@@ -227,6 +233,16 @@ Deno.test("dynamo bench --simulate on a trace sharing nothing: no NaN, and resul
     const weighted = await bench("--kv-overlap-score-weight", "4");
     assert.equal(weighted.results.kv_cost, "weighted");
     assert.equal(weighted.results.kv_overlap_score_weight, 4);
+    // The mockers' peer KV fetch rate is recorded: the default, a given one, or off.
+    assert.equal(plain.results.kv_fetch_ms_per_block, 0.084);
+    assert.equal(
+      (await bench("--kv-fetch-ms-per-block", "0.5")).results.kv_fetch_ms_per_block,
+      0.5,
+    );
+    assert.equal(
+      (await bench("--kv-fetch-ms-per-block", "off")).results.kv_fetch_ms_per_block,
+      null,
+    );
   } finally {
     await Deno.remove(out, { recursive: true });
   }

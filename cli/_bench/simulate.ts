@@ -17,7 +17,11 @@ import {
 } from "../../llm/kv_router/policy.ts";
 import { RadixTree } from "../../llm/kv_router/radix_tree.ts";
 import { ActiveSequences, type WorkerCandidate } from "../../llm/kv_router/scheduler.ts";
-import { BlockManager, type FullBlock } from "../../llm/engines/mocker/block_manager.ts";
+import {
+  BlockManager,
+  cachePrefix,
+  type FullBlock,
+} from "../../llm/engines/mocker/block_manager.ts";
 import {
   hashPromptBlocks,
   Scheduler,
@@ -25,6 +29,7 @@ import {
   type StepPlan,
 } from "../../llm/engines/mocker/scheduler.ts";
 import type { RequestResult } from "./replay.ts";
+import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "../../llm/engines/mocker/timing.ts";
 import { mulberry32 } from "./synthetic.ts";
 import { promptTokens, type TraceRequest } from "./trace.ts";
 
@@ -66,12 +71,13 @@ export interface SimulateOptions {
   sharedCache?: boolean;
   /**
    * Workers can load a prompt's cached prefix from a peer that holds it, at this many simulated
-   * ms per KV block, and the router knows (peer KV fetch; see `withPeerFetch`). Default: off.
+   * ms per KV block, and the router knows (peer KV fetch; see `withPeerFetch`). Default: the
+   * mocker's ({@linkcode DEFAULT_KV_FETCH_MS_PER_BLOCK}); null: workers that cannot.
    */
-  kvFetchMsPerBlock?: number;
+  kvFetchMsPerBlock?: number | null;
   /**
-   * The router knows when each worker's forward pass in flight ends and what it prefills (as
-   * workers that publish their passes tell it). Default false.
+   * The router knows when each worker's forward pass in flight ends and what it prefills, as
+   * mocker workers announce their passes (default true; false: engines that do not).
    */
   passTiming?: boolean;
 }
@@ -112,6 +118,15 @@ export function simulate(
   }
   if (!(options.load > 0)) throw new InvalidArgumentError(`load must be > 0, got ${options.load}`);
   const bs = options.blockSize;
+  // As the live router: pass timing and peer fetch go with the default cost only.
+  const predicted = options.policy?.overlapScoreWeight === undefined &&
+    options.policy?.queuedPrefillWeight === undefined;
+  const passTiming = predicted && (options.passTiming ?? true);
+  const fetchMs = predicted
+    ? options.kvFetchMsPerBlock === undefined
+      ? DEFAULT_KV_FETCH_MS_PER_BLOCK
+      : options.kvFetchMsPerBlock
+    : null;
   let now = 0;
   const rnd = mulberry32(options.seed ?? 1);
   const tree = new RadixTree();
@@ -186,18 +201,16 @@ export function simulate(
         prefillBlocks: l.prefillBlocks,
         activeRequests: l.requests,
         waitingRequests: l.waiting,
-        ...(options.passTiming
+        ...(passTiming
           ? {
             passLeftMs: (w.busyUntil ?? now) - now,
             passPrefillTokens: w.plan?.prefillTokens ?? 0,
           }
           : {}),
-        ...(options.kvFetchMsPerBlock === undefined
-          ? {}
-          : { fetchMsPerBlock: options.kvFetchMsPerBlock }),
+        ...(fetchMs === null ? {} : { fetchMsPerBlock: fetchMs }),
       };
     });
-    const candidates = options.kvFetchMsPerBlock === undefined ? own : withPeerFetch(own, scores);
+    const candidates = fetchMs === null ? own : withPeerFetch(own, scores);
     const chosen = policy.choose(candidates, { totalRequests: book.totalRequests });
     return {
       worker: workers.find((w) => w.id === chosen.workerId)!,
@@ -210,10 +223,12 @@ export function simulate(
 
   // Peer KV fetch: copies into `w` the blocks of the prompt's prefix that `from` holds now (up
   // to `upTo`) and `w` lacks, as inactive cached blocks (room permitting); returns how many.
-  const copyFrom = (w: Worker, from: Worker, blocks: FullBlock[], upTo: number): number => {
-    const hashes = blocks.map((b) => b.sequenceHash);
-    const have = Math.min(from.blocks.matchPrefix(hashes), upTo);
-    return cacheBlocks(w.blocks, blocks, have);
+  // Returns the blocks copied; the prompt's cached prefix comes back held (see cachePrefix).
+  const copyFrom = (w: Worker, from: Worker, blocks: FullBlock[], upTo: number) => {
+    const there = Math.min(from.blocks.matchPrefix(blocks.map((b) => b.sequenceHash)), upTo);
+    const here = w.blocks.matchPrefix(blocks.slice(0, there).map((b) => b.sequenceHash));
+    const held = there > here ? cachePrefix(w.blocks, blocks, there) : [];
+    return { copied: Math.max(0, held.length - here), held };
   };
 
   // The sharedCache oracle: copies into `w` the blocks of the prompt's prefix that some worker
@@ -221,7 +236,7 @@ export function simulate(
   const share = (w: Worker, blocks: FullBlock[]) => {
     let end = w.blocks.matchPrefix(blocks.map((b) => b.sequenceHash));
     while (end < blocks.length && computed.has(blocks[end]!.sequenceHash)) end++;
-    cacheBlocks(w.blocks, blocks, end);
+    w.blocks.release(cachePrefix(w.blocks, blocks, end).toReversed(), 0);
   };
 
   const startStep = (w: Worker) => {
@@ -260,13 +275,10 @@ export function simulate(
     const blocks = hashPromptBlocks(tokens, bs);
     if (options.sharedCache) share(worker, blocks);
     // A fetched prefix is there once its blocks are copied: the request starts then.
-    const copied = fetch ? copyFrom(worker, fetch.from, blocks, fetch.blocks) : 0;
     // Held while the copy is under way, so that nothing evicts them before the request starts.
-    const held = copied > 0
-      ? blocks.slice(0, worker.blocks.matchPrefix(blocks.map((b) => b.sequenceHash)))
-        .map((b) => b.sequenceHash)
-      : [];
-    worker.blocks.acquireCached(held);
+    const { copied, held } = fetch
+      ? copyFrom(worker, fetch.from, blocks, fetch.blocks)
+      : { copied: 0, held: [] };
     const start = () => {
       seq = worker.scheduler.add({
         id: key,
@@ -293,7 +305,7 @@ export function simulate(
       worker.blocks.release(held.toReversed(), 0);
       startStep(worker);
     };
-    if (copied > 0) later.push({ at: now + copied * options.kvFetchMsPerBlock!, run: start });
+    if (copied > 0) later.push({ at: now + copied * fetchMs!, run: start });
     else start();
   };
 
@@ -337,21 +349,4 @@ export function simulate(
     }
   }
   return { results, seconds: now / 1000, load };
-}
-
-/**
- * Makes `blocks[0 .. end)` cached in `bm` (inactive, evictable), as a worker that loaded their
- * KV: the prefix already there is held while room is made, so that it cannot be evicted.
- * @returns how many blocks were added (room permitting)
- */
-function cacheBlocks(bm: BlockManager, blocks: readonly FullBlock[], end: number): number {
-  const hashes = blocks.map((b) => b.sequenceHash);
-  const have = bm.matchPrefix(hashes);
-  if (end <= have) return 0;
-  bm.acquireCached(hashes.slice(0, have));
-  const add = blocks.slice(have, have + Math.min(end - have, bm.availableBlocks));
-  bm.allocate(add.length);
-  bm.commit(have > 0 ? hashes[have - 1]! : null, add);
-  bm.release(hashes.slice(0, have + add.length).reverse(), 0);
-  return add.length;
 }

@@ -94,7 +94,7 @@ function ids(from: number, n: number): number[] {
   return Array.from({ length: n }, (_, i) => from + i);
 }
 
-Deno.test("simulate: with peer fetch and pass timing, a busy holder's prefix is copied to an idle worker", () => {
+Deno.test("simulate: with peer fetch and pass timing (the defaults), a busy holder's prefix is copied to an idle worker", () => {
   // A 2,048-token prompt X; once it is done, X with 6,000 more tokens (it goes to X's holder);
   // then X with a question while that long prefill runs.
   const x = Array.from({ length: 128 }, (_, i) => i + 1);
@@ -103,7 +103,7 @@ Deno.test("simulate: with peer fetch and pass timing, a busy holder's prefix is 
     { timestamp: 1000, inputLength: 8048, outputLength: 2, hashIds: [...x, ...ids(5000, 375)] },
     { timestamp: 1010, inputLength: 2064, outputLength: 2, hashIds: [...x, 9999] },
   ].map((r) => ({ ...r, blockTokens: 16 }));
-  const run = (kvFetchMsPerBlock?: number) =>
+  const run = (kvFetchMsPerBlock: number | null) =>
     simulate(trace, {
       workers: 2,
       mode: "kv",
@@ -126,7 +126,7 @@ Deno.test("simulate: with peer fetch and pass timing, a busy holder's prefix is 
   assert.equal(quicker.cachedTokens, 2048);
   assert.ok(Math.abs(again!.ttftMs! - quicker.ttftMs! - 128 * 0.04) < 1e-6);
   // Without peer fetch the question either waits behind the long prefill or computes X again.
-  const [, , alone] = run(undefined);
+  const [, , alone] = run(null);
   assert.ok(
     alone!.ttftMs! > 100 || alone!.cachedTokens === 0,
     `${alone!.ttftMs} ms, ${alone!.cachedTokens} cached`,

@@ -4,7 +4,7 @@
 // block's prefill and the decode passes.
 
 import type { Context } from "../../runtime/context.ts";
-import type { BlockManager } from "../engines/mocker/block_manager.ts";
+import { type BlockManager, cachePrefix } from "../engines/mocker/block_manager.ts";
 import type { MockerEngine } from "../engines/mocker/engine.ts";
 import { hashPromptBlocks } from "../engines/mocker/scheduler.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../protocols.ts";
@@ -40,14 +40,8 @@ export function mockerDecodeEngine(mocker: MockerEngine): TokensEngine {
  * @returns how many of the prompt's full blocks are cached now
  */
 export function loadPromptBlocks(bm: BlockManager, tokenIds: readonly number[]): number {
-  const hashes = hashPromptBlocks(tokenIds, bm.blockSize);
-  const seq = hashes.map((b) => b.sequenceHash);
-  const hit = bm.matchPrefix(seq);
-  // Held while the rest is allocated, so the allocation cannot evict them.
-  bm.acquireCached(seq.slice(0, hit));
-  const fresh = Math.max(0, Math.min(hashes.length - hit, bm.availableBlocks));
-  bm.allocate(fresh);
-  bm.commit(seq[hit - 1] ?? null, hashes.slice(hit, hit + fresh));
-  bm.release(seq.slice(0, hit + fresh).reverse(), 0);
-  return hit + fresh;
+  const blocks = hashPromptBlocks(tokenIds, bm.blockSize);
+  const held = cachePrefix(bm, blocks, blocks.length);
+  bm.release(held.toReversed(), 0);
+  return held.length;
 }

@@ -41,7 +41,20 @@ export interface KvMetrics {
   gpuCacheUsagePerc: number;
   /** Fraction of prompt blocks found in the prefix cache (0..1). */
   gpuPrefixCacheHitRate: number;
+  /** Milliseconds until the forward pass in flight ends (0: idle), for pass timing. */
+  passMsLeft?: number;
+  /** Prompt tokens prefilled in that pass. */
+  passPrefillTokens?: number;
+  /** Milliseconds to copy one KV block from a peer, when the worker can fetch. */
+  kvFetchMsPerBlock?: number;
 }
+
+/** The optional fields, camelCase and on the wire. */
+const OPTIONAL: [keyof KvMetrics, keyof ForwardPassMetrics][] = [
+  ["passMsLeft", "pass_ms_left"],
+  ["passPrefillTokens", "pass_prefill_tokens"],
+  ["kvFetchMsPerBlock", "kv_fetch_ms_per_block"],
+];
 
 const FIELDS: [keyof KvMetrics, keyof ForwardPassMetrics][] = [
   ["requestActiveSlots", "request_active_slots"],
@@ -62,6 +75,16 @@ function toWire(m: KvMetrics | number[]): ForwardPassMetrics {
     }
     out[snake] = v;
   });
+  if (!Array.isArray(m)) {
+    for (const [camel, snake] of OPTIONAL) {
+      const v = m[camel];
+      if (v === undefined) continue;
+      if (typeof v !== "number" || !(v >= 0) || v === Infinity) {
+        throw new InvalidArgumentError(`${camel} must be a finite number >= 0, got ${v}`);
+      }
+      out[snake] = v;
+    }
+  }
   return out;
 }
 
@@ -77,7 +100,8 @@ function toWire(m: KvMetrics | number[]): ForwardPassMetrics {
  */
 export function fromForwardPassMetrics(m: ForwardPassMetrics): KvMetrics {
   const out = {} as KvMetrics;
-  for (const [camel, snake] of FIELDS) out[camel] = m[snake];
+  for (const [camel, snake] of FIELDS) out[camel] = m[snake]!;
+  for (const [camel, snake] of OPTIONAL) if (m[snake] !== undefined) out[camel] = m[snake];
   return out;
 }
 
@@ -201,6 +225,8 @@ const MAX_WORKERS = 10_000;
 
 const count = z.int().nonnegative();
 const fraction = z.number().min(0).max(1);
+/** Milliseconds a worker may claim: finite, at most an hour. */
+const millis = z.number().min(0).max(3_600_000);
 
 /**
  * Load metrics as they come off the network: counts are whole numbers >= 0, fractions are
@@ -216,6 +242,9 @@ export const endpointKvMetricsSchema = z.object({
   num_requests_waiting: count,
   gpu_cache_usage_perc: fraction,
   gpu_prefix_cache_hit_rate: fraction,
+  pass_ms_left: millis.optional(),
+  pass_prefill_tokens: count.optional(),
+  kv_fetch_ms_per_block: millis.optional(),
 });
 
 /**
@@ -254,6 +283,8 @@ export function parseLoadMetrics(
 export class KvMetricsAggregator {
   readonly #component: Component;
   readonly #latest = new Map<string, EndpointKvMetrics>();
+  /** When each worker's latest metrics came (performance.now()), to age its pass timing. */
+  readonly #receivedAt = new Map<string, number>();
   #sub!: EventSubscription;
   /** The subscription's `ready` rejected: the next getMetrics() subscribes again. */
   #subFailed = false;
@@ -295,7 +326,11 @@ export class KvMetricsAggregator {
   async getMetrics(): Promise<AggregatedMetrics> {
     const client = await this.#ready();
     const live = new Set(client.instanceIds());
-    for (const id of this.#latest.keys()) if (!live.has(id)) this.#latest.delete(id);
+    for (const id of this.#latest.keys()) {
+      if (live.has(id)) continue;
+      this.#latest.delete(id);
+      this.#receivedAt.delete(id);
+    }
     await Promise.all(
       [...live].filter((id) => !this.#latest.has(id)).map((id) => this.#scrape(client, id)),
     );
@@ -311,6 +346,24 @@ export class KvMetricsAggregator {
    */
   latest(workerId: string): EndpointKvMetrics | undefined {
     return this.#latest.get(workerId);
+  }
+
+  /**
+   * The worker's pass in flight as its latest metrics told it, aged by the time since they
+   * came: milliseconds left (0 once it should have ended) and the prompt tokens in it.
+   *
+   * @param workerId the worker's instance id
+   * @param now the clock the arrival times were read on (default performance.now())
+   * @returns undefined when the worker publishes no pass timing (or nothing yet)
+   */
+  passTiming(
+    workerId: string,
+    now: number = performance.now(),
+  ): { msLeft: number; prefillTokens: number } | undefined {
+    const m = this.#latest.get(workerId);
+    if (m?.pass_ms_left === undefined) return undefined;
+    const age = now - (this.#receivedAt.get(workerId) ?? now);
+    return { msLeft: Math.max(0, m.pass_ms_left - age), prefillTokens: m.pass_prefill_tokens ?? 0 };
   }
 
   /** Stops listening. */
@@ -438,6 +491,7 @@ export class KvMetricsAggregator {
         (this.#latest.has(m.worker_id) || this.#latest.size < MAX_WORKERS)
       ) {
         this.#latest.set(m.worker_id, m);
+        this.#receivedAt.set(m.worker_id, performance.now());
       }
     }
   }
@@ -449,7 +503,10 @@ export class KvMetricsAggregator {
       for await (const item of await client.direct({}, id, { signal: ac.signal })) {
         const m = this.#check(item, id);
         // The answer is the instance's own: it is filed (and reported) under that id.
-        if (m && !this.#latest.has(id)) this.#latest.set(id, { ...m, worker_id: id });
+        if (m && !this.#latest.has(id)) {
+          this.#latest.set(id, { ...m, worker_id: id });
+          this.#receivedAt.set(id, performance.now());
+        }
         break;
       }
     } catch (err) {

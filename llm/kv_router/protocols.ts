@@ -79,6 +79,18 @@ export interface ForwardPassMetrics {
   gpu_cache_usage_perc: number;
   /** Fraction of prompt blocks found in the prefix cache (0..1). */
   gpu_prefix_cache_hit_rate: number;
+  /**
+   * Milliseconds until the forward pass in flight ends, as of this message (0: idle), from a
+   * worker that publishes when each pass starts (pass timing; optional).
+   */
+  pass_ms_left?: number;
+  /** Prompt tokens prefilled in that pass. */
+  pass_prefill_tokens?: number;
+  /**
+   * Milliseconds to copy one KV block from a peer, from a worker that can load a prompt's
+   * prefix from another worker (`kv_fetch` requests) and serve its own to peers (optional).
+   */
+  kv_fetch_ms_per_block?: number;
 }
 
 /** One worker's metrics as the aggregator reports them. */

@@ -21,7 +21,8 @@ import { KvIndexer } from "./indexer.ts";
 import { type BlockHash, computeBlockHashesSync } from "./hashing.ts";
 import { KvMetricsAggregator } from "./metrics.ts";
 import { PendingPrefills } from "./pending_prefills.ts";
-import { RoutingPolicy, type RoutingPolicyOptions } from "./policy.ts";
+import { RoutingPolicy, type RoutingPolicyOptions, withPeerFetch } from "./policy.ts";
+import type { KvFetchHint } from "../protocols.ts";
 import { ReplicaSync } from "./replica_sync.ts";
 import {
   ActiveSequences,
@@ -108,8 +109,13 @@ export interface RouteDecisionRecord extends RouteDecision {
 export interface RouteDecision {
   /** The chosen worker's instance id. */
   instanceId: string;
-  /** Blocks of the request's prefix cached on that worker. */
+  /** Blocks of the request's prefix cached on that worker (or to be copied to it). */
   overlapBlocks: number;
+  /**
+   * Where the chosen worker is to copy the prompt's cached prefix from (peer KV fetch), when
+   * {@linkcode KvRouter.generate} decided so: sent to the worker as the request's `kv_fetch`.
+   */
+  kvFetch?: KvFetchHint;
 }
 
 /** Options of {@linkcode KvRouter.findBestMatch}. */
@@ -198,6 +204,10 @@ export class KvRouter {
   readonly #decodeThreshold: number | undefined;
   readonly #prefillThreshold: number | undefined;
   readonly #metrics: KvMetricsAggregator | undefined;
+  /** Whether candidates carry the workers' pass timing and fetch rate (the default cost). */
+  readonly #timed: boolean;
+  /** When workers without metrics may be scraped again (performance.now()). */
+  #nextScrape = 0;
   readonly #sync: ReplicaSync | undefined;
   readonly #indexer: OverlapLookup;
   readonly #client: Promise<Client>;
@@ -276,8 +286,12 @@ export class KvRouter {
       sync = new ReplicaSync(endpoint.component, this.#active, { logger: this.#log });
     }
     this.#sync = sync;
-    // The workers' own KV usage, only when a threshold needs it.
-    this.#metrics = decode === undefined ? undefined : new KvMetricsAggregator(endpoint.component);
+    // The workers' own metrics: their KV usage for the busy threshold, and for the default
+    // cost when and how long their passes run (pass timing) and whether they fetch from peers.
+    this.#timed = !this.#policy.weighted && this.#costFunction === undefined;
+    this.#metrics = decode === undefined && !this.#timed
+      ? undefined
+      : new KvMetricsAggregator(endpoint.component);
   }
 
   /** Resolves once replica sync (when on) receives the other routers' bookings. */
@@ -392,6 +406,7 @@ export class KvRouter {
     options: FindBestMatchOptions,
     exclude: ReadonlySet<string>,
     sequenceHashes?: readonly BlockHash[],
+    fetch = false,
   ): Promise<RouteDecision & Pick<RouteDecisionRecord, "candidates" | "costs">> {
     const allowed = options.instances === undefined ? undefined : idSet(options.instances);
     const ids = client.availableInstanceIds().filter((id) =>
@@ -405,10 +420,20 @@ export class KvRouter {
       sequenceHashes ??
         computeBlockHashesSync(tokenIds, this.blockSize, options.loraId).sequence,
     ).scores;
-    const all: WorkerCandidate[] = ids.map((workerId) => {
+    const metrics = this.#timed ? this.#metrics : undefined;
+    const now = performance.now();
+    // Workers not heard from yet (idle since before this router started) are asked.
+    if (metrics && now >= this.#nextScrape && ids.some((id) => !metrics.latest(id))) {
+      this.#nextScrape = now + 1000;
+      metrics.getMetrics().catch((err) =>
+        this.#log.debug("cannot scrape load metrics", { error: String(err) })
+      );
+    }
+    let fetchers = 0;
+    const own: WorkerCandidate[] = ids.map((workerId) => {
       const load = this.#active.load(workerId);
       const cached = Math.max(scores.get(workerId) ?? 0, soon?.get(workerId) ?? 0);
-      return {
+      const c: WorkerCandidate = {
         workerId,
         overlapBlocks: Math.min(cached, requestBlocks),
         requestBlocks,
@@ -417,7 +442,21 @@ export class KvRouter {
         activeRequests: load.requests,
         waitingRequests: load.waiting,
       };
+      if (metrics === undefined) return c;
+      const pass = metrics.passTiming(workerId, now);
+      if (pass) {
+        c.passLeftMs = pass.msLeft;
+        c.passPrefillTokens = pass.prefillTokens;
+      }
+      const rate = fetch ? metrics.latest(workerId)?.kv_fetch_ms_per_block : undefined;
+      if (rate !== undefined) {
+        c.fetchMsPerBlock = rate;
+        fetchers++;
+      }
+      return c;
     });
+    // Peer KV fetch: workers that can copy a holder's prefix are costed with it.
+    const all = fetchers > 1 ? withPeerFetch(own, scores) : own;
     const candidates = this.#policy.eligible(all, {
       totalRequests: this.#active.totalRequests,
       busy: this.#prefillThreshold === undefined && this.#decodeThreshold === undefined
@@ -452,8 +491,11 @@ export class KvRouter {
       costs = this.#policy.costs(candidates);
       instanceId = this.#policy.pick(candidates, costs);
     }
-    const overlapBlocks = candidates.find((c) => c.workerId === instanceId)!.overlapBlocks;
-    return { instanceId, overlapBlocks, candidates: all, costs };
+    const chosen = candidates.find((c) => c.workerId === instanceId)!;
+    const kvFetch = chosen.fetchFrom === undefined
+      ? undefined
+      : { source: chosen.fetchFrom, blocks: chosen.overlapBlocks };
+    return { instanceId, overlapBlocks: chosen.overlapBlocks, kvFetch, candidates: all, costs };
   }
 
   #busy(c: WorkerCandidate): boolean {
@@ -489,6 +531,7 @@ export class KvRouter {
         options,
         tried,
         hashes.sequence,
+        true,
       );
       tried.add(decision.instanceId);
       this.#onRoute?.({
@@ -503,7 +546,8 @@ export class KvRouter {
       this.#indexer.recordRouted?.(request.token_ids, decision.instanceId, options.loraId);
       let stream: ResponseStream<T>;
       try {
-        stream = await client.direct<T>(request, decision.instanceId, { context });
+        const sent = decision.kvFetch ? { ...request, kv_fetch: decision.kvFetch } : request;
+        stream = await client.direct<T>(sent, decision.instanceId, { context });
       } catch (err) {
         this.#pending.done(key);
         this.#active.free(key);

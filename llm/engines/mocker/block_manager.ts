@@ -262,3 +262,34 @@ export class BlockManager {
     if (removed.length > 0) this.#onEvent({ removed: { block_hashes: removed } });
   }
 }
+
+/**
+ * Makes the first `end` of a sequence's full blocks cached in `bm`, as a worker that loaded
+ * their KV (from a peer, or from a prefill worker): what is cached already is kept, the rest is
+ * allocated and committed (`stored` events), as many as fit. All of them come back held, so that
+ * nothing evicts them before their request has them: release them (tail first) after.
+ *
+ * @param bm the block manager
+ * @param blocks the sequence's full blocks
+ * @param end how many of them to make cached
+ * @returns the hashes of the blocks now cached and held: `blocks[0 .. n)`, n <= end
+ * @example
+ * ```ts
+ * const bm = new BlockManager({ numGpuBlocks: 8, blockSize: 4 });
+ * const held = cachePrefix(bm, [{ localHash: 1n, sequenceHash: 11n }], 1);
+ * bm.release(held.toReversed(), 0); // cached, evictable
+ * ```
+ */
+export function cachePrefix(
+  bm: BlockManager,
+  blocks: readonly FullBlock[],
+  end: number,
+): BlockHash[] {
+  const hashes = blocks.slice(0, Math.max(0, end)).map((b) => b.sequenceHash);
+  const have = bm.matchPrefix(hashes);
+  bm.acquireCached(hashes.slice(0, have));
+  const add = blocks.slice(have, have + Math.min(hashes.length - have, bm.availableBlocks));
+  bm.allocate(add.length);
+  bm.commit(have > 0 ? hashes[have - 1]! : null, add);
+  return hashes.slice(0, have + add.length);
+}

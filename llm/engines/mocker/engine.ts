@@ -7,8 +7,13 @@ import type { Context } from "../../../runtime/context.ts";
 import { DynamoError, EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../../runtime/logger.ts";
 import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
-import { BlockManager, type BlockManagerOptions } from "./block_manager.ts";
-import type { KvEventSink, MetricsSink } from "./kv_types.ts";
+import {
+  BlockManager,
+  type BlockManagerOptions,
+  cachePrefix,
+  type FullBlock,
+} from "./block_manager.ts";
+import type { ForwardPassMetrics, KvEventSink, MetricsSink } from "./kv_types.ts";
 import { hashPromptBlocks, Scheduler, type SchedulerOptions, type Sequence } from "./scheduler.ts";
 
 /** Options of {@linkcode MockerEngine}. */
@@ -16,12 +21,13 @@ export interface MockerEngineOptions
   extends Omit<BlockManagerOptions, "onEvent">, SchedulerOptions {
   /** Receives the KV cache events (stored / removed / cleared). */
   onKvEvent?: KvEventSink;
-  /** Receives the load metrics after forward passes (see metricsIntervalMs). */
+  /** Receives the load metrics as forward passes start (see metricsIntervalMs). */
   onMetrics?: MetricsSink;
   /**
-   * Metrics at most this often, in ms of the engine's clock (default 0: after every
-   * pass). The pass that leaves the engine idle, and a cancellation while it is idle,
-   * always report, so the last metrics seen are current.
+   * Metrics at most this often, in ms of the engine's clock (default 0: as every pass
+   * starts), except that passes of {@linkcode TIMED_PASS_MS} or longer are always announced.
+   * The pass that leaves the engine idle, and a cancellation while it is idle, always
+   * report, so the last metrics seen are current.
    */
   metricsIntervalMs?: number;
   /** Tokens to generate when a request sets no max_tokens (default 32; ends with "stop"). */
@@ -34,6 +40,26 @@ export interface MockerEngineOptions
   sleep?: (ms: number) => Promise<void>;
   /** Where the engine logs failing sinks and a failed loop; default silent. */
   logger?: Logger;
+  /**
+   * Peer KV fetch: requests with a `kv_fetch` hint load the prompt's first blocks from the
+   * worker named there (as many as it holds) instead of computing them, taking `msPerBlock`
+   * of simulated time per block; the metrics say so, so that KV routers send such requests.
+   * Default: none (hints are ignored, prompts computed).
+   */
+  kvFetch?: MockerKvFetch;
+}
+
+/** How a mocker copies KV blocks from its peers ({@linkcode MockerEngineOptions.kvFetch}). */
+export interface MockerKvFetch {
+  /** Simulated milliseconds per block copied (divided by the speedup ratio, like passes). */
+  msPerBlock: number;
+  /**
+   * Asks the worker `source` how many of `hashes` (a prompt's first blocks' sequence hashes)
+   * it holds as a cached prefix: those are the blocks it can send.
+   */
+  peer: (source: string, hashes: readonly bigint[], signal: AbortSignal) => Promise<number>;
+  /** Longest wait for the peer's answer, in ms (default 2000); past it the prompt is computed. */
+  timeoutMs?: number;
 }
 
 /** The handler shape of a Tokens-input engine. */
@@ -54,6 +80,13 @@ const FIRST_TOKEN_ID = 256;
 const MAX_BUSY_MS = 5;
 /** Behind the clock by more than this (ms, e.g. a blocked event loop): stop catching up. */
 const MAX_LAG_MS = 1000;
+/**
+ * Passes at least this long (ms of the engine's clock) are announced as they start whatever
+ * `metricsIntervalMs` says: a KV router that knows when a worker's pass ends can send a prompt
+ * where it starts soonest. Shorter passes (a fast speedup ratio) go by the interval, so that a
+ * large fleet of fast mockers does not flood the event plane.
+ */
+export const TIMED_PASS_MS = 2;
 
 /**
  * A simulated vLLM engine: block manager, scheduler and time model (DESIGN §7). Every
@@ -101,6 +134,8 @@ export class MockerEngine {
   readonly #now: () => number;
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #logger: Logger;
+  readonly #kvFetch: MockerKvFetch | undefined;
+  readonly #speedupRatio: number;
   /** Requests in flight: wake one (no error), or end it with an error. */
   readonly #requests = new Map<Sequence, (error?: Error) => void>();
   #loop: Promise<void> = Promise.resolve();
@@ -158,6 +193,69 @@ export class MockerEngine {
     }
     this.#now = options.now ?? (() => performance.now());
     this.#sleep = options.sleep ?? defaultSleep;
+    this.#speedupRatio = options.speedupRatio ?? 1;
+    const fetch = options.kvFetch;
+    if (fetch && !(fetch.msPerBlock >= 0 && fetch.msPerBlock < Infinity)) {
+      throw new InvalidArgumentError(
+        `kvFetch.msPerBlock must be a finite number >= 0, got ${fetch.msPerBlock}`,
+      );
+    }
+    this.#kvFetch = fetch;
+  }
+
+  /** The load metrics now (as an idle engine reports them: no pass timed). */
+  metrics(): ForwardPassMetrics {
+    return this.#metrics();
+  }
+
+  /** The load metrics now, with the pass starting (if one is) and the fetch rate. */
+  #metrics(pass?: { msLeft: number; prefillTokens: number }): ForwardPassMetrics {
+    const m: ForwardPassMetrics = {
+      ...this.scheduler.metrics(),
+      pass_ms_left: pass?.msLeft ?? 0,
+      pass_prefill_tokens: pass?.prefillTokens ?? 0,
+    };
+    if (this.#kvFetch) m.kv_fetch_ms_per_block = this.#kvFetch.msPerBlock;
+    return m;
+  }
+
+  /**
+   * Loads the first blocks of a prompt from the peer its `kv_fetch` hint names, when they are
+   * not cached here: asks the peer how many it holds, waits the copy's simulated time, then
+   * makes them cached here. Any failure (a peer gone, a late answer) leaves them to compute.
+   * @returns the hashes of the prompt's blocks now cached here and held (release them)
+   */
+  async #fetchPrefix(
+    hint: unknown,
+    blocks: readonly FullBlock[],
+    signal: AbortSignal | undefined,
+  ): Promise<bigint[]> {
+    const fetch = this.#kvFetch;
+    if (!fetch || !isKvFetchHint(hint)) return [];
+    const hashes = blocks.slice(0, Math.min(hint.blocks, blocks.length)).map((b) => b.sequenceHash);
+    const bm = this.blockManager;
+    const here = bm.matchPrefix(hashes);
+    if (here >= hashes.length) return [];
+    let there = 0;
+    const ac = new AbortController();
+    const onAbort = () => ac.abort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const timer = setTimeout(() => ac.abort(), fetch.timeoutMs ?? 2000);
+    try {
+      there = Math.min(await fetch.peer(hint.source, hashes, ac.signal), hashes.length);
+    } catch (err) {
+      this.#logger.debug("mocker peer KV fetch failed; computing the prompt", {
+        source: hint.source,
+        error: String(err),
+      });
+      return [];
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
+    if (!(there > here) || signal?.aborted) return [];
+    await this.#sleep((there - here) * fetch.msPerBlock / this.#speedupRatio);
+    return cachePrefix(bm, blocks, there);
   }
 
   /** Forward passes run so far. */
@@ -218,6 +316,14 @@ export class MockerEngine {
     ]);
     const vocab = this.#vocabSize;
     const blocks = hashPromptBlocks(tokenIds, this.blockManager.blockSize);
+    // A prefix copied from a peer is held until the scheduler has the request.
+    const fetched = request.kv_fetch === undefined
+      ? []
+      : await this.#fetchPrefix(request.kv_fetch, blocks, signal);
+    if (this.#closed) {
+      this.blockManager.release(fetched.toReversed(), 0);
+      throw new EngineShutdownError("mocker engine is shut down");
+    }
 
     let pending: number[] = [];
     let first = true;
@@ -237,6 +343,7 @@ export class MockerEngine {
         waker();
       },
     });
+    this.blockManager.release(fetched.toReversed(), 0);
     this.#requests.set(seq, (error) => {
       failure ??= error;
       waker();
@@ -277,7 +384,7 @@ export class MockerEngine {
       this.#requests.delete(seq);
       const active = seq.state === "waiting" || seq.state === "running";
       this.scheduler.abort(seq);
-      if (active && !this.#looping) this.#onMetrics(this.scheduler.metrics());
+      if (active && !this.#looping) this.#onMetrics(this.#metrics());
     }
   }
 
@@ -306,7 +413,7 @@ export class MockerEngine {
       this.scheduler.abort(seq);
       fail(error);
     }
-    this.#onMetrics(this.scheduler.metrics());
+    this.#onMetrics(this.#metrics());
   }
 
   /**
@@ -333,7 +440,7 @@ export class MockerEngine {
       );
       failed++;
     }
-    if (failed > 0) this.#onMetrics(this.scheduler.metrics());
+    if (failed > 0) this.#onMetrics(this.#metrics());
     return failed;
   }
 
@@ -368,16 +475,23 @@ export class MockerEngine {
         const now = this.#now();
         const ahead = target - now;
         if (ahead < -MAX_LAG_MS) target = now;
+        // Metrics as each pass starts, saying when it ends (pass timing for KV routers).
+        if (now - lastMetrics >= this.#metricsIntervalMs || plan.durationMs >= TIMED_PASS_MS) {
+          lastMetrics = now;
+          this.#onMetrics(
+            this.#metrics({ msLeft: Math.max(0, target - now), prefillTokens: plan.prefillTokens }),
+          );
+        }
         if (ahead > 0.5 || now - lastYield >= MAX_BUSY_MS) {
           await this.#sleep(Math.max(0, ahead));
           lastYield = this.#now();
         }
         this.scheduler.apply(plan);
         this.#steps++;
-        const t = this.#now();
-        if (t - lastMetrics >= this.#metricsIntervalMs || !this.scheduler.hasWork) {
-          lastMetrics = t;
-          this.#onMetrics(this.scheduler.metrics());
+        // The pass that leaves the engine idle reports, so the last metrics seen are current.
+        if (!this.scheduler.hasWork) {
+          lastMetrics = this.#now();
+          this.#onMetrics(this.#metrics());
         }
       }
     } catch (err: unknown) {
@@ -442,4 +556,12 @@ export function tokenAt(
     t = FIRST_TOKEN_ID + ((t - FIRST_TOKEN_ID + 1) % span);
   }
   return t;
+}
+
+/** A `kv_fetch` hint as the engine accepts it: anything else is ignored. */
+function isKvFetchHint(v: unknown): v is { source: string; blocks: number } {
+  const h = v as { source?: unknown; blocks?: unknown } | null;
+  return typeof h === "object" && h !== null && typeof h.source === "string" &&
+    h.source.length > 0 && h.source.length <= 1024 && Number.isInteger(h.blocks) &&
+    (h.blocks as number) > 0;
 }

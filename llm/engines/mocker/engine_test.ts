@@ -130,7 +130,7 @@ Deno.test("simulated time advances by the prefill pass and one decode pass per f
   assert.equal(engine.steps, 3);
 });
 
-Deno.test("the engine reports the prompt's blocks as stored and publishes metrics each pass", async () => {
+Deno.test("the engine reports the prompt's blocks as stored and publishes metrics as each pass starts", async () => {
   const events: KvCacheEventData[] = [];
   const metrics: ForwardPassMetrics[] = [];
   const { engine } = simulated({
@@ -147,20 +147,37 @@ Deno.test("the engine reports the prompt's blocks as stored and publishes metric
       blocks: sequence.map((h, i) => ({ block_hash: h, tokens_hash: local[i]! })),
     },
   }]);
-  assert.equal(metrics.length, engine.steps);
+  // One as each pass starts (saying how long it will take and what it prefills), one idle.
+  assert.equal(metrics.length, engine.steps + 1);
   assert.equal(metrics[0]!.kv_total_blocks, 64);
   assert.equal(metrics[0]!.request_active_slots, 1);
+  assert.equal(metrics[0]!.pass_prefill_tokens, 35);
+  assert.ok(metrics[0]!.pass_ms_left! > 0);
+  assert.equal(metrics[1]!.pass_prefill_tokens, 0); // the second token's decode
   assert.equal(metrics.at(-1)!.request_active_slots, 0);
+  assert.equal(metrics.at(-1)!.pass_ms_left, 0);
+  // An engine that cannot fetch from peers does not say it can.
+  assert.equal(metrics[0]!.kv_fetch_ms_per_block, undefined);
 });
 
-Deno.test("metricsIntervalMs thins the metrics but the idle engine's last report is current", async () => {
+Deno.test("metricsIntervalMs thins the metrics of short passes but the idle engine's last report is current", async () => {
   const metrics: ForwardPassMetrics[] = [];
-  const { engine } = simulated({ metricsIntervalMs: 100, onMetrics: (m) => metrics.push(m) });
+  // At speedup 10 the passes take under TIMED_PASS_MS: they go by the interval.
+  const { engine } = simulated({
+    speedupRatio: 10,
+    metricsIntervalMs: 100,
+    onMetrics: (m) => metrics.push(m),
+  });
   await collect(engine.generate(req(prompt(20), { stop_conditions: { max_tokens: 40 } })));
   assert.ok(
     metrics.length < engine.steps / 2,
     `${metrics.length} reports for ${engine.steps} passes`,
   );
+  // Passes of TIMED_PASS_MS or more are announced whatever the interval.
+  const timed: ForwardPassMetrics[] = [];
+  const slow = simulated({ metricsIntervalMs: 100, onMetrics: (m) => timed.push(m) }).engine;
+  await collect(slow.generate(req(prompt(20), { stop_conditions: { max_tokens: 40 } })));
+  assert.equal(timed.length, slow.steps + 1);
   assert.equal(metrics.at(-1)!.request_active_slots, 0);
   assert.equal(metrics.at(-1)!.kv_active_blocks, 0);
   assert.throws(
@@ -408,4 +425,85 @@ Deno.test("asked for log probabilities, the mocker gives each token its fixed sy
   );
   assert.ok(plain.every((o) => o.log_probs === undefined && o.top_logprobs === undefined));
   await engine.close();
+});
+
+Deno.test("a kv_fetch hint loads the prompt's prefix from the peer, in the copy's simulated time", async () => {
+  const a = simulated({ numGpuBlocks: 64 }).engine;
+  const p = prompt(100); // 6 full blocks
+  await collect(a.generate(req(p, { stop_conditions: { max_tokens: 1 } })));
+  const asked: Array<[string, number]> = [];
+  const metrics: ForwardPassMetrics[] = [];
+  const b = simulated({
+    numGpuBlocks: 64,
+    speedupRatio: 2,
+    onMetrics: (m) => metrics.push(m),
+    kvFetch: {
+      msPerBlock: 4,
+      peer: (source, hashes) => {
+        asked.push([source, hashes.length]);
+        return Promise.resolve(source === "a" ? a.blockManager.matchPrefix(hashes) : 0);
+      },
+    },
+  });
+  // The same prompt with a question after it: the router says "a" holds its first 6 blocks.
+  const q = [...p, ...prompt(30, 5000)];
+  const out = await collect(
+    b.engine.generate(req(q, {
+      stop_conditions: { max_tokens: 1 },
+      kv_fetch: { source: "a", blocks: 6 },
+    })),
+  );
+  assert.deepEqual(asked, [["a", 6]]);
+  assert.equal(out[0]!.cached_tokens, 96);
+  // 6 blocks at 4 ms, at speedup 2: 12 ms before the first pass, which prefills the rest only.
+  assert.equal(metrics[0]!.pass_prefill_tokens, 130 - 96);
+  assert.equal(metrics[0]!.kv_fetch_ms_per_block, 4);
+  assert.ok(b.now() >= 12, `${b.now()} ms`);
+  // The copied blocks are b's own cache now (a later prompt hits them without asking).
+  const again = await collect(b.engine.generate(req(p, { stop_conditions: { max_tokens: 1 } })));
+  assert.equal(again[0]!.cached_tokens, 96);
+  assert.equal(asked.length, 1);
+});
+
+Deno.test("a kv_fetch the peer cannot serve, or a bad hint, leaves the prompt to compute", async () => {
+  const failing = simulated({
+    kvFetch: { msPerBlock: 1, peer: () => Promise.reject(new Error("peer gone")) },
+  }).engine;
+  const p = prompt(64);
+  const hint = { source: "x", blocks: 4 };
+  let out = await collect(
+    failing.generate(req(p, { stop_conditions: { max_tokens: 1 }, kv_fetch: hint })),
+  );
+  assert.equal(out[0]!.cached_tokens, 0);
+  // A peer that never answers: computed after the deadline.
+  const silent = simulated({
+    kvFetch: { msPerBlock: 1, timeoutMs: 20, peer: (_s, _h, signal) => aborted(signal) },
+  }).engine;
+  out = await collect(
+    silent.generate(req(p, { stop_conditions: { max_tokens: 1 }, kv_fetch: hint })),
+  );
+  assert.equal(out[0]!.cached_tokens, 0);
+  // Hints that are not hints are ignored (no peer asked).
+  let asked = 0;
+  const counting = simulated({
+    kvFetch: { msPerBlock: 1, peer: () => Promise.resolve(asked++) },
+  }).engine;
+  for (const bad of [{ source: "", blocks: 4 }, { source: "x", blocks: -1 }, { blocks: 4 }, "x"]) {
+    out = await collect(counting.generate(req(p, {
+      stop_conditions: { max_tokens: 1 },
+      kv_fetch: bad as unknown as { source: string; blocks: number },
+    })));
+    assert.equal(out.at(-1)!.finish_reason, "length");
+  }
+  assert.equal(asked, 0);
+  assert.throws(
+    () => new MockerEngine({ kvFetch: { msPerBlock: NaN, peer: () => Promise.resolve(0) } }),
+    /kvFetch.msPerBlock/,
+  );
+
+  function aborted(signal: AbortSignal): Promise<number> {
+    return new Promise((_, reject) =>
+      signal.addEventListener("abort", () => reject(signal.reason), { once: true })
+    );
+  }
 });

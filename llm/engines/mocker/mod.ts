@@ -12,7 +12,12 @@
  * @module
  */
 
-export { BlockManager, type BlockManagerOptions, type FullBlock } from "./block_manager.ts";
+export {
+  BlockManager,
+  type BlockManagerOptions,
+  cachePrefix,
+  type FullBlock,
+} from "./block_manager.ts";
 export {
   hashPromptBlocks,
   Scheduler,
@@ -23,9 +28,22 @@ export {
   type StepEntry,
   type StepPlan,
 } from "./scheduler.ts";
-export { decodeTimeMs, prefillTimeMs, type StepShape, stepTimeMs } from "./timing.ts";
-export { MockerEngine, type MockerEngineOptions, type TokensHandler } from "./engine.ts";
 export {
+  decodeTimeMs,
+  DEFAULT_KV_FETCH_MS_PER_BLOCK,
+  prefillTimeMs,
+  type StepShape,
+  stepTimeMs,
+} from "./timing.ts";
+export {
+  MockerEngine,
+  type MockerEngineOptions,
+  type MockerKvFetch,
+  TIMED_PASS_MS,
+  type TokensHandler,
+} from "./engine.ts";
+export {
+  KV_FETCH_ENDPOINT,
   type MockerWorker,
   type MockerWorkerOptions,
   type MockerWorkers,

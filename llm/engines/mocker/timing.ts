@@ -33,6 +33,13 @@ export function decodeTimeMs(kvUsage: number): number {
   return -25.74 * u * u + 54.01 * u + 5.74;
 }
 
+/**
+ * Simulated ms to copy one KV block between mocker workers by default (peer KV fetch): an
+ * 8B-class model's 16-token block (32 layers x 8 KV heads x 128 x K and V in bf16: 2 MiB) over
+ * a 25 GB/s link (a 200 Gb/s RDMA NIC).
+ */
+export const DEFAULT_KV_FETCH_MS_PER_BLOCK = 0.084;
+
 /** What one forward pass did, as far as timing goes. */
 export interface StepShape {
   /** Uncached prompt (or recomputed) tokens prefilled in the pass. */

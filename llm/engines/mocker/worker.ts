@@ -15,6 +15,7 @@ import { fromForwardPassMetrics, KvMetricsPublisher } from "../../kv_router/metr
 import { KvEventPublisher } from "../../kv_router/publisher.ts";
 import { referenceLoadFor } from "../../../runtime/reference/load_metrics.ts";
 import { MockerEngine, type MockerEngineOptions } from "./engine.ts";
+import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "./timing.ts";
 
 /** Options of {@linkcode runMockerWorker}. */
 export interface MockerWorkerOptions extends MockerEngineOptions {
@@ -27,6 +28,51 @@ export interface MockerWorkerOptions extends MockerEngineOptions {
    * endpoint's component, for KV routers and metric aggregators (default true).
    */
   publish?: boolean;
+  /**
+   * Peer KV fetch: simulated ms to copy one KV block from another mocker worker (default
+   * {@linkcode DEFAULT_KV_FETCH_MS_PER_BLOCK}; null: off). The worker serves its cached
+   * prefixes to peers on the component's `kv_fetch` endpoint, loads prompts' prefixes from
+   * peers when a KV router's hint says where they are, and says so in its metrics. Needs
+   * `publish` (routers learn of it from the metrics).
+   */
+  kvFetchMsPerBlock?: number | null;
+}
+
+/** The endpoint on which mocker workers tell peers how much of a prefix they hold. */
+export const KV_FETCH_ENDPOINT = "kv_fetch";
+
+/** Most block hashes one `kv_fetch` question may carry. */
+const MAX_FETCH_BLOCKS = 1 << 16;
+
+/** Reads a `kv_fetch` question: `{sequence_hashes: ["<u64>", ...]}`. */
+function fetchQuestion(req: unknown): bigint[] {
+  const hashes = (req as { sequence_hashes?: unknown } | null)?.sequence_hashes;
+  if (!Array.isArray(hashes) || hashes.length > MAX_FETCH_BLOCKS) {
+    throw new InvalidArgumentError(
+      `a kv_fetch request needs sequence_hashes: at most ${MAX_FETCH_BLOCKS} decimal strings`,
+    );
+  }
+  return hashes.map((h) => {
+    if (typeof h !== "string" || !/^\d{1,20}$/.test(h) || BigInt(h) >= 1n << 64n) {
+      throw new InvalidArgumentError(
+        `a kv_fetch sequence hash must be a u64 as a decimal string, got ${
+          JSON.stringify(h)?.slice(0, 40)
+        }`,
+      );
+    }
+    return BigInt(h);
+  });
+}
+
+/** A `kv_fetch` answer: how many of the asked blocks the peer holds. */
+function fetchAnswer(item: unknown, asked: number): number {
+  const blocks = (item as { blocks?: unknown } | null)?.blocks;
+  if (!Number.isInteger(blocks) || (blocks as number) < 0 || (blocks as number) > asked) {
+    throw new InvalidArgumentError(
+      `a kv_fetch answer must be {blocks: 0..${asked}}, got ${JSON.stringify(item)?.slice(0, 80)}`,
+    );
+  }
+  return blocks as number;
 }
 
 /** A running mocker worker. */
@@ -76,8 +122,27 @@ export async function runMockerWorker(
   if (metrics) await metrics.createEndpoint(component);
   // On etcd, its load in the reference's format too (its frontend's busy checks read it).
   const load = publish ? await referenceLoadFor(endpoint, { blockSize }) : undefined;
+  const msPerBlock = options.kvFetchMsPerBlock === undefined
+    ? DEFAULT_KV_FETCH_MS_PER_BLOCK
+    : options.kvFetchMsPerBlock;
+  const fetchEndpoint = component.endpoint(KV_FETCH_ENDPOINT);
+  let fetchClient: ReturnType<typeof fetchEndpoint.client> | undefined;
+  const kvFetch = publish && msPerBlock !== null
+    ? {
+      msPerBlock,
+      peer: async (source: string, hashes: readonly bigint[], signal: AbortSignal) => {
+        const client = await (fetchClient ??= fetchEndpoint.client());
+        const question = { sequence_hashes: hashes.map(String) };
+        for await (const item of await client.direct(question, source, { signal })) {
+          return fetchAnswer(item, hashes.length);
+        }
+        throw new InvalidArgumentError(`the kv_fetch answer of ${source} was empty`);
+      },
+    }
+    : undefined;
   const engine = new MockerEngine({
     ...options,
+    kvFetch,
     onKvEvent: (data) => {
       options.onKvEvent?.(data);
       events?.publish(data).catch(() => {/* a lost event is found by the indexer's id check */});
@@ -87,11 +152,21 @@ export async function runMockerWorker(
       metrics?.publish(fromForwardPassMetrics(m));
     },
   });
+  // Routers started before the first pass learn of this worker (and of its fetch) at once.
+  metrics?.publish(fromForwardPassMetrics(engine.metrics()));
   const serving = endpoint.serveEndpoint(
     load ? load.track(engine.handler) : engine.handler,
     { gracefulShutdown: true },
   );
+  // Peers ask here how much of a prefix this worker holds (what it can send them).
+  const fetchServing = kvFetch
+    ? fetchEndpoint.serveEndpoint(async function* (req: unknown) {
+      yield { blocks: engine.blockManager.matchPrefix(fetchQuestion(req)) };
+    })
+    : Promise.resolve();
   const closed = serving.finally(async () => {
+    await fetchServing.catch(() => {});
+    await (await fetchClient?.catch(() => undefined))?.close();
     await engine.close();
     metrics?.close();
     await events?.close();

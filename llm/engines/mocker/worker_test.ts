@@ -1,7 +1,14 @@
 import assert from "node:assert/strict";
 import { DistributedRuntime } from "../../../runtime/distributed_runtime.ts";
-import { type LLMEngineOutput, MODEL_ENTRY_PREFIX, type ModelEntry } from "../../protocols.ts";
-import { startMockerWorkers } from "./worker.ts";
+import {
+  type LLMEngineOutput,
+  MODEL_ENTRY_PREFIX,
+  type ModelEntry,
+  type PreprocessedRequest,
+} from "../../protocols.ts";
+import { KvRouter, type RouteDecisionRecord } from "../../kv_router/router.ts";
+import { KV_FETCH_ENDPOINT, startMockerWorkers } from "./worker.ts";
+import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "./timing.ts";
 
 Deno.test("startMockerWorkers runs each worker on its own instance and registers the model", async () => {
   const fleet = await startMockerWorkers(4, {
@@ -54,3 +61,121 @@ Deno.test("startMockerWorkers runs each worker on its own instance and registers
 Deno.test("startMockerWorkers refuses a count below one", async () => {
   await assert.rejects(startMockerWorkers(0), /count must be a whole number >= 1, got 0/);
 });
+
+Deno.test("a KV router sends a busy holder's prefix to an idle mocker, which copies it from the holder", async () => {
+  const decisions: RouteDecisionRecord[] = [];
+  const { fleet, frontend, router } = await routedFleet(DEFAULT_KV_FETCH_MS_PER_BLOCK, decisions);
+  try {
+    const p = Array.from({ length: 2048 }, (_, i) => 10 + i);
+    // P alone, then P with 6,000 more tokens (to P's holder: some 170 ms of prefill).
+    await first(router, p);
+    const holder = decisions[0]!.instanceId;
+    await waitFor(async () => (await router.findBestMatch(p)).overlapBlocks === 128);
+    const long = first(router, [...p, ...Array.from({ length: 6000 }, (_, i) => 50_000 + i)]);
+    await waitFor(() => decisions.length === 2 && passBusy(fleet, holder));
+    assert.equal(decisions[1]!.instanceId, holder);
+    // Once the holder has said its pass started, P with a question goes to the other worker,
+    // told to copy P's 128 blocks from the holder, and finds them cached.
+    await new Promise((r) => setTimeout(r, 20));
+    const out = await first(router, [...p, 7, 8, 9]);
+    const d = decisions[2]!;
+    assert.notEqual(d.instanceId, holder);
+    assert.deepEqual(d.kvFetch, { source: holder, blocks: 128 });
+    assert.equal(out.cached_tokens, 2048);
+    await long;
+  } finally {
+    await router.close();
+    await frontend.shutdown();
+    await fleet.shutdown();
+  }
+});
+
+Deno.test("mockers without peer fetch get no kv_fetch hints", async () => {
+  const decisions: RouteDecisionRecord[] = [];
+  const { fleet, frontend, router } = await routedFleet(null, decisions);
+  try {
+    const p = Array.from({ length: 2048 }, (_, i) => 10 + i);
+    await first(router, p);
+    await waitFor(async () => (await router.findBestMatch(p)).overlapBlocks === 128);
+    const long = first(router, [...p, ...Array.from({ length: 6000 }, (_, i) => 50_000 + i)]);
+    await new Promise((r) => setTimeout(r, 30));
+    await first(router, [...p, 7, 8, 9]);
+    assert.ok(decisions.every((d) => d.kvFetch === undefined));
+    await long;
+    // Their metrics do not offer it either.
+    assert.equal(fleet.workers[0]!.engine.metrics().kv_fetch_ms_per_block, undefined);
+  } finally {
+    await router.close();
+    await frontend.shutdown();
+    await fleet.shutdown();
+  }
+});
+
+Deno.test("a mocker's kv_fetch endpoint refuses malformed questions", async () => {
+  const fleet = await startMockerWorkers(1, { speedupRatio: 100, numGpuBlocks: 256 });
+  const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
+  try {
+    const client = await frontend.namespace("dynamo").component("mocker")
+      .endpoint(KV_FETCH_ENDPOINT).client();
+    await client.waitForInstances({ count: 1, timeoutMs: 5000 });
+    const id = fleet.workers[0]!.runtime.instanceId;
+    const ask = async (q: unknown) => {
+      for await (const item of await client.direct(q, id)) return item;
+    };
+    assert.deepEqual(await ask({ sequence_hashes: ["1", "2"] }), { blocks: 0 });
+    for (
+      const bad of [{}, { sequence_hashes: [1] }, { sequence_hashes: ["-1"] }, {
+        sequence_hashes: ["18446744073709551616"],
+      }]
+    ) {
+      await assert.rejects(ask(bad), /sequence_hashes|u64/);
+    }
+    await client.close();
+  } finally {
+    await frontend.shutdown();
+    await fleet.shutdown();
+  }
+});
+
+async function routedFleet(kvFetchMsPerBlock: number | null, decisions: RouteDecisionRecord[]) {
+  const fleet = await startMockerWorkers(2, {
+    speedupRatio: 1,
+    numGpuBlocks: 4096,
+    kvFetchMsPerBlock,
+  });
+  const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
+  const endpoint = frontend.namespace("dynamo").component("mocker").endpoint("generate");
+  const router = new KvRouter(endpoint, { blockSize: 16, onRoute: (d) => decisions.push(d) });
+  const client = await endpoint.client();
+  await client.waitForInstances({ count: 2, timeoutMs: 5000 });
+  await client.close();
+  return { fleet, frontend, router };
+}
+
+/** Routes a prompt (one output token) and returns its first output. */
+async function first(router: KvRouter, token_ids: number[]): Promise<LLMEngineOutput> {
+  const request: PreprocessedRequest = {
+    model: "Qwen3-0.6B",
+    token_ids,
+    stop_conditions: { max_tokens: 1 },
+    sampling_options: {},
+    eos_token_ids: [],
+  };
+  const stream = await router.generate<LLMEngineOutput>(request);
+  let out: LLMEngineOutput | undefined;
+  for await (const item of stream) out ??= item;
+  return out!;
+}
+
+function passBusy(fleet: Awaited<ReturnType<typeof startMockerWorkers>>, id: string): boolean {
+  const w = fleet.workers.find((w) => w.runtime.instanceId === id)!;
+  return w.engine.scheduler.numRunning > 0;
+}
+
+async function waitFor(check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error("timed out waiting");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}

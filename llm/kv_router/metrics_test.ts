@@ -180,3 +180,57 @@ Deno.test("KvMetricsAggregator drops invalid pushes and keeps the worker's last 
     await rt.shutdown();
   }
 });
+
+Deno.test("pass timing and the fetch rate pass the door within bounds, and age as they wait", async () => {
+  const ok = { ...wire(3, "w"), pass_ms_left: 40, pass_prefill_tokens: 512 };
+  assert.deepEqual(parseLoadMetrics({ ...ok, kv_fetch_ms_per_block: 0.084 }), {
+    ok: true,
+    metrics: { ...ok, kv_fetch_ms_per_block: 0.084 },
+  });
+  for (
+    const [k, v] of [
+      ["pass_ms_left", -1],
+      ["pass_ms_left", 1e9],
+      ["pass_prefill_tokens", 1.5],
+      ["kv_fetch_ms_per_block", Infinity],
+      ["kv_fetch_ms_per_block", "0.1"],
+    ] as const
+  ) {
+    assert.equal(parseLoadMetrics({ ...ok, [k]: v }).ok, false, `${k}=${v}`);
+  }
+  assert.throws(
+    () => new KvMetricsPublisher().publish({ ...metrics(1), passMsLeft: NaN }),
+    /passMsLeft/,
+  );
+
+  const rt = await DistributedRuntime.connect();
+  try {
+    const comp = rt.namespace("ns").component("c");
+    const publisher = new KvMetricsPublisher();
+    await publisher.createEndpoint(comp);
+    const aggregator = new KvMetricsAggregator(comp);
+    await aggregator.getMetrics();
+    const id = rt.instanceId;
+    publisher.publish(metrics(1));
+    await waitUntil(() => aggregator.latest(id) !== undefined);
+    assert.equal(aggregator.passTiming(id), undefined, "no pass timing published");
+    publisher.publish({ ...metrics(1), passMsLeft: 50, passPrefillTokens: 300 });
+    await waitUntil(() => aggregator.latest(id)?.pass_ms_left === 50);
+    const now = performance.now();
+    const timing = aggregator.passTiming(id, now)!;
+    assert.equal(timing.prefillTokens, 300);
+    assert.ok(timing.msLeft <= 50 && timing.msLeft > 30, `${timing.msLeft}`);
+    // 20 ms later, 20 ms less; long after, none left.
+    assert.ok(Math.abs(aggregator.passTiming(id, now + 20)!.msLeft - (timing.msLeft - 20)) < 1e-9);
+    assert.equal(aggregator.passTiming(id, now + 1000)!.msLeft, 0);
+    await aggregator.close();
+    publisher.close();
+  } finally {
+    await rt.shutdown();
+  }
+});
+
+async function waitUntil(check: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !check(); i++) await new Promise((r) => setTimeout(r, 2));
+  assert.ok(check(), "timed out");
+}

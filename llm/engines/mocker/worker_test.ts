@@ -63,53 +63,59 @@ Deno.test("startMockerWorkers refuses a count below one", async () => {
 });
 
 Deno.test("a KV router sends a busy holder's prefix to an idle mocker, which copies it from the holder", async () => {
+  await withBusyHolder(DEFAULT_KV_FETCH_MS_PER_BLOCK, async ({ holder, decisions, out }) => {
+    // P with a question went to the other worker, told to copy P's 128 blocks from the holder,
+    // and found them cached.
+    const d = decisions[2]!;
+    assert.notEqual(d.instanceId, holder);
+    assert.deepEqual(d.kvFetch, { source: holder, blocks: 128 });
+    assert.equal(out.cached_tokens, 2048);
+  });
+});
+
+Deno.test("mockers without peer fetch get no kv_fetch hints", async () => {
+  await withBusyHolder(null, ({ fleet, decisions }) => {
+    assert.ok(decisions.every((d) => d.kvFetch === undefined));
+    // Their metrics do not offer it either.
+    assert.equal(fleet.workers[0]!.engine.metrics().kv_fetch_ms_per_block, undefined);
+    return Promise.resolve();
+  });
+});
+
+/**
+ * Two mockers behind a KV router: a 2,048-token prompt P, then P with 6,000 more tokens (to P's
+ * holder: some 170 ms of prefill), then, once the holder has announced that pass, P with a
+ * question; `check` sees the three decisions and the question's first output.
+ */
+async function withBusyHolder(
+  kvFetchMsPerBlock: number | null,
+  check: (seen: {
+    fleet: Awaited<ReturnType<typeof startMockerWorkers>>;
+    holder: string;
+    decisions: RouteDecisionRecord[];
+    out: LLMEngineOutput;
+  }) => Promise<void>,
+): Promise<void> {
   const decisions: RouteDecisionRecord[] = [];
-  const { fleet, frontend, router } = await routedFleet(DEFAULT_KV_FETCH_MS_PER_BLOCK, decisions);
+  const { fleet, frontend, router } = await routedFleet(kvFetchMsPerBlock, decisions);
   try {
     const p = Array.from({ length: 2048 }, (_, i) => 10 + i);
-    // P alone, then P with 6,000 more tokens (to P's holder: some 170 ms of prefill).
     await first(router, p);
     const holder = decisions[0]!.instanceId;
     await waitFor(async () => (await router.findBestMatch(p)).overlapBlocks === 128);
     const long = first(router, [...p, ...Array.from({ length: 6000 }, (_, i) => 50_000 + i)]);
     await waitFor(() => decisions.length === 2 && passBusy(fleet, holder));
     assert.equal(decisions[1]!.instanceId, holder);
-    // Once the holder has said its pass started, P with a question goes to the other worker,
-    // told to copy P's 128 blocks from the holder, and finds them cached.
     await new Promise((r) => setTimeout(r, 20));
     const out = await first(router, [...p, 7, 8, 9]);
-    const d = decisions[2]!;
-    assert.notEqual(d.instanceId, holder);
-    assert.deepEqual(d.kvFetch, { source: holder, blocks: 128 });
-    assert.equal(out.cached_tokens, 2048);
+    await check({ fleet, holder, decisions, out });
     await long;
   } finally {
     await router.close();
     await frontend.shutdown();
     await fleet.shutdown();
   }
-});
-
-Deno.test("mockers without peer fetch get no kv_fetch hints", async () => {
-  const decisions: RouteDecisionRecord[] = [];
-  const { fleet, frontend, router } = await routedFleet(null, decisions);
-  try {
-    const p = Array.from({ length: 2048 }, (_, i) => 10 + i);
-    await first(router, p);
-    await waitFor(async () => (await router.findBestMatch(p)).overlapBlocks === 128);
-    const long = first(router, [...p, ...Array.from({ length: 6000 }, (_, i) => 50_000 + i)]);
-    await new Promise((r) => setTimeout(r, 30));
-    await first(router, [...p, 7, 8, 9]);
-    assert.ok(decisions.every((d) => d.kvFetch === undefined));
-    await long;
-    // Their metrics do not offer it either.
-    assert.equal(fleet.workers[0]!.engine.metrics().kv_fetch_ms_per_block, undefined);
-  } finally {
-    await router.close();
-    await frontend.shutdown();
-    await fleet.shutdown();
-  }
-});
+}
 
 Deno.test("a mocker's kv_fetch endpoint refuses malformed questions", async () => {
   const fleet = await startMockerWorkers(1, { speedupRatio: 100, numGpuBlocks: 256 });

@@ -63,13 +63,14 @@ Deno.test("startMockerWorkers refuses a count below one", async () => {
 });
 
 Deno.test("a KV router sends a busy holder's prefix to an idle mocker, which copies it from the holder", async () => {
-  await withBusyHolder(DEFAULT_KV_FETCH_MS_PER_BLOCK, async ({ holder, decisions, out }) => {
+  await withBusyHolder(DEFAULT_KV_FETCH_MS_PER_BLOCK, ({ holder, decisions, out }) => {
     // P with a question went to the other worker, told to copy P's 128 blocks from the holder,
     // and found them cached.
     const d = decisions[2]!;
     assert.notEqual(d.instanceId, holder);
     assert.deepEqual(d.kvFetch, { source: holder, blocks: 128 });
     assert.equal(out.cached_tokens, 2048);
+    return Promise.resolve();
   });
 });
 

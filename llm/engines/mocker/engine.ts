@@ -331,19 +331,24 @@ export class MockerEngine {
     let failure: Error | undefined;
     let wake: (() => void) | undefined;
     const waker = () => wake?.();
-    const seq: Sequence = this.scheduler.add({
-      id: context?.id,
-      tokenIds,
-      maxTokens: Math.floor(maxTokens),
-      blocks,
-      nextToken: (i) => tokenAt(seed, migrated + i, vocab, avoid),
-      onToken: (token, done) => {
-        pending.push(token);
-        finished = done;
-        waker();
-      },
-    });
-    this.blockManager.release(fetched.toReversed(), 0);
+    let seq: Sequence;
+    try {
+      seq = this.scheduler.add({
+        id: context?.id,
+        tokenIds,
+        maxTokens: Math.floor(maxTokens),
+        blocks,
+        nextToken: (i) => tokenAt(seed, migrated + i, vocab, avoid),
+        onToken: (token, done) => {
+          pending.push(token);
+          finished = done;
+          waker();
+        },
+      });
+    } finally {
+      // Also when the scheduler refuses the request: nothing else would release them.
+      this.blockManager.release(fetched.toReversed(), 0);
+    }
     this.#requests.set(seq, (error) => {
       failure ??= error;
       waker();

@@ -5,6 +5,7 @@ import { DistributedRuntime } from "../../../runtime/distributed_runtime.ts";
 import { EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
 import { computeBlockHashes } from "../../kv_router/hashing.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
+import { hashPromptBlocks } from "./scheduler.ts";
 import { MockerEngine, type MockerEngineOptions, MockerSchedulingError } from "./engine.ts";
 import type { ForwardPassMetrics, KvCacheEventData } from "./kv_types.ts";
 import { decodeTimeMs, prefillTimeMs } from "./timing.ts";
@@ -499,6 +500,21 @@ Deno.test("a kv_fetch the peer cannot serve, or a bad hint, leaves the prompt to
   assert.throws(
     () => new MockerEngine({ kvFetch: { msPerBlock: NaN, peer: () => Promise.resolve(0) } }),
     /kvFetch.msPerBlock/,
+  );
+  // A prompt too large for the cache is refused after its prefix was copied: the copied blocks
+  // are not left held.
+  const small = simulated({
+    numGpuBlocks: 8,
+    kvFetch: { msPerBlock: 1, peer: (_s, hashes) => Promise.resolve(hashes.length) },
+  }).engine;
+  await assert.rejects(
+    collect(small.generate(req(prompt(200), { kv_fetch: { source: "x", blocks: 4 } }))),
+    /does not fit/,
+  );
+  assert.equal(small.blockManager.activeBlocks, 0);
+  assert.equal(
+    small.blockManager.matchPrefix(hashPromptBlocks(prompt(200), 16).map((b) => b.sequenceHash)),
+    4,
   );
 
   function aborted(signal: AbortSignal): Promise<number> {

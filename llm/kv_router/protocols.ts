@@ -87,8 +87,10 @@ export interface ForwardPassMetrics {
   /** Prompt tokens prefilled in that pass. */
   pass_prefill_tokens?: number;
   /**
-   * Milliseconds to copy one KV block from a peer, from a worker that can load a prompt's
-   * prefix from another worker (`kv_fetch` requests) and serve its own to peers (optional).
+   * Milliseconds to copy one KV block from a peer, in the worker's own time like
+   * `pass_ms_left` (a mocker's simulated copy time over its speedup ratio), from a worker that
+   * can load a prompt's prefix from another worker (`kv_fetch` requests) and serve its own to
+   * peers (optional).
    */
   kv_fetch_ms_per_block?: number;
 }

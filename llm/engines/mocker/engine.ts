@@ -215,7 +215,8 @@ export class MockerEngine {
       pass_ms_left: pass?.msLeft ?? 0,
       pass_prefill_tokens: pass?.prefillTokens ?? 0,
     };
-    if (this.#kvFetch) m.kv_fetch_ms_per_block = this.#kvFetch.msPerBlock;
+    // In the engine's real time, as its passes' timing: the simulated copy time over the speedup.
+    if (this.#kvFetch) m.kv_fetch_ms_per_block = this.#kvFetch.msPerBlock / this.#speedupRatio;
     return m;
   }
 

@@ -205,6 +205,7 @@ export function simulate(
           ? {
             passLeftMs: (w.busyUntil ?? now) - now,
             passPrefillTokens: w.plan?.prefillTokens ?? 0,
+            passMs: w.plan?.durationMs ?? 0,
           }
           : {}),
         ...(fetchMs === null ? {} : { fetchMsPerBlock: fetchMs }),
@@ -221,14 +222,12 @@ export function simulate(
     };
   };
 
-  // Peer KV fetch: copies into `w` the blocks of the prompt's prefix that `from` holds now (up
-  // to `upTo`) and `w` lacks, as inactive cached blocks (room permitting); returns how many.
-  // Returns the blocks copied; the prompt's cached prefix comes back held (see cachePrefix).
-  const copyFrom = (w: Worker, from: Worker, blocks: FullBlock[], upTo: number) => {
+  // Peer KV fetch, as a mocker does it: how many of the prompt's first blocks `from` holds now
+  // (up to `upTo`) and `w` lacks; they are copied once that many blocks' time has passed.
+  const toCopy = (w: Worker, from: Worker, blocks: FullBlock[], upTo: number) => {
     const there = Math.min(from.blocks.matchPrefix(blocks.map((b) => b.sequenceHash)), upTo);
     const here = w.blocks.matchPrefix(blocks.slice(0, there).map((b) => b.sequenceHash));
-    const held = there > here ? cachePrefix(w.blocks, blocks, there) : [];
-    return { copied: Math.max(0, held.length - here), held };
+    return { there, blocks: Math.max(0, there - here) };
   };
 
   // The sharedCache oracle: copies into `w` the blocks of the prompt's prefix that some worker
@@ -274,12 +273,11 @@ export function simulate(
     let seq: Sequence | undefined = undefined;
     const blocks = hashPromptBlocks(tokens, bs);
     if (options.sharedCache) share(worker, blocks);
-    // A fetched prefix is there once its blocks are copied: the request starts then.
-    // Held while the copy is under way, so that nothing evicts them before the request starts.
-    const { copied, held } = fetch
-      ? copyFrom(worker, fetch.from, blocks, fetch.blocks)
-      : { copied: 0, held: [] };
+    // A fetched prefix is there once its blocks are copied: they are cached then (held until
+    // the scheduler has the request), and the request starts.
+    const copy = fetch ? toCopy(worker, fetch.from, blocks, fetch.blocks) : { there: 0, blocks: 0 };
     const start = () => {
+      const held = copy.blocks > 0 ? cachePrefix(worker.blocks, blocks, copy.there) : [];
       seq = worker.scheduler.add({
         id: key,
         tokenIds: tokens,
@@ -305,7 +303,7 @@ export function simulate(
       worker.blocks.release(held.toReversed(), 0);
       startStep(worker);
     };
-    if (copied > 0) later.push({ at: now + copied * fetchMs!, run: start });
+    if (copy.blocks > 0) later.push({ at: now + copy.blocks * fetchMs!, run: start });
     else start();
   };
 

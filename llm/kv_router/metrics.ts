@@ -350,7 +350,8 @@ export class KvMetricsAggregator {
 
   /**
    * The worker's pass in flight as its latest metrics told it, aged by the time since they
-   * came: milliseconds left (0 once it should have ended) and the prompt tokens in it.
+   * came: milliseconds left (0 once it should have ended), the prompt tokens in it, and its whole
+   * length (workers announce a pass as it starts).
    *
    * @param workerId the worker's instance id
    * @param now the clock the arrival times were read on (default performance.now())
@@ -359,11 +360,16 @@ export class KvMetricsAggregator {
   passTiming(
     workerId: string,
     now: number = performance.now(),
-  ): { msLeft: number; prefillTokens: number } | undefined {
+  ): { msLeft: number; prefillTokens: number; passMs: number } | undefined {
     const m = this.#latest.get(workerId);
     if (m?.pass_ms_left === undefined) return undefined;
     const age = now - (this.#receivedAt.get(workerId) ?? now);
-    return { msLeft: Math.max(0, m.pass_ms_left - age), prefillTokens: m.pass_prefill_tokens ?? 0 };
+    return {
+      msLeft: Math.max(0, m.pass_ms_left - age),
+      prefillTokens: m.pass_prefill_tokens ?? 0,
+      // Announced as the pass starts: then the time left is the whole pass.
+      passMs: m.pass_ms_left,
+    };
   }
 
   /** Stops listening. */

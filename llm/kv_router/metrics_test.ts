@@ -219,6 +219,7 @@ Deno.test("pass timing and the fetch rate pass the door within bounds, and age a
     const now = performance.now();
     const timing = aggregator.passTiming(id, now)!;
     assert.equal(timing.prefillTokens, 300);
+    assert.equal(timing.passMs, 50); // announced as the pass starts: its whole length
     assert.ok(timing.msLeft <= 50 && timing.msLeft > 30, `${timing.msLeft}`);
     // 20 ms later, 20 ms less; long after, none left.
     assert.ok(Math.abs(aggregator.passTiming(id, now + 20)!.msLeft - (timing.msLeft - 20)) < 1e-9);

@@ -265,6 +265,25 @@ export function withPeerFetch(
 }
 
 /**
+ * How long a request waits on a candidate before its prefill can start, beyond what the
+ * predicted TTFT counts: the copy of a fetched prefix (`fetch` ms), and with pass timing the pass
+ * in flight, in place of the predicted time of the prefill in it. A copy that outlasts the pass
+ * lands while a later pass runs, so it waits for that one too: half of a pass, taking the one in
+ * flight as the measure.
+ */
+function startWait(
+  c: WorkerCandidate,
+  fetch: number,
+  msPerToken: number,
+  blockSize: number,
+): number {
+  if (c.passLeftMs === undefined) return fetch;
+  const inFlight = msPerToken * Math.min(c.passPrefillTokens ?? 0, c.prefillBlocks * blockSize);
+  const wait = fetch > c.passLeftMs ? fetch + (c.passMs ?? c.passLeftMs) / 2 : c.passLeftMs;
+  return wait - inFlight;
+}
+
+/**
  * The default cost: each candidate's predicted time to first token, from the prefill it would
  * do (its queue plus this request's uncached tokens) and the KV its running requests hold
  * with this one added; plus, for a prompt some candidate caches part of, the delay its
@@ -309,9 +328,7 @@ export function predictedTtftCosts(
       : WAITING_DELAY_SHARE * waiting * msPerToken * (c.requestBlocks - c.overlapBlocks) *
         blockSize;
     const fetch = (c.fetchBlocks ?? 0) * (c.fetchMsPerBlock ?? 0);
-    const pass = c.passLeftMs === undefined ? 0 : c.passLeftMs -
-      msPerToken * Math.min(c.passPrefillTokens ?? 0, c.prefillBlocks * blockSize);
-    costs.set(c.workerId, own + delay + fetch + pass);
+    costs.set(c.workerId, own + delay + startWait(c, fetch, msPerToken, blockSize));
   }
   return costs;
 }

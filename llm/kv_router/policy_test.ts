@@ -219,3 +219,24 @@ Deno.test("RoutingPolicy: with pass timing a prompt nobody caches goes where the
   );
   assert.equal(picks.size, 3);
 });
+
+Deno.test("predictedTtftCosts: a copy that outlasts the pass in flight waits for half the next", () => {
+  const model = new TtftModel();
+  const [base] = predictedTtftCosts([worker("a", { overlapBlocks: 100 })], 16, model).values();
+  const cost = (o: Partial<WorkerCandidate>) =>
+    [...predictedTtftCosts([worker("a", { overlapBlocks: 100, ...o })], 16, model).values()][0]! -
+    base!;
+  // 20 ms of copying on a worker whose 30 ms pass has 5 ms left: the copy lands mid-pass of the
+  // next one: 20 + 30 / 2.
+  assert.ok(
+    Math.abs(
+      cost({ fetchBlocks: 200, fetchMsPerBlock: 0.1, passLeftMs: 5, passMs: 30 }) - 35,
+    ) < 1e-9,
+  );
+  // A copy done before the pass in flight ends waits for that pass only.
+  assert.ok(
+    Math.abs(cost({ fetchBlocks: 20, fetchMsPerBlock: 0.1, passLeftMs: 5, passMs: 30 }) - 5) < 1e-9,
+  );
+  // Without pass timing the copy's time alone.
+  assert.ok(Math.abs(cost({ fetchBlocks: 200, fetchMsPerBlock: 0.1 }) - 20) < 1e-9);
+});

@@ -447,6 +447,7 @@ export class KvRouter {
       if (pass) {
         c.passLeftMs = pass.msLeft;
         c.passPrefillTokens = pass.prefillTokens;
+        c.passMs = pass.passMs;
       }
       const rate = fetch ? metrics.latest(workerId)?.kv_fetch_ms_per_block : undefined;
       if (rate !== undefined) {

@@ -40,6 +40,8 @@ export interface WorkerCandidate {
   passLeftMs?: number;
   /** Prompt tokens being prefilled in that pass (also part of `prefillBlocks`' work). */
   passPrefillTokens?: number;
+  /** How long that pass takes in all, as announced when it started (the next one's likely length). */
+  passMs?: number;
   /**
    * Milliseconds to copy one KV block from a peer that holds it, when the worker can load its
    * prompt's cached prefix from another worker instead of computing it (peer KV fetch).

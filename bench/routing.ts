@@ -95,14 +95,23 @@ const HELD_OUT_SETS: Array<[string, string, number]> = [
   ],
 ];
 
+/** What a row's run varies besides the mode and load. */
+interface RunOptions {
+  /** KV blocks per worker (default the mocker's). */
+  numGpuBlocks?: number;
+  /** Routers with replica sync taking turns (default 1). */
+  routers?: number;
+  /** The shared-cache oracle. */
+  sharedCache?: boolean;
+  /** Workers that neither announce their passes nor copy KV from each other. */
+  plain?: boolean;
+}
+
 function run(
   trace: TraceRequest[],
   mode: "kv" | "round-robin",
   load: number,
-  numGpuBlocks?: number,
-  routers = 1,
-  sharedCache = false,
-  plain = false,
+  { numGpuBlocks, routers = 1, sharedCache = false, plain = false }: RunOptions = {},
 ): ModeSummary {
   const r = simulate(trace, {
     workers: WORKERS,
@@ -114,7 +123,6 @@ function run(
     routers,
     replicaSync: routers > 1,
     sharedCache,
-    // Workers that neither announce their passes nor copy KV from each other.
     ...(plain ? { passTiming: false, kvFetchMsPerBlock: null } : { kvFetchMsPerBlock: FETCH_MS }),
   });
   return summarizeMode(r.results, r.seconds);
@@ -122,17 +130,17 @@ function run(
 
 /** The load at which round-robin's p90 TTFT is 4x its unloaded p90. */
 function saturation(trace: TraceRequest[], blocks?: number): number {
-  const base = run(trace, "round-robin", 0.05, blocks).ttft_ms.p90;
+  const base = run(trace, "round-robin", 0.05, { numGpuBlocks: blocks }).ttft_ms.p90;
   let lo = 0.05;
   let hi = 1;
-  while (run(trace, "round-robin", hi, blocks).ttft_ms.p90 < 4 * base) {
+  while (run(trace, "round-robin", hi, { numGpuBlocks: blocks }).ttft_ms.p90 < 4 * base) {
     lo = hi;
     hi *= 2;
     if (hi > 4096) break;
   }
   for (let i = 0; i < 8; i++) {
     const mid = (lo + hi) / 2;
-    if (run(trace, "round-robin", mid, blocks).ttft_ms.p90 < 4 * base) lo = mid;
+    if (run(trace, "round-robin", mid, { numGpuBlocks: blocks }).ttft_ms.p90 < 4 * base) lo = mid;
     else hi = mid;
   }
   return hi;
@@ -191,17 +199,17 @@ for (const [name, trace, blocks] of traces) {
       level,
       load,
       ceiling,
-      rr: run(trace, "round-robin", load, blocks),
-      kv: run(trace, "kv", load, blocks),
-      kvPlain: run(trace, "kv", load, blocks, 1, false, true),
+      rr: run(trace, "round-robin", load, { numGpuBlocks: blocks }),
+      kv: run(trace, "kv", load, { numGpuBlocks: blocks }),
+      kvPlain: run(trace, "kv", load, { numGpuBlocks: blocks, plain: true }),
       boundP90,
-      oracleRr: run(trace, "round-robin", load, blocks, 1, true),
-      oracleKv: run(trace, "kv", load, blocks, 1, true),
+      oracleRr: run(trace, "round-robin", load, { numGpuBlocks: blocks, sharedCache: true }),
+      oracleKv: run(trace, "kv", load, { numGpuBlocks: blocks, sharedCache: true }),
       capacity,
     };
     rows.push(row);
     if (name.endsWith(" seed 1") && row.ceiling > 0) {
-      const two = run(trace, "kv", load, blocks, 2);
+      const two = run(trace, "kv", load, { numGpuBlocks: blocks, routers: 2 });
       replicas.push({
         trace: name,
         level,

@@ -118,15 +118,6 @@ export function simulate(
   }
   if (!(options.load > 0)) throw new InvalidArgumentError(`load must be > 0, got ${options.load}`);
   const bs = options.blockSize;
-  // As the live router: pass timing and peer fetch go with the default cost only.
-  const predicted = options.policy?.overlapScoreWeight === undefined &&
-    options.policy?.queuedPrefillWeight === undefined;
-  const passTiming = predicted && (options.passTiming ?? true);
-  const fetchMs = predicted
-    ? options.kvFetchMsPerBlock === undefined
-      ? DEFAULT_KV_FETCH_MS_PER_BLOCK
-      : options.kvFetchMsPerBlock
-    : null;
   let now = 0;
   const rnd = mulberry32(options.seed ?? 1);
   const tree = new RadixTree();
@@ -159,6 +150,14 @@ export function simulate(
     });
     return { policy, book, pending };
   });
+  // As the live router: pass timing and peer fetch go with the default cost only.
+  const predicted = !routers[0]!.policy.weighted;
+  const passTiming = predicted && (options.passTiming ?? true);
+  const fetchMs = predicted
+    ? options.kvFetchMsPerBlock === undefined
+      ? DEFAULT_KV_FETCH_MS_PER_BLOCK
+      : options.kvFetchMsPerBlock
+    : null;
   // The books a router's booking lands in: its own, and with replica sync every other's (as
   // remote bookings: they teach no TTFT model).
   const booksOf = (r: number) =>

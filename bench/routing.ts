@@ -25,8 +25,10 @@
 // Flags: --seeds N (default 5), --workers N (default 8), --mooncake-requests N (default 3000),
 // --json PATH, --quick (2 seeds, 1000 Mooncake requests), --held-out (the 66 held-out rows named in
 // BENCHMARKS.md instead of the standing ones), --kv-fetch-ms-per-block MS (the mockers' copy time
-// per KV block; default the mocker's 0.084), --reference-cost (the kv side with the
-// reference's weighted cost at weight 1, the default before the predicted-TTFT cost).
+// per KV block; default the mocker's 0.084), --host-blocks N (KV blocks in each mocker's host
+// tier; default the mocker's, 4 per GPU block; 0: GPU only, as before the tier), --reference-cost
+// (the kv side with the reference's weighted cost at weight 1, the default before the
+// predicted-TTFT cost).
 
 import { simulate } from "../cli/_bench/simulate.ts";
 import { parseSyntheticSpec, synthesizeTrace, SYNTHETIC_PRESETS } from "../cli/_bench/synthetic.ts";
@@ -34,7 +36,7 @@ import { loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace
 import { type ModeSummary, percentile, summarizeMode } from "../cli/_bench/report.ts";
 import { ttftLowerBounds } from "../cli/_bench/oracle.ts";
 import { type CapacityHitRates, capacityHitRates } from "../cli/_bench/capacity.ts";
-import { DEFAULT_NUM_GPU_BLOCKS } from "../llm/engines/mocker/block_manager.ts";
+import { DEFAULT_NUM_GPU_BLOCKS, defaultHostBlocks } from "../llm/engines/mocker/block_manager.ts";
 import { flag } from "./_stats.ts";
 
 const quick = Deno.args.includes("--quick");
@@ -48,6 +50,11 @@ const FETCH_MS = flag("--kv-fetch-ms-per-block") === undefined
   : Number(flag("--kv-fetch-ms-per-block"));
 if (FETCH_MS !== undefined && !(FETCH_MS >= 0 && FETCH_MS < Infinity)) {
   throw new Error(`--kv-fetch-ms-per-block must be a number of ms >= 0`);
+}
+// --host-blocks N: KV blocks in each mocker's host tier (default: the mocker's).
+const HOST_BLOCKS = flag("--host-blocks") === undefined ? undefined : Number(flag("--host-blocks"));
+if (HOST_BLOCKS !== undefined && !(Number.isInteger(HOST_BLOCKS) && HOST_BLOCKS >= 0)) {
+  throw new Error(`--host-blocks must be a whole number >= 0`);
 }
 // --reference-cost: the kv side uses the reference's weighted cost at weight 1 (the old default).
 const policy = Deno.args.includes("--reference-cost") ? { overlapScoreWeight: 1 } : undefined;
@@ -120,6 +127,7 @@ function run(
     blockSize: 16,
     policy,
     numGpuBlocks,
+    hostBlocks: HOST_BLOCKS,
     routers,
     replicaSync: routers > 1,
     sharedCache,
@@ -192,7 +200,13 @@ for (const [name, trace, blocks] of traces) {
   const sat = saturation(trace, blocks);
   const ceiling = prefixCeiling(trace).tokens;
   const boundP90 = percentile(ttftLowerBounds(trace, 16), 90);
-  const capacity = capacityHitRates(trace, 16, WORKERS * (blocks ?? DEFAULT_NUM_GPU_BLOCKS));
+  // Both tiers: the host's blocks are the worker's too.
+  const gpu = blocks ?? DEFAULT_NUM_GPU_BLOCKS;
+  const capacity = capacityHitRates(
+    trace,
+    16,
+    WORKERS * (gpu + (HOST_BLOCKS ?? defaultHostBlocks(gpu))),
+  );
   for (const [level, load] of [["moderate", sat / 2], ["saturation", sat]] as const) {
     const row = {
       trace: name,

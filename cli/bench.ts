@@ -33,7 +33,7 @@ import {
   type SyntheticTraceOptions,
 } from "./_bench/synthetic.ts";
 import { InvalidArgumentError } from "../runtime/errors.ts";
-import { DEFAULT_NUM_GPU_BLOCKS } from "../llm/engines/mocker/block_manager.ts";
+import { DEFAULT_NUM_GPU_BLOCKS, defaultHostBlocks } from "../llm/engines/mocker/block_manager.ts";
 import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "../llm/engines/mocker/timing.ts";
 
 const MODES = ["kv", "round-robin", "random"] as const;
@@ -67,6 +67,8 @@ Options:
   --duration-s S               replay only requests arriving in the first S trace seconds
   --block-size N               KV block size of the mockers (default 16)
   --num-gpu-blocks N           KV blocks per mocker (default: the mocker's)
+  --host-kv-blocks N           KV blocks in each mocker's host-memory tier (default: the
+                               mocker's, 4 per GPU block; 0: none)
   --kv-fetch-ms-per-block MS|off
                                the mockers' peer KV fetch: ms per KV block copied from the
                                worker holding a prefix (default: the mocker's, 0.084); off:
@@ -104,6 +106,8 @@ interface BenchFlags {
   durationS?: number;
   blockSize: number;
   numGpuBlocks?: number;
+  /** KV blocks in each mocker's host tier (undefined: the mocker's default). */
+  hostKvBlocks?: number;
   /** The mockers' peer KV fetch rate (undefined: the mocker's default; null: off). */
   kvFetchMsPerBlock?: number | null;
   overlapWeight?: number;
@@ -126,6 +130,19 @@ function fetchRate(value: string | undefined): number | null | undefined {
     );
   }
   return ms;
+}
+
+/** A flag that takes a whole number >= 0. */
+function wholeOrZero(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (value.trim() === "" || !(n >= 0) || !Number.isInteger(n)) {
+    throw new UsageError(
+      `--${flag} must be a whole number >= 0, got ${JSON.stringify(value)}`,
+      "bench",
+    );
+  }
+  return n;
 }
 
 function positive(flag: string, value: string | undefined, integer: boolean): number | undefined {
@@ -156,6 +173,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
     "duration-s": { type: "string" },
     "block-size": { type: "string" },
     "num-gpu-blocks": { type: "string" },
+    "host-kv-blocks": { type: "string" },
     "kv-fetch-ms-per-block": { type: "string" },
     "kv-overlap-score-weight": { type: "string" },
     "router-temperature": { type: "string" },
@@ -225,6 +243,7 @@ function parseFlags(args: string[]): BenchFlags | undefined {
     durationS: positive("duration-s", values["duration-s"], false),
     blockSize: positive("block-size", values["block-size"], true) ?? 16,
     numGpuBlocks: positive("num-gpu-blocks", values["num-gpu-blocks"], true),
+    hostKvBlocks: wholeOrZero("host-kv-blocks", values["host-kv-blocks"]),
     kvFetchMsPerBlock: fetchRate(values["kv-fetch-ms-per-block"]),
     overlapWeight: weight === undefined ? undefined : Number(weight),
     temperature: temperature === undefined ? undefined : Number(temperature),
@@ -268,6 +287,7 @@ async function startServer(flags: BenchFlags, mode: string, io: Io): Promise<Ser
     String(flags.contextLength),
   ];
   if (flags.numGpuBlocks !== undefined) args.push("--num-gpu-blocks", String(flags.numGpuBlocks));
+  if (flags.hostKvBlocks !== undefined) args.push("--host-kv-blocks", String(flags.hostKvBlocks));
   if (flags.kvFetchMsPerBlock !== undefined) {
     args.push("--kv-fetch-ms-per-block", String(flags.kvFetchMsPerBlock ?? "off"));
   }
@@ -409,6 +429,7 @@ async function run(args: string[], io: Io): Promise<number> {
         load: flags.speedup / flags.engineSpeedup,
         blockSize: flags.blockSize,
         numGpuBlocks: flags.numGpuBlocks,
+        hostBlocks: flags.hostKvBlocks,
         kvFetchMsPerBlock: flags.kvFetchMsPerBlock,
         // About 200 load samples over the replay.
         sampleMs: Math.max(1, span * 1000 / (flags.speedup / flags.engineSpeedup) / 200),
@@ -466,6 +487,7 @@ async function run(args: string[], io: Io): Promise<number> {
     engine_speedup: flags.engineSpeedup,
     block_size: flags.blockSize,
     num_gpu_blocks: flags.numGpuBlocks ?? DEFAULT_NUM_GPU_BLOCKS,
+    host_kv_blocks: flags.hostKvBlocks ?? defaultHostBlocks(flags.numGpuBlocks),
     kv_fetch_ms_per_block: flags.kvFetchMsPerBlock === undefined
       ? DEFAULT_KV_FETCH_MS_PER_BLOCK
       : flags.kvFetchMsPerBlock,

@@ -132,6 +132,10 @@ Options:
   --speedup-ratio X        mocker: simulated time runs X times faster (default 1)
   --block-size N           mocker, llamacpp: tokens per KV block (default 16)
   --num-gpu-blocks N       mocker: KV blocks per worker (default 16384)
+  --host-kv-blocks N       mocker: KV blocks in each worker's host-memory tier, where
+                           blocks evicted from the GPU go and are loaded back from
+                           (0.042 ms per block) instead of computed (default 4 per GPU
+                           block; 0: none)
   --max-num-seqs N         mocker: running sequences per worker (default 256);
                            llamacpp: sequences in the context (default 4)
   --n-gpu-layers N         llamacpp: layers offloaded to a GPU (default 0)
@@ -148,7 +152,7 @@ Options:
 function parseIntFlag(name: string, value: string | undefined, min: number): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (!Number.isInteger(n) || n < min) {
+  if (value.trim() === "" || !Number.isInteger(n) || n < min) {
     throw new UsageError(
       `--${name} must be a whole number >= ${min}, got ${JSON.stringify(value)}`,
       "run",
@@ -196,6 +200,7 @@ async function run(args: string[], io: Io): Promise<number> {
     "kv-fetch-ms-per-block": { type: "string" },
     "block-size": { type: "string" },
     "num-gpu-blocks": { type: "string" },
+    "host-kv-blocks": { type: "string" },
     "max-num-seqs": { type: "string" },
     "max-num-batched-tokens": { type: "string" },
     "n-gpu-layers": { type: "string" },
@@ -653,6 +658,7 @@ function parseMockerFlags(
       speedupRatio,
       blockSize: int("block-size", 1),
       numGpuBlocks: int("num-gpu-blocks", 1),
+      hostBlocks: int("host-kv-blocks", 0),
       maxNumSeqs: int("max-num-seqs", 1),
       maxNumBatchedTokens: int("max-num-batched-tokens", 1),
       kvFetchMsPerBlock: fetchMs,

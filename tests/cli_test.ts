@@ -76,6 +76,12 @@ Deno.test("dynamo rejects unknown flags and bad arguments with exit code 2", asy
     [["call", "a/b/c", "{}", "--instance"], /argument missing/],
     [["run", "out=mocker", "--kv-fetch-ms-per-block", "fast"], /--kv-fetch-ms-per-block must be/],
     [["run", "out=mocker", "--kv-fetch-ms-per-block=-1"], /--kv-fetch-ms-per-block must be/],
+    [["run", "out=mocker", "--host-kv-blocks=-1"], /--host-kv-blocks must be a whole number/],
+    [["run", "out=mocker", "--host-kv-blocks="], /--host-kv-blocks must be a whole number/],
+    [
+      ["bench", "--synthetic", "no-sharing", "--out", "/tmp/x", "--host-kv-blocks", "1.5"],
+      /--host-kv-blocks must be a whole number >= 0/,
+    ],
     [
       ["bench", "--synthetic", "no-sharing", "--out", "/tmp/x", "--kv-fetch-ms-per-block", "x"],
       /--kv-fetch-ms-per-block must be/,
@@ -243,6 +249,9 @@ Deno.test("dynamo bench --simulate on a trace sharing nothing: no NaN, and resul
       (await bench("--kv-fetch-ms-per-block", "off")).results.kv_fetch_ms_per_block,
       null,
     );
+    // And the host tier's size: the mocker's default (4 per GPU block), or a given one.
+    assert.equal(plain.results.host_kv_blocks, 4 * 16384);
+    assert.equal((await bench("--host-kv-blocks", "0")).results.host_kv_blocks, 0);
   } finally {
     await Deno.remove(out, { recursive: true });
   }

@@ -20,7 +20,9 @@ import { ActiveSequences, type WorkerCandidate } from "../../llm/kv_router/sched
 import {
   BlockManager,
   cachePrefix,
+  defaultHostBlocks,
   type FullBlock,
+  prefixToLoad,
 } from "../../llm/engines/mocker/block_manager.ts";
 import {
   hashPromptBlocks,
@@ -29,7 +31,10 @@ import {
   type StepPlan,
 } from "../../llm/engines/mocker/scheduler.ts";
 import type { RequestResult } from "./replay.ts";
-import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "../../llm/engines/mocker/timing.ts";
+import {
+  DEFAULT_KV_FETCH_MS_PER_BLOCK,
+  DEFAULT_KV_ONBOARD_MS_PER_BLOCK,
+} from "../../llm/engines/mocker/timing.ts";
 import { mulberry32 } from "./synthetic.ts";
 import { promptTokens, type TraceRequest } from "./trace.ts";
 
@@ -45,6 +50,13 @@ export interface SimulateOptions {
   blockSize: number;
   /** KV blocks per worker (default the mocker's). */
   numGpuBlocks?: number;
+  /**
+   * KV blocks in each worker's host tier (default the mocker's: `defaultHostBlocks` of
+   * `numGpuBlocks`; 0: none).
+   */
+  hostBlocks?: number;
+  /** Simulated ms to copy a block back from the host tier (default the mocker's). */
+  hostOnboardMsPerBlock?: number;
   /** Running sequences per worker (default 256). */
   maxNumSeqs?: number;
   /** Tokens per forward pass (default 8192). */
@@ -127,6 +139,7 @@ export function simulate(
     const id = `w${i}`;
     const blocks = new BlockManager({
       numGpuBlocks: options.numGpuBlocks,
+      hostBlocks: options.hostBlocks ?? defaultHostBlocks(options.numGpuBlocks),
       blockSize: bs,
       onEvent: (data) => {
         tree.apply(id, data);
@@ -158,6 +171,7 @@ export function simulate(
       ? DEFAULT_KV_FETCH_MS_PER_BLOCK
       : options.kvFetchMsPerBlock
     : null;
+  const onboardMs = options.hostOnboardMsPerBlock ?? DEFAULT_KV_ONBOARD_MS_PER_BLOCK;
   // The books a router's booking lands in: its own, and with replica sync every other's (as
   // remote bookings: they teach no TTFT model).
   const booksOf = (r: number) =>
@@ -221,14 +235,6 @@ export function simulate(
     };
   };
 
-  // Peer KV fetch, as a mocker does it: how many of the prompt's first blocks `from` holds now
-  // (up to `upTo`) and `w` lacks; they are copied once that many blocks' time has passed.
-  const toCopy = (w: Worker, from: Worker, blocks: FullBlock[], upTo: number) => {
-    const there = Math.min(from.blocks.matchPrefix(blocks.map((b) => b.sequenceHash)), upTo);
-    const here = w.blocks.matchPrefix(blocks.slice(0, there).map((b) => b.sequenceHash));
-    return { there, blocks: Math.max(0, there - here) };
-  };
-
   // The sharedCache oracle: copies into `w` the blocks of the prompt's prefix that some worker
   // computed and `w` lacks, as inactive cached blocks (room permitting).
   const share = (w: Worker, blocks: FullBlock[]) => {
@@ -272,11 +278,15 @@ export function simulate(
     let seq: Sequence | undefined = undefined;
     const blocks = hashPromptBlocks(tokens, bs);
     if (options.sharedCache) share(worker, blocks);
-    // A fetched prefix is there once its blocks are copied: they are cached then (held until
-    // the scheduler has the request), and the request starts.
-    const copy = fetch ? toCopy(worker, fetch.from, blocks, fetch.blocks) : { there: 0, blocks: 0 };
+    // As a mocker: the prompt's prefix held in the worker's host tier, or in the peer the router
+    // named (as much as it holds now), is there once its blocks are copied: they are cached then
+    // (held until the scheduler has the request), and the request starts.
+    const hashList = blocks.map((b) => b.sequenceHash);
+    const there = fetch ? Math.min(fetch.from.blocks.heldPrefix(hashList), fetch.blocks) : 0;
+    const load = prefixToLoad(worker.blocks, hashList, there);
+    const copied = load.fromHost + load.fromPeer;
     const start = () => {
-      const held = copy.blocks > 0 ? cachePrefix(worker.blocks, blocks, copy.there) : [];
+      const held = copied > 0 ? cachePrefix(worker.blocks, blocks, load.end) : [];
       seq = worker.scheduler.add({
         id: key,
         tokenIds: tokens,
@@ -302,8 +312,10 @@ export function simulate(
       worker.blocks.release(held.toReversed(), 0);
       startStep(worker);
     };
-    if (copy.blocks > 0) later.push({ at: now + copy.blocks * fetchMs!, run: start });
-    else start();
+    if (copied > 0) {
+      const ms = load.fromHost * onboardMs + load.fromPeer * (fetchMs ?? 0);
+      later.push({ at: now + ms, run: start });
+    } else start();
   };
 
   const start = requests[0]?.timestamp ?? 0;

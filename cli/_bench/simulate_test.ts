@@ -135,3 +135,40 @@ Deno.test("simulate: with peer fetch and pass timing (the defaults), a busy hold
   const [, , slow] = run(5);
   assert.ok(slow!.ttftMs! > 100 && slow!.ttftMs! < 128 * 5, `${slow!.ttftMs} ms`);
 });
+
+Deno.test("simulate: a conversation evicted from the GPU comes back from the host tier, in its copy time", () => {
+  // One worker of 200 blocks. A 1,024-token prompt, then two of 1,600 tokens (evicting the
+  // first from the GPU), then the first again with a question.
+  const a = ids(1, 64);
+  const trace = [
+    { timestamp: 0, inputLength: 1024, outputLength: 2, hashIds: a },
+    { timestamp: 1000, inputLength: 1600, outputLength: 2, hashIds: ids(500, 100) },
+    { timestamp: 1500, inputLength: 1600, outputLength: 2, hashIds: ids(700, 100) },
+    { timestamp: 2000, inputLength: 1040, outputLength: 2, hashIds: [...a, 9999] },
+  ].map((r) => ({ ...r, blockTokens: 16 }));
+  const run = (hostBlocks: number, hostOnboardMsPerBlock?: number) =>
+    simulate(trace, {
+      workers: 1,
+      mode: "kv",
+      load: 1,
+      blockSize: 16,
+      numGpuBlocks: 200,
+      hostBlocks,
+      hostOnboardMsPerBlock,
+    }).results;
+  const gpuOnly = run(0);
+  assert.ok(gpuOnly.every((r) => r.ok));
+  assert.equal(gpuOnly[3]!.cachedTokens, 0, "evicted: computed again");
+  const tiered = run(800, 0.2);
+  assert.equal(tiered[3]!.cachedTokens, 1024);
+  // 64 blocks at 0.2 ms before a pass of 16 tokens, instead of a pass of 1,040.
+  assert.ok(tiered[3]!.ttftMs! < gpuOnly[3]!.ttftMs!);
+  const quicker = run(800, 0.1)[3]!;
+  assert.ok(Math.abs(tiered[3]!.ttftMs! - quicker.ttftMs! - 64 * 0.1) < 1e-6);
+  // The mocker's default tier (4 blocks per GPU block) holds it too.
+  assert.equal(
+    simulate(trace, { workers: 1, mode: "kv", load: 1, blockSize: 16, numGpuBlocks: 200 })
+      .results[3]!.cachedTokens,
+    1024,
+  );
+});

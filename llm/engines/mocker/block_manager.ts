@@ -1,5 +1,6 @@
 // The mocker's KV block pool: reference-counted active blocks, an LRU pool of inactive
-// cached blocks (prefix caching, keyed by sequence hash), and the KV events they cause.
+// cached blocks (prefix caching, keyed by sequence hash), an optional host-memory tier the
+// evicted ones go to, and the KV events they cause.
 
 import { InvalidArgumentError } from "../../../runtime/errors.ts";
 import { U64Map } from "../../kv_router/u64_map.ts";
@@ -13,12 +14,38 @@ export interface BlockManagerOptions {
   blockSize?: number;
   /** Fraction of blocks kept free when admitting new requests (default 0.01). */
   watermark?: number;
+  /**
+   * KV blocks in host memory (the reference KVBM's G2 tier): a block evicted from the GPU goes
+   * there instead of being dropped, and leaves it least recently offloaded first; a prompt whose
+   * prefix is there loads it back (see {@linkcode prefixToLoad}) instead of computing it.
+   * Default 0: no host tier.
+   */
+  hostBlocks?: number;
   /** Receives `stored`, `removed` and `cleared` events. */
   onEvent?: KvEventSink;
 }
 
 /** KV blocks per mocker when `numGpuBlocks` is not given. */
 export const DEFAULT_NUM_GPU_BLOCKS = 16384;
+
+/**
+ * The host tier a mocker worker has unless told otherwise: 4 blocks in host memory per GPU
+ * block. With the default GPU pool and an 8B-class model's 2 MiB blocks (see
+ * `DEFAULT_KV_FETCH_MS_PER_BLOCK`), 65,536 blocks are 128 GiB: half of the host memory per GPU of
+ * an 8-GPU node with 2 TiB (DGX H100 or H200).
+ *
+ * @param numGpuBlocks the worker's GPU blocks (default {@linkcode DEFAULT_NUM_GPU_BLOCKS})
+ * @returns the host tier's blocks
+ * @example
+ * ```ts
+ * defaultHostBlocks(); // 65536
+ * ```
+ */
+export function defaultHostBlocks(numGpuBlocks = DEFAULT_NUM_GPU_BLOCKS): number {
+  return HOST_BLOCKS_PER_GPU_BLOCK * numGpuBlocks;
+}
+
+const HOST_BLOCKS_PER_GPU_BLOCK = 4;
 
 /** A full block: the sequence hash that names it and its tokens' local hash. */
 export interface FullBlock {
@@ -32,8 +59,10 @@ export interface FullBlock {
  * KV block accounting of one simulated worker. A block is either free, active (held by
  * at least one running sequence: a full block under its sequence hash, or an anonymous
  * block still being filled), or inactive (a full block nobody holds, kept for prefix
- * reuse and evicted least recently used first). A full block that first enters the
- * cache is reported `stored`; an evicted one `removed`.
+ * reuse and evicted least recently used first). With a host tier, an evicted block moves
+ * there (each full block is in one tier at a time) and is dropped from it least recently
+ * evicted first. The events speak of the worker as a whole: a full block that first enters
+ * either tier is reported `stored`; one dropped from the last tier holding it `removed`.
  *
  * @example
  * ```ts
@@ -50,6 +79,8 @@ export class BlockManager {
   readonly blockSize: number;
   /** Blocks admission keeps free. */
   readonly watermarkBlocks: number;
+  /** Blocks the host tier holds at most (0: none). */
+  readonly hostBlocks: number;
   readonly #onEvent: KvEventSink;
   /**
    * Full active blocks: sequence hash -> reference count. Both maps are `U64Map`s: with them a
@@ -64,6 +95,8 @@ export class BlockManager {
    * order is least recently used first.
    */
   readonly #inactive = new U64Map<BlockHash>();
+  /** Blocks in the host tier, least recently evicted first, each mapped to its own hash. */
+  readonly #host = new U64Map<BlockHash>();
 
   /**
    * Creates a block manager with an empty cache.
@@ -73,6 +106,7 @@ export class BlockManager {
     const numGpuBlocks = options.numGpuBlocks ?? DEFAULT_NUM_GPU_BLOCKS;
     const blockSize = options.blockSize ?? 16;
     const watermark = options.watermark ?? 0.01;
+    const hostBlocks = options.hostBlocks ?? 0;
     if (!Number.isInteger(numGpuBlocks) || numGpuBlocks < 1) {
       throw new InvalidArgumentError(
         `numGpuBlocks must be a whole number >= 1, got ${numGpuBlocks}`,
@@ -84,6 +118,10 @@ export class BlockManager {
     if (!(watermark >= 0 && watermark < 1)) {
       throw new InvalidArgumentError(`watermark must be in [0, 1), got ${watermark}`);
     }
+    if (!Number.isInteger(hostBlocks) || hostBlocks < 0) {
+      throw new InvalidArgumentError(`hostBlocks must be a whole number >= 0, got ${hostBlocks}`);
+    }
+    this.hostBlocks = hostBlocks;
     this.numGpuBlocks = numGpuBlocks;
     this.blockSize = blockSize;
     this.watermarkBlocks = Math.floor(watermark * numGpuBlocks);
@@ -98,6 +136,11 @@ export class BlockManager {
   /** Cached blocks nobody holds (evictable). */
   get inactiveBlocks(): number {
     return this.#inactive.size;
+  }
+
+  /** Blocks in the host tier. */
+  get hostCachedBlocks(): number {
+    return this.#host.size;
   }
 
   /** Blocks an allocation can take: the free ones plus the evictable ones. */
@@ -120,6 +163,16 @@ export class BlockManager {
     return this.#active.has(hash) || this.#inactive.has(hash);
   }
 
+  /** Whether a full block is held in either tier: on the GPU (active or inactive) or the host. */
+  isHeld(hash: BlockHash): boolean {
+    return this.isCached(hash) || this.#host.has(hash);
+  }
+
+  /** Whether a full block is in the host tier (and so not on the GPU). */
+  isOnHost(hash: BlockHash): boolean {
+    return this.#host.has(hash);
+  }
+
   /** Inactive blocks, least recently used first (the eviction order). */
   inactiveHashes(): BlockHash[] {
     return [...this.#inactive.values()];
@@ -132,6 +185,17 @@ export class BlockManager {
   matchPrefix(hashes: readonly BlockHash[]): number {
     let n = 0;
     while (n < hashes.length && this.isCached(hashes[n]!)) n++;
+    return n;
+  }
+
+  /**
+   * How many leading blocks of a sequence are held in either tier (those a request could have
+   * without computing them: see {@linkcode prefixToLoad}).
+   * @param hashes the sequence hashes of a request's full blocks, in order
+   */
+  heldPrefix(hashes: readonly BlockHash[]): number {
+    let n = 0;
+    while (n < hashes.length && this.isHeld(hashes[n]!)) n++;
     return n;
   }
 
@@ -190,6 +254,35 @@ export class BlockManager {
    * @throws {InvalidArgumentError} more blocks than anonymous blocks are reserved
    */
   commit(parent: BlockHash | null, blocks: readonly FullBlock[]): void {
+    this.#commit(parent, blocks, undefined);
+  }
+
+  /**
+   * Allocates and commits blocks whose KV was loaded rather than computed (as
+   * {@linkcode cachePrefix} does). Those in the host tier leave it before room is made for them
+   * (which could otherwise drop them from it) and are not announced again.
+   *
+   * @param parent sequence hash of the block before `blocks[0]` (null at the start)
+   * @param blocks consecutive full blocks of the sequence
+   * @throws {InvalidArgumentError} more blocks than availableBlocks (nothing changes)
+   */
+  load(parent: BlockHash | null, blocks: readonly FullBlock[]): void {
+    if (blocks.length > this.availableBlocks) {
+      throw new InvalidArgumentError(
+        `cannot load ${blocks.length} blocks: ${this.availableBlocks} available`,
+      );
+    }
+    const fromHost = new Set<BlockHash>();
+    for (const b of blocks) if (this.#host.delete(b.sequenceHash)) fromHost.add(b.sequenceHash);
+    this.allocate(blocks.length);
+    this.#commit(parent, blocks, fromHost);
+  }
+
+  #commit(
+    parent: BlockHash | null,
+    blocks: readonly FullBlock[],
+    fromHost: ReadonlySet<BlockHash> | undefined,
+  ): void {
     if (blocks.length > this.#anonymous) {
       throw new InvalidArgumentError(
         `cannot commit ${blocks.length} blocks: ${this.#anonymous} reserved`,
@@ -202,7 +295,12 @@ export class BlockManager {
       this.#anonymous--;
       const h = b.sequenceHash;
       const refs = this.#active.get(h);
-      if (refs !== undefined || this.#inactive.delete(h)) {
+      // A block already on the GPU is shared; one back from the host tier was held all along.
+      // Neither is new to the worker.
+      if (
+        refs !== undefined || this.#inactive.delete(h) || this.#host.delete(h) ||
+        fromHost?.has(h)
+      ) {
         this.#active.set(h, (refs ?? 0) + 1);
         if (run.length > 0) this.#onEvent({ stored: { parent_hash: runParent, blocks: run } });
         run = [];
@@ -241,31 +339,90 @@ export class BlockManager {
     }
   }
 
-  /** Drops every inactive block (a `cleared` event when active blocks do not remain). */
+  /**
+   * Drops every inactive block and the host tier (a `cleared` event when active blocks do not
+   * remain).
+   */
   clearInactive(): void {
-    if (this.#inactive.size === 0) return;
+    if (this.#inactive.size === 0 && this.#host.size === 0) return;
     if (this.#active.size === 0) {
       this.#inactive.clear();
+      this.#host.clear();
       this.#onEvent("cleared");
-    } else {
-      this.#evict(this.#inactive.size);
+      return;
     }
+    const removed = [...this.#inactive.values(), ...this.#host.values()];
+    this.#inactive.clear();
+    this.#host.clear();
+    this.#onEvent({ removed: { block_hashes: removed } });
   }
 
+  /** Evicts the `n` least recently used inactive blocks: to the host tier, or gone. */
   #evict(n: number): void {
-    const removed: BlockHash[] = [];
+    const evicted: BlockHash[] = [];
     for (const h of this.#inactive.values()) {
-      if (removed.length === n) break;
-      removed.push(h);
+      if (evicted.length === n) break;
+      evicted.push(h);
     }
-    for (const h of removed) this.#inactive.delete(h);
+    for (const h of evicted) this.#inactive.delete(h);
+    let removed = evicted;
+    if (this.hostBlocks > 0) {
+      for (const h of evicted) this.#host.set(h, h);
+      removed = [];
+      for (const h of this.#host.values()) {
+        if (this.#host.size - removed.length <= this.hostBlocks) break;
+        removed.push(h);
+      }
+      for (const h of removed) this.#host.delete(h);
+    }
     if (removed.length > 0) this.#onEvent({ removed: { block_hashes: removed } });
   }
 }
 
+/** Where the leading blocks a request has without computing them come from. */
+export interface PrefixLoad {
+  /** The request has blocks `[0, end)` once they are loaded. */
+  end: number;
+  /** Blocks among them copied back from the worker's host tier. */
+  fromHost: number;
+  /** Blocks among them copied from a peer (those the worker holds in neither tier). */
+  fromPeer: number;
+}
+
+/**
+ * What a request on `bm` can have without computing it: the leading blocks held in either
+ * tier here, or as many as a peer holds (`peerEnd`), whichever is longer; and how many of them
+ * must be copied in, from this worker's host tier or from the peer (those on the GPU need
+ * nothing).
+ *
+ * @param bm the block manager of the worker the request runs on
+ * @param hashes the sequence hashes of the request's full blocks, in order
+ * @param peerEnd leading blocks of `hashes` a peer holds and will send (default 0: no peer)
+ * @example
+ * ```ts
+ * const bm = new BlockManager({ numGpuBlocks: 8, blockSize: 4, hostBlocks: 8 });
+ * prefixToLoad(bm, [11n, 12n], 2); // { end: 2, fromHost: 0, fromPeer: 2 }
+ * ```
+ */
+export function prefixToLoad(
+  bm: BlockManager,
+  hashes: readonly BlockHash[],
+  peerEnd = 0,
+): PrefixLoad {
+  const end = Math.max(bm.heldPrefix(hashes), Math.min(Math.max(0, peerEnd), hashes.length));
+  let fromHost = 0;
+  let fromPeer = 0;
+  for (let i = 0; i < end; i++) {
+    const h = hashes[i]!;
+    if (bm.isOnHost(h)) fromHost++;
+    else if (!bm.isCached(h)) fromPeer++;
+  }
+  return { end, fromHost, fromPeer };
+}
+
 /**
  * Makes the first `end` of a sequence's full blocks cached in `bm`, as a worker that loaded
- * their KV (from a peer, or from a prefill worker): what is cached already is kept, the rest is
+ * their KV (from its host tier, a peer, or a prefill worker): what is cached already is kept, the rest is
  * allocated and committed (`stored` events), as many as fit. All of them come back held, so that
  * nothing evicts them before their request has them: release them (tail first) after.
  *
@@ -289,7 +446,6 @@ export function cachePrefix(
   const have = bm.matchPrefix(hashes);
   bm.acquireCached(hashes.slice(0, have));
   const add = blocks.slice(have, have + Math.min(hashes.length - have, bm.availableBlocks));
-  bm.allocate(add.length);
-  bm.commit(have > 0 ? hashes[have - 1]! : null, add);
+  bm.load(have > 0 ? hashes[have - 1]! : null, add);
   return hashes.slice(0, have + add.length);
 }

@@ -1,6 +1,13 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { BlockManager, type FullBlock } from "./block_manager.ts";
+import {
+  BlockManager,
+  cachePrefix,
+  DEFAULT_NUM_GPU_BLOCKS,
+  defaultHostBlocks,
+  type FullBlock,
+  prefixToLoad,
+} from "./block_manager.ts";
 import type { BlockHash, KvCacheEventData } from "./kv_types.ts";
 
 /** Fake blocks of a chain: sequence hash = 100 * chain + index, local hash = index. */
@@ -11,15 +18,25 @@ const chain = (c: number, n: number): FullBlock[] =>
   );
 const hashes = (blocks: FullBlock[]) => blocks.map((b) => b.sequenceHash);
 
-function manager(numGpuBlocks: number, watermark = 0) {
+function manager(numGpuBlocks: number, watermark = 0, hostBlocks = 0) {
   const events: KvCacheEventData[] = [];
   const bm = new BlockManager({
     numGpuBlocks,
     blockSize: 4,
     watermark,
+    hostBlocks,
     onEvent: (e) => events.push(e),
   });
   return { bm, events };
+}
+
+/** Computes and caches a chain's blocks from `hits` on, as a request would; returns them held. */
+function fill(bm: BlockManager, blocks: FullBlock[]): BlockHash[] {
+  const hits = bm.matchPrefix(hashes(blocks));
+  bm.acquireCached(hashes(blocks).slice(0, hits));
+  bm.allocate(blocks.length - hits);
+  bm.commit(blocks[hits - 1]?.sequenceHash ?? null, blocks.slice(hits));
+  return hashes(blocks);
 }
 
 Deno.test("a committed chain is stored once and a later request reuses its longest cached prefix", () => {
@@ -113,6 +130,67 @@ Deno.test("admission keeps the watermark free and counts revived cached blocks",
   assert.throws(() => new BlockManager({ numGpuBlocks: 0 }), /numGpuBlocks/);
 });
 
+Deno.test("evicted blocks move to the host tier, come back unannounced, and leave it oldest first", () => {
+  const { bm, events } = manager(3, 0, 3);
+  const a = chain(1, 3);
+  bm.release(fill(bm, a).reverse(), 0);
+  // Three new blocks evict a's three to the host tier: the worker still holds them.
+  const b = chain(2, 3);
+  const heldB = fill(bm, b);
+  assert.equal(events.length, 2, "stored a, stored b; no removed");
+  assert.equal(bm.hostCachedBlocks, 3);
+  assert.equal(bm.matchPrefix(hashes(a)), 0, "not on the GPU");
+  assert.equal(bm.heldPrefix(hashes(a)), 3, "but held");
+  assert.ok(bm.isOnHost(a[0]!.sequenceHash) && bm.isHeld(a[2]!.sequenceHash));
+  assert.deepEqual(prefixToLoad(bm, hashes(a)), { end: 3, fromHost: 3, fromPeer: 0 });
+  // Past the host tier's size, the least recently evicted go, announced as removed.
+  bm.release(heldB.reverse(), 0);
+  const c = chain(3, 3);
+  const heldC = fill(bm, c);
+  assert.equal(bm.hostCachedBlocks, 3);
+  assert.deepEqual(events.at(-2), { removed: { block_hashes: hashes(a).reverse() } });
+  assert.deepEqual(events.at(-1), {
+    stored: {
+      parent_hash: null,
+      blocks: c.map((x) => ({ block_hash: x.sequenceHash, tokens_hash: x.localHash })),
+    },
+  });
+  assert.equal(bm.heldPrefix(hashes(a)), 0);
+  // b's blocks came back from the host tier: cached again, no stored event (never gone).
+  bm.release(heldC.reverse(), 0);
+  const n = events.length;
+  const back = cachePrefix(bm, b, 3);
+  assert.deepEqual(back, hashes(b));
+  assert.equal(bm.matchPrefix(hashes(b)), 3);
+  assert.ok(!bm.isOnHost(b[0]!.sequenceHash), "one tier at a time");
+  assert.equal(events.length, n, "no event: b was held all along, and c went to the host tier");
+  assert.equal(bm.hostCachedBlocks, 3);
+  assert.equal(bm.heldPrefix(hashes(c)), 3);
+});
+
+Deno.test("prefixToLoad counts what comes from the host tier and what from a peer", () => {
+  const { bm } = manager(4, 0, 4);
+  const a = chain(1, 4);
+  bm.release(fill(bm, a.slice(0, 2)).reverse(), 0);
+  bm.release(fill(bm, chain(2, 4)).reverse(), 0); // a's two blocks go to the host tier
+  const held = fill(bm, a.slice(0, 1)); // and the first comes back
+  assert.equal(held.length, 1);
+  // Block 0 on the GPU, block 1 on the host, 2 and 3 nowhere.
+  assert.deepEqual(prefixToLoad(bm, hashes(a)), { end: 2, fromHost: 1, fromPeer: 0 });
+  assert.deepEqual(prefixToLoad(bm, hashes(a), 4), { end: 4, fromHost: 1, fromPeer: 2 });
+  assert.deepEqual(prefixToLoad(bm, hashes(a), 1), { end: 2, fromHost: 1, fromPeer: 0 });
+  assert.deepEqual(prefixToLoad(bm, hashes(a), 99), { end: 4, fromHost: 1, fromPeer: 2 });
+  assert.deepEqual(prefixToLoad(bm, []), { end: 0, fromHost: 0, fromPeer: 0 });
+});
+
+Deno.test("the host tier's size is checked, and the mocker's default is 4 blocks per GPU block", () => {
+  assert.throws(() => new BlockManager({ hostBlocks: -1 }), /hostBlocks must be a whole number/);
+  assert.throws(() => new BlockManager({ hostBlocks: 1.5 }), /hostBlocks must be a whole number/);
+  assert.equal(new BlockManager().hostBlocks, 0);
+  assert.equal(defaultHostBlocks(), 4 * DEFAULT_NUM_GPU_BLOCKS);
+  assert.equal(defaultHostBlocks(100), 400);
+});
+
 Deno.test("stored and removed events stay consistent under random use", () => {
   type Op =
     | { kind: "fill"; chain: number; length: number }
@@ -127,12 +205,18 @@ Deno.test("stored and removed events stay consistent under random use", () => {
     fc.record({ kind: fc.constant("release" as const), index: fc.nat() }),
     fc.record({ kind: fc.constant("clear" as const) }),
   );
-  fc.assert(fc.property(fc.array(op, { maxLength: 60 }), (ops) => {
-    const { bm, events } = manager(12);
+  const hostSizes = fc.constantFrom(0, 1, 5, 40);
+  fc.assert(fc.property(fc.array(op, { maxLength: 60 }), hostSizes, (ops, hostBlocks) => {
+    const { bm, events } = manager(12, 0, hostBlocks);
     const holders: BlockHash[][] = [];
     for (const o of ops) {
       if (o.kind === "fill") {
         const blocks = chain(o.chain, o.length);
+        // What the host tier holds comes back first, as a worker loads it, when it fits.
+        const load = prefixToLoad(bm, hashes(blocks));
+        if (load.fromHost > 0 && load.fromHost <= bm.availableBlocks - bm.activeBlocks) {
+          bm.release(cachePrefix(bm, blocks, load.end).reverse(), 0);
+        }
         const hits = bm.matchPrefix(hashes(blocks));
         const fresh = blocks.length - hits;
         if (
@@ -151,6 +235,7 @@ Deno.test("stored and removed events stay consistent under random use", () => {
         bm.clearInactive();
       }
       assert.ok(bm.activeBlocks + bm.inactiveBlocks <= bm.numGpuBlocks);
+      assert.ok(bm.hostCachedBlocks <= hostBlocks);
     }
     // Replay the events: a removed hash was stored and not removed since.
     const cached = new Set<BlockHash>();
@@ -172,6 +257,7 @@ Deno.test("stored and removed events stay consistent under random use", () => {
     for (const held of holders) for (const h of held) live.add(h);
     for (const h of live) assert.ok(cached.has(h), `held block ${h} is cached per the events`);
     for (const h of bm.inactiveHashes()) assert.ok(cached.has(h));
-    assert.equal(cached.size, bm.activeBlocks + bm.inactiveBlocks);
+    for (const h of cached) assert.ok(bm.isHeld(h), `announced but not held: ${h}`);
+    assert.equal(cached.size, bm.activeBlocks + bm.inactiveBlocks + bm.hostCachedBlocks);
   }));
 });

@@ -11,8 +11,11 @@ import {
   BlockManager,
   type BlockManagerOptions,
   cachePrefix,
+  defaultHostBlocks,
   type FullBlock,
+  prefixToLoad,
 } from "./block_manager.ts";
+import { DEFAULT_KV_ONBOARD_MS_PER_BLOCK } from "./timing.ts";
 import type { ForwardPassMetrics, KvEventSink, MetricsSink } from "./kv_types.ts";
 import { hashPromptBlocks, Scheduler, type SchedulerOptions, type Sequence } from "./scheduler.ts";
 
@@ -40,6 +43,12 @@ export interface MockerEngineOptions
   sleep?: (ms: number) => Promise<void>;
   /** Where the engine logs failing sinks and a failed loop; default silent. */
   logger?: Logger;
+  /**
+   * Simulated ms to copy one KV block back from the host tier (default
+   * {@linkcode DEFAULT_KV_ONBOARD_MS_PER_BLOCK}). The tier's size is `hostBlocks`, here by
+   * default {@linkcode defaultHostBlocks} of `numGpuBlocks` (0: no host tier).
+   */
+  hostOnboardMsPerBlock?: number;
   /**
    * Peer KV fetch: requests with a `kv_fetch` hint load the prompt's first blocks from the
    * worker named there (as many as it holds) instead of computing them, taking `msPerBlock`
@@ -135,6 +144,7 @@ export class MockerEngine {
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #logger: Logger;
   readonly #kvFetch: MockerKvFetch | undefined;
+  readonly #onboardMsPerBlock: number;
   readonly #speedupRatio: number;
   /** Requests in flight: wake one (no error), or end it with an error. */
   readonly #requests = new Map<Sequence, (error?: Error) => void>();
@@ -154,6 +164,7 @@ export class MockerEngine {
     const onKvEvent = options.onKvEvent;
     this.blockManager = new BlockManager({
       ...options,
+      hostBlocks: options.hostBlocks ?? defaultHostBlocks(options.numGpuBlocks),
       onEvent: onKvEvent && ((event) => {
         try {
           onKvEvent(event);
@@ -201,6 +212,12 @@ export class MockerEngine {
       );
     }
     this.#kvFetch = fetch;
+    this.#onboardMsPerBlock = options.hostOnboardMsPerBlock ?? DEFAULT_KV_ONBOARD_MS_PER_BLOCK;
+    if (!(this.#onboardMsPerBlock >= 0 && this.#onboardMsPerBlock < Infinity)) {
+      throw new InvalidArgumentError(
+        `hostOnboardMsPerBlock must be a finite number >= 0, got ${options.hostOnboardMsPerBlock}`,
+      );
+    }
   }
 
   /** The load metrics now (as an idle engine reports them: no pass timed). */
@@ -221,42 +238,57 @@ export class MockerEngine {
   }
 
   /**
-   * Loads the first blocks of a prompt from the peer its `kv_fetch` hint names, when they are
-   * not cached here: asks the peer how many it holds, waits the copy's simulated time, then
-   * makes them cached here. Any failure (a peer gone, a late answer) leaves them to compute.
+   * Loads the first blocks of a prompt that this worker holds in its host tier, or that the
+   * peer its `kv_fetch` hint names holds (asked first), when they are not on the GPU here:
+   * waits the copies' simulated time, then makes them cached here. A failing peer (gone, a
+   * late answer) leaves its part to compute.
    * @returns the hashes of the prompt's blocks now cached here and held (release them)
    */
-  async #fetchPrefix(
-    hint: unknown,
+  async #loadPrefix(
+    hint: KvFetchHint | undefined,
     blocks: readonly FullBlock[],
     signal: AbortSignal | undefined,
   ): Promise<bigint[]> {
-    const fetch = this.#kvFetch;
-    if (!fetch || !isKvFetchHint(hint)) return [];
-    const hashes = blocks.slice(0, Math.min(hint.blocks, blocks.length)).map((b) => b.sequenceHash);
     const bm = this.blockManager;
-    const here = bm.matchPrefix(hashes);
-    if (here >= hashes.length) return [];
+    const hashes = blocks.map((b) => b.sequenceHash);
+    const fetch = this.#kvFetch;
     let there = 0;
+    if (fetch && hint) {
+      const asked = hashes.slice(0, Math.min(hint.blocks, hashes.length));
+      if (bm.heldPrefix(asked) < asked.length) {
+        there = await this.#askPeer(fetch, hint, asked, signal);
+      }
+    }
+    const load = prefixToLoad(bm, hashes, there);
+    if (load.fromHost + load.fromPeer === 0 || signal?.aborted) return [];
+    const ms = load.fromHost * this.#onboardMsPerBlock + load.fromPeer * (fetch?.msPerBlock ?? 0);
+    await this.#sleep(ms / this.#speedupRatio);
+    return cachePrefix(bm, blocks, load.end);
+  }
+
+  /** How many of `hashes` the hint's peer holds (0 when it fails or answers late). */
+  async #askPeer(
+    fetch: MockerKvFetch,
+    hint: KvFetchHint,
+    hashes: readonly bigint[],
+    signal: AbortSignal | undefined,
+  ): Promise<number> {
     const ac = new AbortController();
     const onAbort = () => ac.abort();
     signal?.addEventListener("abort", onAbort, { once: true });
     const timer = setTimeout(() => ac.abort(), fetch.timeoutMs ?? 2000);
     try {
-      there = Math.min(await fetch.peer(hint.source, hashes, ac.signal), hashes.length);
+      return Math.min(await fetch.peer(hint.source, hashes, ac.signal), hashes.length);
     } catch (err) {
       this.#logger.debug("mocker peer KV fetch failed; computing the prompt", {
         source: hint.source,
         error: String(err),
       });
-      return [];
+      return 0;
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
     }
-    if (!(there > here) || signal?.aborted) return [];
-    await this.#sleep((there - here) * fetch.msPerBlock / this.#speedupRatio);
-    return cachePrefix(bm, blocks, there);
   }
 
   /** Forward passes run so far. */
@@ -317,10 +349,12 @@ export class MockerEngine {
     ]);
     const vocab = this.#vocabSize;
     const blocks = hashPromptBlocks(tokenIds, this.blockManager.blockSize);
-    // A prefix copied from a peer is held until the scheduler has the request.
-    const fetched = request.kv_fetch === undefined
-      ? []
-      : await this.#fetchPrefix(request.kv_fetch, blocks, signal);
+    // A prefix copied back from the host tier or from a peer is held until the scheduler has
+    // the request.
+    const hint = this.#kvFetch && isKvFetchHint(request.kv_fetch) ? request.kv_fetch : undefined;
+    const fetched = hint || this.blockManager.hostCachedBlocks > 0
+      ? await this.#loadPrefix(hint, blocks, signal)
+      : [];
     if (this.#closed) {
       this.blockManager.release(fetched.toReversed(), 0);
       throw new EngineShutdownError("mocker engine is shut down");
@@ -564,8 +598,14 @@ export function tokenAt(
   return t;
 }
 
-/** A `kv_fetch` hint as the engine accepts it: anything else is ignored. */
-function isKvFetchHint(v: unknown): v is { source: string; blocks: number } {
+/** A `kv_fetch` hint as the engine accepts it. */
+interface KvFetchHint {
+  source: string;
+  blocks: number;
+}
+
+/** Whether `v` is a `kv_fetch` hint the engine accepts: anything else is ignored. */
+function isKvFetchHint(v: unknown): v is KvFetchHint {
   const h = v as { source?: unknown; blocks?: unknown } | null;
   return typeof h === "object" && h !== null && typeof h.source === "string" &&
     h.source.length > 0 && h.source.length <= 1024 && Number.isInteger(h.blocks) &&

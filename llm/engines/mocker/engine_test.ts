@@ -524,3 +524,54 @@ Deno.test("a kv_fetch the peer cannot serve, or a bad hint, leaves the prompt to
     );
   }
 });
+
+Deno.test("a prompt whose prefix went to the host tier loads it back in the onboard time", async () => {
+  const events: KvCacheEventData[] = [];
+  const metrics: ForwardPassMetrics[] = [];
+  const { engine, now } = simulated({
+    numGpuBlocks: 16,
+    hostBlocks: 64,
+    hostOnboardMsPerBlock: 4,
+    speedupRatio: 2,
+    onKvEvent: (e) => events.push(e),
+    onMetrics: (m) => metrics.push(m),
+  });
+  const one = { stop_conditions: { max_tokens: 1 } };
+  const p = prompt(100); // 6 full blocks
+  await collect(engine.generate(req(p, one)));
+  // 241 tokens take all 16 GPU blocks: p's six go to the host tier, still the worker's.
+  await collect(engine.generate(req(prompt(241, 5000), one)));
+  assert.equal(engine.blockManager.hostCachedBlocks, 6);
+  assert.ok(events.every((e) => typeof e === "object" && "stored" in e), "nothing removed");
+  const stored = events.length;
+  const before = now();
+  metrics.length = 0;
+  const out = await collect(engine.generate(req(p, one)));
+  assert.equal(out[0]!.cached_tokens, 96);
+  assert.equal(metrics[0]!.pass_prefill_tokens, 4, "the pass computes only the rest");
+  // Six blocks at 4 simulated ms, at speedup 2, before that pass.
+  const pass = prefillTimeMs(4) / 2;
+  assert.ok(Math.abs(now() - before - (12 + pass)) < 1e-6, `${now() - before} ms`);
+  // Back on the GPU without a second stored event (they never left the worker); what made room
+  // went to the host tier in their place.
+  assert.equal(events.length, stored);
+  assert.equal(
+    engine.blockManager.matchPrefix(hashPromptBlocks(p, 16).map((b) => b.sequenceHash)),
+    6,
+  );
+});
+
+Deno.test("without a host tier an evicted prefix is computed again; by default the tier is 4x", async () => {
+  const one = { stop_conditions: { max_tokens: 1 } };
+  const { engine } = simulated({ numGpuBlocks: 16, hostBlocks: 0 });
+  const p = prompt(100);
+  await collect(engine.generate(req(p, one)));
+  await collect(engine.generate(req(prompt(241, 5000), one)));
+  const out = await collect(engine.generate(req(p, one)));
+  assert.equal(out[0]!.cached_tokens, 0);
+  assert.equal(simulated({ numGpuBlocks: 16 }).engine.blockManager.hostBlocks, 64);
+  assert.throws(
+    () => simulated({ hostOnboardMsPerBlock: -1 }),
+    /hostOnboardMsPerBlock must be a finite number >= 0/,
+  );
+});

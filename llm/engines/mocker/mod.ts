@@ -16,7 +16,11 @@ export {
   BlockManager,
   type BlockManagerOptions,
   cachePrefix,
+  DEFAULT_NUM_GPU_BLOCKS,
+  defaultHostBlocks,
   type FullBlock,
+  type PrefixLoad,
+  prefixToLoad,
 } from "./block_manager.ts";
 export {
   hashPromptBlocks,
@@ -31,6 +35,7 @@ export {
 export {
   decodeTimeMs,
   DEFAULT_KV_FETCH_MS_PER_BLOCK,
+  DEFAULT_KV_ONBOARD_MS_PER_BLOCK,
   prefillTimeMs,
   type StepShape,
   stepTimeMs,

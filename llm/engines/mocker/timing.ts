@@ -40,6 +40,12 @@ export function decodeTimeMs(kvUsage: number): number {
  */
 export const DEFAULT_KV_FETCH_MS_PER_BLOCK = 0.084;
 
+/**
+ * Simulated ms to copy one KV block back from a mocker's host tier into its GPU by default: the
+ * same 2 MiB block over PCIe Gen5 x16 from pinned host memory, about 50 GB/s.
+ */
+export const DEFAULT_KV_ONBOARD_MS_PER_BLOCK = 0.042;
+
 /** What one forward pass did, as far as timing goes. */
 export interface StepShape {
   /** Uncached prompt (or recomputed) tokens prefilled in the pass. */

@@ -161,7 +161,7 @@ export async function runMockerWorker(
   // Peers ask here how much of a prefix this worker holds (what it can send them).
   const fetchServing = kvFetch
     ? fetchEndpoint.serveEndpoint(async function* (req: unknown) {
-      yield { blocks: engine.blockManager.matchPrefix(fetchQuestion(req)) };
+      yield { blocks: engine.blockManager.heldPrefix(fetchQuestion(req)) };
     })
     : Promise.resolve();
   const closed = serving.finally(async () => {

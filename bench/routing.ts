@@ -23,8 +23,8 @@
 // with workers that do neither (`kvPlain`), as with engines that offer neither.
 //
 // Flags: --seeds N (default 5), --workers N (default 8), --mooncake-requests N (default 3000),
-// --json PATH, --quick (2 seeds, 1000 Mooncake requests), --held-out (the 66 held-out rows named in
-// BENCHMARKS.md instead of the standing ones), --kv-fetch-ms-per-block MS (the mockers' copy time
+// --json PATH, --quick (2 seeds, 1000 Mooncake requests), --held-out (the 72 held-out rows named in
+// BENCHMARKS.md instead of the standing ones), --traces REGEX (only the traces so named), --kv-fetch-ms-per-block MS (the mockers' copy time
 // per KV block; default the mocker's 0.084), --host-blocks N (KV blocks in each mocker's host
 // tier; default the mocker's, 4 per GPU block; 0: GPU only, as before the tier), --reference-cost
 // (the kv side with the reference's weighted cost at weight 1, the default before the
@@ -177,6 +177,13 @@ if (Deno.args.includes("--held-out")) {
       ]);
     }
   }
+  // The rest of the Mooncake trace, 3,000 requests at a time, with the mocker's default caches.
+  const all = await loadTrace(
+    new URL("./data/mooncake_conversation_trace.jsonl", import.meta.url).pathname,
+  );
+  for (let from = 3000; from + 3000 <= all.length; from += 3000) {
+    traces.push([`mooncake (requests ${from}-${from + 2999})`, all.slice(from, from + 3000)]);
+  }
 } else {
   for (const name of ["multi-tenant", "long-system", "many-tenants", "no-sharing"]) {
     for (let seed = 1; seed <= SEEDS; seed++) {
@@ -190,6 +197,13 @@ if (Deno.args.includes("--held-out")) {
   traces.push([`mooncake (first ${mooncake.length})`, mooncake]);
   // The same with caches large enough that routing, not eviction, decides what is reused.
   traces.push([`mooncake (first ${mooncake.length}), 400k blocks`, mooncake, 400_000]);
+}
+
+// --traces REGEX: only the traces whose names match.
+const only = flag("--traces");
+if (only !== undefined) {
+  const re = new RegExp(only);
+  traces.splice(0, traces.length, ...traces.filter(([name]) => re.test(name)));
 }
 
 const rows: Row[] = [];

@@ -575,3 +575,53 @@ Deno.test("without a host tier an evicted prefix is computed again; by default t
     /hostOnboardMsPerBlock must be a finite number >= 0/,
   );
 });
+
+Deno.test("with a host tier, concurrent conversations, cancellations and reloads leave no block held", async () => {
+  const events: KvCacheEventData[] = [];
+  const { engine } = simulated({
+    maxNumSeqs: 8,
+    numGpuBlocks: 48,
+    hostBlocks: 96,
+    hostOnboardMsPerBlock: 1,
+    onKvEvent: (e) => events.push(e),
+  });
+  // Six conversations of three turns, each turn the last one's prompt plus 40 tokens, all at
+  // once in rounds: 48 GPU blocks cannot hold them, so turns reload their history from the host.
+  const history = Array.from({ length: 6 }, (_, c) => prompt(120, 1000 * (c + 1)));
+  const bm = engine.blockManager;
+  const load = bm.load.bind(bm);
+  let loads = 0;
+  bm.load = (parent, blocks) => {
+    loads++;
+    load(parent, blocks);
+  };
+  let cancelled = 0;
+  for (let turn = 0; turn < 3; turn++) {
+    const runs = history.map((p, c) => {
+      const ctx = new Context();
+      const cancel = (turn + c) % 4 === 0;
+      return collect(
+        engine.generate(req(p, { stop_conditions: { max_tokens: 6 } }), ctx),
+        () => cancel && ctx.stopGenerating(),
+      ).then((out) => {
+        if (cancel) cancelled++;
+        else assert.equal(out.flatMap((o) => o.token_ids).length, 6, `conversation ${c}`);
+        history[c] = [...p, ...prompt(40, 50_000 + 100 * c + turn)];
+      });
+    });
+    await Promise.all(runs);
+  }
+  assert.ok(cancelled > 0);
+  assert.equal(engine.blockManager.activeBlocks, 0);
+  assert.equal(engine.scheduler.hasWork, false);
+  assert.ok(loads > 0 && bm.hostCachedBlocks > 0, "the tier was used both ways");
+  // The events name exactly the blocks the worker holds in its two tiers.
+  const held = new Set<bigint>();
+  for (const e of events) {
+    if (e === "cleared") held.clear();
+    else if ("stored" in e) { for (const b of e.stored.blocks) held.add(b.block_hash); }
+    else for (const h of e.removed.block_hashes) assert.ok(held.delete(h), `removed twice: ${h}`);
+  }
+  assert.equal(held.size, bm.inactiveBlocks + bm.hostCachedBlocks);
+  for (const h of held) assert.ok(bm.isHeld(h));
+});

@@ -187,6 +187,8 @@ Deno.test("pass timing and the fetch rate pass the door within bounds, and age a
     ok: true,
     metrics: { ...ok, kv_fetch_ms_per_block: 0.084 },
   });
+  const host = { kv_host_blocks: 12, kv_host_total_blocks: 64 };
+  assert.deepEqual(parseLoadMetrics({ ...ok, ...host }), { ok: true, metrics: { ...ok, ...host } });
   for (
     const [k, v] of [
       ["pass_ms_left", -1],
@@ -194,6 +196,8 @@ Deno.test("pass timing and the fetch rate pass the door within bounds, and age a
       ["pass_prefill_tokens", 1.5],
       ["kv_fetch_ms_per_block", Infinity],
       ["kv_fetch_ms_per_block", "0.1"],
+      ["kv_host_blocks", -3],
+      ["kv_host_total_blocks", 2.5],
     ] as const
   ) {
     assert.equal(parseLoadMetrics({ ...ok, [k]: v }).ok, false, `${k}=${v}`);

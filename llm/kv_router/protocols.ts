@@ -93,6 +93,10 @@ export interface ForwardPassMetrics {
    * peers (optional).
    */
   kv_fetch_ms_per_block?: number;
+  /** KV blocks held in the worker's host-memory tier, off the GPU (optional: workers with one). */
+  kv_host_blocks?: number;
+  /** KV blocks the host tier holds at most. */
+  kv_host_total_blocks?: number;
 }
 
 /** One worker's metrics as the aggregator reports them. */

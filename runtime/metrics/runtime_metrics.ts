@@ -81,6 +81,10 @@ export interface KvStatsSample {
   gpu_cache_usage_perc: number;
   /** Fraction of prompt blocks found in the prefix cache (0..1). */
   gpu_prefix_cache_hit_rate: number;
+  /** KV blocks held in a host-memory tier (only from workers that have one). */
+  kv_host_blocks?: number;
+  /** KV blocks that tier holds at most. */
+  kv_host_total_blocks?: number;
 }
 
 /**
@@ -90,7 +94,8 @@ export interface KvStatsSample {
  * `_inflight_requests`, `_request_duration_seconds`, `_request_bytes_total`,
  * `_response_bytes_total` (labels `dynamo_namespace`, `dynamo_component`, `dynamo_endpoint`);
  * `dynamo_component_kvstats_active_blocks`, `_total_blocks`, `_gpu_cache_usage_percent`,
- * `_gpu_prefix_cache_hit_rate` and `dynamo_component_worker_request_active_slots`,
+ * `_gpu_prefix_cache_hit_rate` (and `_host_blocks`, `_host_total_blocks` for workers with a
+ * host-memory KV tier) and `dynamo_component_worker_request_active_slots`,
  * `_request_total_slots`, `_num_requests_waiting` (labels `dynamo_namespace`,
  * `dynamo_component`, `worker_id`); `dynamo_component_uptime_seconds`.
  *
@@ -188,6 +193,14 @@ export class RuntimeMetrics {
         "worker_num_requests_waiting",
         "Requests queued in the engine, not yet scheduled",
       ),
+      kv_host_blocks: gauge(
+        "kvstats_host_blocks",
+        "KV cache blocks held in the host-memory tier, off the GPU",
+      ),
+      kv_host_total_blocks: gauge(
+        "kvstats_host_total_blocks",
+        "KV cache blocks the host-memory tier holds at most",
+      ),
     };
   }
 
@@ -248,7 +261,9 @@ export class RuntimeMetrics {
       worker_id: workerId,
     };
     for (const key of Object.keys(this.#kv) as (keyof KvStatsSample)[]) {
-      this.#kv[key].set(labels, sample[key]);
+      // A field a worker does not report (no host tier) gets no series.
+      const value = sample[key];
+      if (value !== undefined) this.#kv[key]!.set(labels, value);
     }
   }
 

@@ -46,6 +46,18 @@ Deno.test("RuntimeMetrics.setKvStats shows a worker's latest load under the refe
   assert.equal(valueOf(text, `dynamo_component_worker_request_active_slots{${w}}`), 3);
   assert.equal(valueOf(text, `dynamo_component_worker_request_total_slots{${w}}`), 64);
   assert.equal(valueOf(text, `dynamo_component_worker_num_requests_waiting{${w}}`), 2);
+  // A worker without a host tier has no host series; one with it has both.
+  assert.doesNotMatch(text, /kvstats_host_blocks\{/);
+  metrics.setKvStats("ns", "backend", "w2", {
+    ...sample,
+    kv_host_blocks: 7,
+    kv_host_total_blocks: 160,
+  });
+  const after = await metrics.render();
+  const w2 = 'dynamo_namespace="ns",dynamo_component="backend",worker_id="w2"';
+  assert.equal(valueOf(after, `dynamo_component_kvstats_host_blocks{${w2}}`), 7);
+  assert.equal(valueOf(after, `dynamo_component_kvstats_host_total_blocks{${w2}}`), 160);
+  assert.doesNotMatch(after, new RegExp(`kvstats_host_blocks\\{${w}`));
 });
 
 Deno.test("a served endpoint counts requests, failures by error_type and the bytes it moves over TCP", async () => {

@@ -543,6 +543,9 @@ Deno.test("a prompt whose prefix went to the host tier loads it back in the onbo
   await collect(engine.generate(req(prompt(241, 5000), one)));
   assert.equal(engine.blockManager.hostCachedBlocks, 6);
   assert.ok(events.every((e) => typeof e === "object" && "stored" in e), "nothing removed");
+  // The load metrics say how full the tier is.
+  assert.equal(engine.metrics().kv_host_blocks, 6);
+  assert.equal(engine.metrics().kv_host_total_blocks, 64);
   const stored = events.length;
   const before = now();
   metrics.length = 0;
@@ -569,6 +572,7 @@ Deno.test("without a host tier an evicted prefix is computed again; by default t
   await collect(engine.generate(req(prompt(241, 5000), one)));
   const out = await collect(engine.generate(req(p, one)));
   assert.equal(out[0]!.cached_tokens, 0);
+  assert.equal(engine.metrics().kv_host_blocks, undefined, "no tier, no such field");
   assert.equal(simulated({ numGpuBlocks: 16 }).engine.blockManager.hostBlocks, 64);
   assert.throws(
     () => simulated({ hostOnboardMsPerBlock: -1 }),

@@ -360,9 +360,12 @@ export class Scheduler {
     return plan;
   }
 
-  /** The worker's load now, in the KV router's metrics shape. */
+  /** The worker's load now, in the KV router's metrics shape (with its host tier, if any). */
   metrics(): ForwardPassMetrics {
     const bm = this.blockManager;
+    const host = bm.hostBlocks > 0
+      ? { kv_host_blocks: bm.hostCachedBlocks, kv_host_total_blocks: bm.hostBlocks }
+      : {};
     return {
       request_active_slots: this.#running.length,
       request_total_slots: this.maxNumSeqs,
@@ -373,6 +376,7 @@ export class Scheduler {
       gpu_prefix_cache_hit_rate: this.#promptTokens === 0
         ? 0
         : this.#cachedTokens / this.#promptTokens,
+      ...host,
     };
   }
 

@@ -422,9 +422,10 @@ export function prefixToLoad(
 
 /**
  * Makes the first `end` of a sequence's full blocks cached in `bm`, as a worker that loaded
- * their KV (from its host tier, a peer, or a prefill worker): what is cached already is kept, the rest is
- * allocated and committed (`stored` events), as many as fit. All of them come back held, so that
- * nothing evicts them before their request has them: release them (tail first) after.
+ * their KV (from its host tier, a peer, or a prefill worker): what is cached already is kept,
+ * the rest is allocated and committed (`stored` events), as many as fit. All of them come back
+ * held, so that nothing evicts them before their request has them: release them (tail first)
+ * after.
  *
  * @param bm the block manager
  * @param blocks the sequence's full blocks

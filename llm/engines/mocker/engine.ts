@@ -6,7 +6,12 @@ import { withSyntheticLogprobs } from "../synthetic_logprobs.ts";
 import type { Context } from "../../../runtime/context.ts";
 import { DynamoError, EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
 import { type Logger, silentLogger } from "../../../runtime/logger.ts";
-import type { FinishReason, LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
+import type {
+  FinishReason,
+  KvFetchHint,
+  LLMEngineOutput,
+  PreprocessedRequest,
+} from "../../protocols.ts";
 import {
   BlockManager,
   type BlockManagerOptions,
@@ -596,12 +601,6 @@ export function tokenAt(
     t = FIRST_TOKEN_ID + ((t - FIRST_TOKEN_ID + 1) % span);
   }
   return t;
-}
-
-/** A `kv_fetch` hint as the engine accepts it. */
-interface KvFetchHint {
-  source: string;
-  blocks: number;
 }
 
 /** Whether `v` is a `kv_fetch` hint the engine accepts: anything else is ignored. */

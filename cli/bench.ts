@@ -25,7 +25,7 @@ import {
   machineBusySeconds,
   type ReplayCpu,
 } from "./_bench/cpu_time.ts";
-import { limitTrace, loadTrace, prefixCeiling } from "./_bench/trace.ts";
+import { ceilingHitTokens, limitTrace, loadTrace, prefixCeiling } from "./_bench/trace.ts";
 import {
   parseSyntheticSpec,
   synthesizeTrace,
@@ -405,6 +405,7 @@ async function run(args: string[], io: Io): Promise<number> {
   if (requests.length === 0) throw new UsageError(`no requests in ${flags.trace}`, "bench");
   flags.contextLength = Math.max(...requests.map((r) => r.inputLength + r.outputLength));
   const ceiling = prefixCeiling(requests);
+  const ceilingHits = ceilingHitTokens(requests);
   const span = (requests[requests.length - 1]!.timestamp - requests[0]!.timestamp) / 1000;
   io.err(
     `[bench] ${requests.length} requests over ${span.toFixed(0)} trace s (${
@@ -444,7 +445,7 @@ async function run(args: string[], io: Io): Promise<number> {
           ((performance.now() - t) / 1000).toFixed(1)
         } s`,
       );
-      modes[mode] = summarizeMode(sim.results, sim.seconds);
+      modes[mode] = summarizeMode(sim.results, sim.seconds, ceilingHits);
       samples[mode] = modeSamples(sim.results);
       throughput[mode] = throughputSeries(sim.results, sim.seconds);
       loads[mode] = sim.load;
@@ -473,7 +474,7 @@ async function run(args: string[], io: Io): Promise<number> {
         server_cores: round2((cpuSeconds(server.pid) - cpu0) / wall),
         machine_cores: round2((machineBusySeconds() - machine0) / wall),
       };
-      modes[mode] = summarizeMode(results, seconds);
+      modes[mode] = summarizeMode(results, seconds, ceilingHits);
       samples[mode] = modeSamples(results);
       throughput[mode] = throughputSeries(results, seconds);
     } finally {
@@ -568,6 +569,14 @@ async function run(args: string[], io: Io): Promise<number> {
     io.out(`TTFT p90: round-robin / kv = ${(rr.ttft_ms.p90 / kv.ttft_ms.p90).toFixed(2)}x`);
   }
   for (const line of cpuWarnings(cpu, navigator.hardwareConcurrency)) io.out(line);
+  for (const [mode, m] of Object.entries(modes)) {
+    if (!m.cached_over_ceiling) continue;
+    io.out(
+      `${mode}: ${m.cached_over_ceiling} requests reported more cached prompt tokens than the ` +
+        `requests before them in the trace had shown (a worker counting blocks nobody computed, ` +
+        `or requests sent at the same instant served out of order)`,
+    );
+  }
   io.out(
     `wrote ${flags.out}/results.json, report.html, ${charts.map((c) => c.file).join(", ")}`,
   );

@@ -234,6 +234,8 @@ Deno.test("dynamo bench --simulate on a trace sharing nothing: no NaN, and resul
     assert.doesNotMatch(plain.stdout, /NaN/);
     assert.match(plain.stdout, /kv prefix hit rate: 0\.0% \(the trace's prompts share no prefix\)/);
     assert.equal(plain.results.kv_cost, "predicted-ttft");
+    // Nothing is shared, so no request may report a cached token.
+    assert.equal(plain.results.modes.kv.cached_over_ceiling, 0);
     assert.equal(plain.results.kv_overlap_score_weight, null);
     assert.equal(plain.results.kv_queued_prefill_weight, null);
     const weighted = await bench("--kv-overlap-score-weight", "4");

@@ -12,6 +12,12 @@ export interface ModeSummary {
   output_tokens_per_s: number;
   /** Prompt tokens served from a worker's prefix cache / prompt tokens. */
   prefix_hit_rate: number;
+  /**
+   * Requests that reported more cached prompt tokens than the requests before them in the trace
+   * had shown (given the trace's per-request ceiling): 0 unless a worker counts blocks nobody
+   * computed, or requests sent at the same instant were served out of order.
+   */
+  cached_over_ceiling?: number;
   seconds: number;
   /** The first few failures, for the reader. */
   errors: string[];
@@ -32,8 +38,18 @@ export function sortedPercentile(sorted: ArrayLike<number>, p: number): number {
 const round = (x: number, digits = 3) =>
   Number.isFinite(x) ? Number(x.toFixed(digits)) : Number.NaN;
 
-/** Summarizes one mode's replay. */
-export function summarizeMode(results: readonly RequestResult[], seconds: number): ModeSummary {
+/**
+ * Summarizes one mode's replay.
+ * @param results the requests' results, in trace order
+ * @param seconds the replay's length
+ * @param ceilingHits per request, the prompt tokens the trace's ceiling counts as cached (see
+ *   `ceilingHitTokens`): when given, the summary counts the requests that reported more
+ */
+export function summarizeMode(
+  results: readonly RequestResult[],
+  seconds: number,
+  ceilingHits?: readonly number[],
+): ModeSummary {
   const ok = results.filter((r) => r.ok);
   const ttft = ok.map((r) => r.ttftMs!).filter((x) => x !== undefined);
   const itl = ok.flatMap((r) => r.itlMs);
@@ -51,6 +67,10 @@ export function summarizeMode(results: readonly RequestResult[], seconds: number
     itl_ms: { p50: round(percentile(itl, 50)), p90: round(percentile(itl, 90)) },
     output_tokens_per_s: round(output / seconds, 1),
     prefix_hit_rate: round(prompt ? cached / prompt : 0, 4),
+    ...(ceilingHits === undefined ? {} : {
+      cached_over_ceiling:
+        results.filter((r, i) => r.ok && (r.cachedTokens ?? 0) > (ceilingHits[i] ?? 0)).length,
+    }),
     seconds: round(seconds, 2),
     errors: results.filter((r) => !r.ok).slice(0, 5).map((r) => r.error ?? "unknown"),
   };

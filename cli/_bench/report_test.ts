@@ -43,6 +43,19 @@ Deno.test("throughputSeries puts each token in the bin where it arrived, as toke
   assert.deepEqual(throughputSeries(results, 0), []);
 });
 
+Deno.test("summarizeMode counts the requests that report more cached tokens than the ceiling gives them", () => {
+  const results: RequestResult[] = [
+    result(0, 10, [], 1), // 16 cached where the ceiling gives 16: fine
+    result(0, 10, [], 1), // 16 where it gives 0: over
+    { ...result(0, 10, [], 1), ok: false }, // failed: not counted
+    { ...result(0, 10, [], 1), cachedTokens: undefined }, // none reported: fine
+  ];
+  const m = summarizeMode(results, 1, [16, 0, 0, 0]);
+  assert.equal(m.cached_over_ceiling, 1);
+  assert.equal(summarizeMode(results, 1, [16, 16, 0, 0]).cached_over_ceiling, 0);
+  assert.equal(summarizeMode(results, 1).cached_over_ceiling, undefined, "no ceiling, no count");
+});
+
 Deno.test("the charts have y axes with ticks and units, and the ceiling on the hit rate", () => {
   const modes = {
     kv: summarizeMode([result(0, 40, [5, 5], 3)], 1),

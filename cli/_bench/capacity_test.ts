@@ -119,14 +119,27 @@ Deno.test("capacityHitRates: unbounded caches reach the trace's ceiling", () => 
 });
 
 Deno.test("capacityHitRates: no simulated fleet of that size hits more than Belady's bound", () => {
-  // Small caches, so that eviction decides: two workers of 400 blocks each.
+  // Small caches, so that eviction decides: two workers of 400 blocks each, with or without a
+  // host tier (whose blocks count: the fleet holds GPU and host blocks).
   const trace = synthesizeTrace({ ...SYNTHETIC_PRESETS["multi-tenant"]!, seed: 2 }).slice(0, 250);
   const workers = 2;
-  const numGpuBlocks = 400;
-  const bound = capacityHitRates(trace, 16, workers * numGpuBlocks);
-  assert.ok(bound.belady < prefixCeiling(trace).tokens - 0.05, "the capacity binds");
-  for (const mode of ["kv", "round-robin"] as const) {
-    const { results } = simulate(trace, { workers, mode, load: 4, blockSize: 16, numGpuBlocks });
+  const numGpuBlocks = 300;
+  for (
+    const [mode, hostBlocks] of [["kv", 0], ["round-robin", 0], ["kv", 100], [
+      "round-robin",
+      100,
+    ]] as const
+  ) {
+    const bound = capacityHitRates(trace, 16, workers * (numGpuBlocks + hostBlocks));
+    assert.ok(bound.belady < prefixCeiling(trace).tokens - 0.05, "the capacity binds");
+    const { results } = simulate(trace, {
+      workers,
+      mode,
+      load: 4,
+      blockSize: 16,
+      numGpuBlocks,
+      hostBlocks,
+    });
     let cached = 0;
     let prompt = 0;
     for (const r of results) {
@@ -134,7 +147,10 @@ Deno.test("capacityHitRates: no simulated fleet of that size hits more than Bela
       prompt += r.promptTokens;
     }
     assert.ok(cached > 0);
-    assert.ok(cached / prompt <= bound.belady, `${mode}: ${cached / prompt} > ${bound.belady}`);
+    assert.ok(
+      cached / prompt <= bound.belady,
+      `${mode}, ${hostBlocks} host blocks: ${cached / prompt} > ${bound.belady}`,
+    );
   }
 });
 

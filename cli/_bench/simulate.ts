@@ -31,10 +31,7 @@ import {
   type StepPlan,
 } from "../../llm/engines/mocker/scheduler.ts";
 import type { RequestResult } from "./replay.ts";
-import {
-  DEFAULT_KV_FETCH_MS_PER_BLOCK,
-  DEFAULT_KV_ONBOARD_MS_PER_BLOCK,
-} from "../../llm/engines/mocker/timing.ts";
+import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "../../llm/engines/mocker/timing.ts";
 import { mulberry32 } from "./synthetic.ts";
 import { promptTokens, type TraceRequest } from "./trace.ts";
 
@@ -151,6 +148,7 @@ export function simulate(
     const scheduler = new Scheduler(blocks, {
       maxNumSeqs: options.maxNumSeqs,
       maxNumBatchedTokens: options.maxNumBatchedTokens,
+      hostOnboardMsPerBlock: options.hostOnboardMsPerBlock,
     });
     return { id, blocks, scheduler };
   });
@@ -171,7 +169,7 @@ export function simulate(
       ? DEFAULT_KV_FETCH_MS_PER_BLOCK
       : options.kvFetchMsPerBlock
     : null;
-  const onboardMs = options.hostOnboardMsPerBlock ?? DEFAULT_KV_ONBOARD_MS_PER_BLOCK;
+  const onboardMs = workers[0]!.scheduler.hostOnboardMsPerBlock;
   // The books a router's booking lands in: its own, and with replica sync every other's (as
   // remote bookings: they teach no TTFT model).
   const booksOf = (r: number) =>
@@ -278,12 +276,14 @@ export function simulate(
     let seq: Sequence | undefined = undefined;
     const blocks = hashPromptBlocks(tokens, bs);
     if (options.sharedCache) share(worker, blocks);
-    // As a mocker: the prompt's prefix held in the worker's host tier, or in the peer the router
-    // named (as much as it holds now), is there once its blocks are copied: they are cached then
-    // (held until the scheduler has the request), and the request starts.
+    // As a mocker: the prompt's prefix held by the peer the router named (as much as it holds
+    // now, after what the worker holds in its host tier) is there once its blocks are copied:
+    // they are cached then (held until the scheduler has the request), and the request starts.
+    // Without a peer's blocks, the scheduler copies host blocks back as it admits the request.
     const hashList = blocks.map((b) => b.sequenceHash);
     const there = fetch ? Math.min(fetch.from.blocks.heldPrefix(hashList), fetch.blocks) : 0;
-    const load = prefixToLoad(worker.blocks, hashList, there);
+    const asPeer = prefixToLoad(worker.blocks, hashList, there);
+    const load = asPeer.fromPeer > 0 ? asPeer : { end: 0, fromHost: 0, fromPeer: 0 };
     const copied = load.fromHost + load.fromPeer;
     const start = () => {
       const held = copied > 0 ? cachePrefix(worker.blocks, blocks, load.end) : [];

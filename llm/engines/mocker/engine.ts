@@ -20,7 +20,6 @@ import {
   type FullBlock,
   prefixToLoad,
 } from "./block_manager.ts";
-import { DEFAULT_KV_ONBOARD_MS_PER_BLOCK } from "./timing.ts";
 import type { ForwardPassMetrics, KvEventSink, MetricsSink } from "./kv_types.ts";
 import { hashPromptBlocks, Scheduler, type SchedulerOptions, type Sequence } from "./scheduler.ts";
 
@@ -50,8 +49,9 @@ export interface MockerEngineOptions
   logger?: Logger;
   /**
    * Simulated ms to copy one KV block back from the host tier (default
-   * {@linkcode DEFAULT_KV_ONBOARD_MS_PER_BLOCK}). The tier's size is `hostBlocks`, here by
-   * default {@linkcode defaultHostBlocks} of `numGpuBlocks` (0: no host tier).
+   * `DEFAULT_KV_ONBOARD_MS_PER_BLOCK`, timing.ts): as the scheduler admits a request whose prefix
+   * continues there, or with a peer's blocks. The tier's size is `hostBlocks`, here by default
+   * {@linkcode defaultHostBlocks} of `numGpuBlocks` (0: no host tier).
    */
   hostOnboardMsPerBlock?: number;
   /**
@@ -217,12 +217,8 @@ export class MockerEngine {
       );
     }
     this.#kvFetch = fetch;
-    this.#onboardMsPerBlock = options.hostOnboardMsPerBlock ?? DEFAULT_KV_ONBOARD_MS_PER_BLOCK;
-    if (!(this.#onboardMsPerBlock >= 0 && this.#onboardMsPerBlock < Infinity)) {
-      throw new InvalidArgumentError(
-        `hostOnboardMsPerBlock must be a finite number >= 0, got ${options.hostOnboardMsPerBlock}`,
-      );
-    }
+    // Checked by the scheduler, which copies a prompt's host blocks back as it admits it.
+    this.#onboardMsPerBlock = this.scheduler.hostOnboardMsPerBlock;
   }
 
   /** The load metrics now (as an idle engine reports them: no pass timed). */
@@ -243,30 +239,27 @@ export class MockerEngine {
   }
 
   /**
-   * Loads the first blocks of a prompt that this worker holds in its host tier, or that the
-   * peer its `kv_fetch` hint names holds (asked first), when they are not on the GPU here:
-   * waits the copies' simulated time, then makes them cached here. A failing peer (gone, a
-   * late answer) leaves its part to compute.
+   * Loads the first blocks of a prompt that the peer its `kv_fetch` hint names holds (asked
+   * first), with those this worker holds in its host tier before them, when they are not on the
+   * GPU here: waits the copies' simulated time, then makes them cached here. A failing peer
+   * (gone, a late answer) leaves its part to compute, and host blocks to the scheduler, which
+   * copies them back as it admits the request.
    * @returns the hashes of the prompt's blocks now cached here and held (release them)
    */
   async #loadPrefix(
-    hint: KvFetchHint | undefined,
+    fetch: MockerKvFetch,
+    hint: KvFetchHint,
     blocks: readonly FullBlock[],
     signal: AbortSignal | undefined,
   ): Promise<bigint[]> {
     const bm = this.blockManager;
     const hashes = blocks.map((b) => b.sequenceHash);
-    const fetch = this.#kvFetch;
-    let there = 0;
-    if (fetch && hint) {
-      const asked = hashes.slice(0, Math.min(hint.blocks, hashes.length));
-      if (bm.heldPrefix(asked) < asked.length) {
-        there = await this.#askPeer(fetch, hint, asked, signal);
-      }
-    }
+    const asked = hashes.slice(0, Math.min(hint.blocks, hashes.length));
+    if (bm.heldPrefix(asked) === asked.length) return [];
+    const there = await this.#askPeer(fetch, hint, asked, signal);
     const load = prefixToLoad(bm, hashes, there);
-    if (load.fromHost + load.fromPeer === 0 || signal?.aborted) return [];
-    const ms = load.fromHost * this.#onboardMsPerBlock + load.fromPeer * (fetch?.msPerBlock ?? 0);
+    if (load.fromPeer === 0 || signal?.aborted) return [];
+    const ms = load.fromHost * this.#onboardMsPerBlock + load.fromPeer * fetch.msPerBlock;
     await this.#sleep(ms / this.#speedupRatio);
     return cachePrefix(bm, blocks, load.end);
   }
@@ -354,11 +347,11 @@ export class MockerEngine {
     ]);
     const vocab = this.#vocabSize;
     const blocks = hashPromptBlocks(tokenIds, this.blockManager.blockSize);
-    // A prefix copied back from the host tier or from a peer is held until the scheduler has
-    // the request.
-    const hint = this.#kvFetch && isKvFetchHint(request.kv_fetch) ? request.kv_fetch : undefined;
-    const fetched = hint || this.blockManager.hostCachedBlocks > 0
-      ? await this.#loadPrefix(hint, blocks, signal)
+    // A prefix copied from a peer is held until the scheduler has the request (blocks in the
+    // host tier are the scheduler's to copy back, as it admits the request).
+    const fetch = this.#kvFetch;
+    const fetched = fetch && isKvFetchHint(request.kv_fetch)
+      ? await this.#loadPrefix(fetch, request.kv_fetch, blocks, signal)
       : [];
     if (this.#closed) {
       this.blockManager.release(fetched.toReversed(), 0);

@@ -6,7 +6,7 @@ import { InvalidArgumentError } from "../../../runtime/errors.ts";
 import { chainHash, computeBlockHashesSync, computeLocalHashes } from "../../kv_router/hashing.ts";
 import type { BlockManager, FullBlock } from "./block_manager.ts";
 import type { ForwardPassMetrics } from "./kv_types.ts";
-import { checkSpeedupRatio, stepTimeMs } from "./timing.ts";
+import { checkSpeedupRatio, DEFAULT_KV_ONBOARD_MS_PER_BLOCK, stepTimeMs } from "./timing.ts";
 
 /** Options of {@linkcode Scheduler}. */
 export interface SchedulerOptions {
@@ -16,6 +16,12 @@ export interface SchedulerOptions {
   maxNumBatchedTokens?: number;
   /** Divides every step's simulated duration (default 1). */
   speedupRatio?: number;
+  /**
+   * Simulated ms to copy one KV block back from the block manager's host tier when a request
+   * is admitted (default {@linkcode DEFAULT_KV_ONBOARD_MS_PER_BLOCK}; divided by the speedup
+   * ratio like the passes).
+   */
+  hostOnboardMsPerBlock?: number;
 }
 
 /** A request handed to {@linkcode Scheduler.add}. */
@@ -99,8 +105,10 @@ export interface StepPlan {
   decodeSequences: number;
   /** Active blocks / total during the pass. */
   kvUsage: number;
-  /** Simulated duration in ms (speedup applied). */
+  /** Simulated duration in ms (speedup applied), the copies from the host tier included. */
   durationMs: number;
+  /** Blocks copied back from the host tier for the sequences the pass admits. */
+  onboardedBlocks: number;
   /** Sequences preempted while planning. */
   preempted: Sequence[];
 }
@@ -129,7 +137,12 @@ export function hashPromptBlocks(
  * Waiting sequences are admitted while slots, budget and blocks above the watermark
  * remain, and not in a step that preempted. A new sequence first takes the cached
  * blocks of its longest matching prefix (the last prompt token is always recomputed,
- * as its logits are needed).
+ * as its logits are needed), and then the blocks that continue it in the host tier, copied
+ * back as it is admitted (as a KV connector such as the reference's KVBM is asked for them
+ * when vLLM's scheduler admits a request): blocks evicted while the request waited are not
+ * lost to it. The copy is part of the admitting pass, whose duration grows by
+ * `hostOnboardMsPerBlock` per block (a synchronous load: the pass's other sequences wait for
+ * it too).
  *
  * @example
  * ```ts ignore
@@ -149,6 +162,8 @@ export class Scheduler {
   readonly maxNumBatchedTokens: number;
   /** How much faster than the timing model simulated time runs. */
   readonly speedupRatio: number;
+  /** Simulated ms per block copied back from the host tier (speedup not applied). */
+  readonly hostOnboardMsPerBlock: number;
   readonly #waiting: Sequence[] = [];
   readonly #running: Sequence[] = [];
   #promptTokens = 0;
@@ -163,6 +178,7 @@ export class Scheduler {
     this.maxNumSeqs = options.maxNumSeqs ?? 256;
     this.maxNumBatchedTokens = options.maxNumBatchedTokens ?? 8192;
     this.speedupRatio = options.speedupRatio ?? 1;
+    this.hostOnboardMsPerBlock = options.hostOnboardMsPerBlock ?? DEFAULT_KV_ONBOARD_MS_PER_BLOCK;
     if (!Number.isInteger(this.maxNumSeqs) || this.maxNumSeqs < 1) {
       throw new InvalidArgumentError(
         `maxNumSeqs must be a whole number >= 1, got ${this.maxNumSeqs}`,
@@ -174,6 +190,11 @@ export class Scheduler {
       );
     }
     checkSpeedupRatio(this.speedupRatio);
+    if (!(this.hostOnboardMsPerBlock >= 0 && this.hostOnboardMsPerBlock < Infinity)) {
+      throw new InvalidArgumentError(
+        `hostOnboardMsPerBlock must be a finite number >= 0, got ${options.hostOnboardMsPerBlock}`,
+      );
+    }
   }
 
   /** Sequences waiting for admission (including preempted ones). */
@@ -249,6 +270,7 @@ export class Scheduler {
     const entries: StepEntry[] = [];
     const preempted: Sequence[] = [];
     let budget = this.maxNumBatchedTokens;
+    let onboardedBlocks = 0;
 
     for (let i = 0; i < this.#running.length && budget > 0; i++) {
       const seq = this.#running[i]!;
@@ -274,13 +296,20 @@ export class Scheduler {
       const seq = this.#waiting[0]!;
       const known = seq.blocks.slice(0, Math.floor((seq.tokens.length - 1) / bs));
       const hits = known.slice(0, bm.matchPrefix(known.map((b) => b.sequenceHash)));
-      const computed = hits.length * bs;
+      let held = hits.length;
+      while (held < known.length && bm.isOnHost(known[held]!.sequenceHash)) held++;
+      const onboard = known.slice(hits.length, held);
+      const computed = held * bs;
       const n = Math.min(seq.tokens.length - computed, budget);
-      const fresh = Math.ceil((computed + n) / bs) - hits.length;
-      if (!bm.canAdmit(hits.map((b) => b.sequenceHash), fresh)) break;
+      const fresh = Math.ceil((computed + n) / bs) - held;
+      if (!bm.canAdmit(hits.map((b) => b.sequenceHash), fresh + onboard.length)) break;
       bm.acquireCached(hits.map((b) => b.sequenceHash));
+      if (onboard.length > 0) {
+        bm.load(hits.at(-1)?.sequenceHash ?? null, onboard);
+        onboardedBlocks += onboard.length;
+      }
       bm.allocate(fresh);
-      seq.heldFull = hits.length;
+      seq.heldFull = held;
       seq.heldAnonymous = fresh;
       seq.numComputed = computed;
       if (!seq.admitted) {
@@ -303,8 +332,17 @@ export class Scheduler {
       else prefillTokens += e.tokens;
     }
     const kvUsage = bm.usage;
-    const durationMs = stepTimeMs({ prefillTokens, decodeSequences, kvUsage }, this.speedupRatio);
-    return { entries, prefillTokens, decodeSequences, kvUsage, durationMs, preempted };
+    const durationMs = stepTimeMs({ prefillTokens, decodeSequences, kvUsage }, this.speedupRatio) +
+      onboardedBlocks * this.hostOnboardMsPerBlock / this.speedupRatio;
+    return {
+      entries,
+      prefillTokens,
+      decodeSequences,
+      kvUsage,
+      durationMs,
+      onboardedBlocks,
+      preempted,
+    };
   }
 
   /**

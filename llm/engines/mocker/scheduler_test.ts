@@ -3,17 +3,23 @@ import fc from "fast-check";
 import { BlockManager } from "./block_manager.ts";
 import type { KvCacheEventData } from "./kv_types.ts";
 import { hashPromptBlocks, Scheduler, type SchedulerOptions, type Sequence } from "./scheduler.ts";
-import { decodeTimeMs, prefillTimeMs } from "./timing.ts";
+import { decodeTimeMs, prefillTimeMs, stepTimeMs } from "./timing.ts";
 
 const BS = 4;
 const prompt = (n: number, base = 1) => Array.from({ length: n }, (_, i) => base + i);
 
-function setup(numGpuBlocks: number, options: SchedulerOptions = {}, watermark = 0) {
+function setup(
+  numGpuBlocks: number,
+  options: SchedulerOptions = {},
+  watermark = 0,
+  hostBlocks = 0,
+) {
   const events: KvCacheEventData[] = [];
   const bm = new BlockManager({
     numGpuBlocks,
     blockSize: BS,
     watermark,
+    hostBlocks,
     onEvent: (e) => events.push(e),
   });
   const scheduler = new Scheduler(bm, options);
@@ -105,6 +111,49 @@ Deno.test("a repeated prompt reuses the cached prefix and recomputes only its la
   const [p3] = s.drain();
   assert.equal(p3!.prefillTokens, 4, "the first 16 tokens hit");
   assert.equal(s.scheduler.metrics().gpu_prefix_cache_hit_rate, (12 + 16) / (16 + 16 + 20));
+});
+
+Deno.test("a prefix evicted to the host tier while its request waited is copied back as it is admitted", () => {
+  // 8 GPU blocks, a host tier of 16; copying a block back takes 0.5 ms (1 at speedup 0.5).
+  const s = setup(8, { hostOnboardMsPerBlock: 0.5, speedupRatio: 0.5 }, 0, 16);
+  s.add("a", prompt(17), 1);
+  s.drain();
+  const aBlocks = hashPromptBlocks(prompt(16), BS).map((b) => b.sequenceHash);
+  assert.equal(s.bm.matchPrefix(aBlocks), 4, "a's 4 full blocks are cached");
+  // `big` takes the GPU (7 blocks, then an 8th as it decodes): `again`, which continues a's
+  // prompt, cannot be admitted beside it and waits while a's blocks go to the host tier.
+  s.add("big", prompt(28, 100), 2);
+  const again = s.add("again", prompt(20), 1);
+  const first = s.scheduler.step();
+  assert.deepEqual(first.entries.map((e) => e.sequence.id), ["big"]);
+  assert.equal(again.state, "waiting");
+  const before = s.events.length;
+  const plans = [first, ...s.drain()];
+  assert.ok(aBlocks.every((h) => s.bm.isHeld(h)), "a's blocks stayed in one tier or the other");
+  const admitting = plans.find((p) => p.entries.some((e) => e.sequence === again))!;
+  assert.equal(admitting.onboardedBlocks, 4, "all four came back from the host tier");
+  assert.equal(again.cachedTokens, 16);
+  assert.equal(admitting.prefillTokens, 4, "only the new block is computed");
+  assert.equal(
+    admitting.durationMs,
+    stepTimeMs({ prefillTokens: 4, decodeSequences: 0, kvUsage: admitting.kvUsage }, 0.5) + 4 * 1,
+  );
+  for (const p of plans) if (p !== admitting) assert.equal(p.onboardedBlocks, 0);
+  // Back on the GPU, they are not new to the worker: no event stores them again.
+  for (const e of s.events.slice(before)) {
+    if (typeof e === "object" && "stored" in e) {
+      for (const b of e.stored.blocks) assert.ok(!aBlocks.includes(b.block_hash));
+    }
+  }
+  assert.equal(s.scheduler.metrics().gpu_prefix_cache_hit_rate, (0 + 0 + 16) / (17 + 28 + 20));
+  assert.equal(s.bm.activeBlocks, 0);
+});
+
+Deno.test("a bad host onboard time is refused", () => {
+  const bm = new BlockManager({ numGpuBlocks: 8, blockSize: BS });
+  for (const bad of [-1, NaN, Infinity]) {
+    assert.throws(() => new Scheduler(bm, { hostOnboardMsPerBlock: bad }), /hostOnboardMsPerBlock/);
+  }
 });
 
 Deno.test("blocks filled by decoding are cached and reported like prompt blocks", () => {
@@ -199,7 +248,7 @@ Deno.test("metrics report slots, blocks and the waiting queue", () => {
   });
 });
 
-Deno.test("random workloads on a small cache all complete with consistent KV events", () => {
+Deno.test("random workloads on a small cache, with or without a host tier, all complete with consistent KV events", () => {
   const request = fc.record({
     prefix: fc.integer({ min: 0, max: 2 }),
     prefixLength: fc.integer({ min: 0, max: 24 }),
@@ -210,10 +259,11 @@ Deno.test("random workloads on a small cache all complete with consistent KV eve
     numGpuBlocks: fc.integer({ min: 11, max: 32 }), // >= 44 tokens: every prompt fits
     maxNumSeqs: fc.integer({ min: 1, max: 8 }),
     maxNumBatchedTokens: fc.integer({ min: 4, max: 64 }),
+    hostBlocks: fc.constantFrom(0, 0, 1, 4, 16),
   });
   fc.assert(
     fc.property(config, fc.array(request, { minLength: 1, maxLength: 12 }), (cfg, requests) => {
-      const s = setup(cfg.numGpuBlocks, cfg);
+      const s = setup(cfg.numGpuBlocks, cfg, 0, cfg.hostBlocks);
       const seqs = requests.map((r, i) =>
         s.add(`r${i}`, [...prompt(r.prefixLength, 1000 * (r.prefix + 1)), ...r.suffix], r.maxTokens)
       );
@@ -241,7 +291,10 @@ Deno.test("random workloads on a small cache all complete with consistent KV eve
           }
         }
       }
-      assert.deepEqual([...cached].sort(), s.bm.inactiveHashes().sort());
+      // The events name exactly the blocks held in the two tiers.
+      assert.equal(cached.size, s.bm.inactiveBlocks + s.bm.hostCachedBlocks);
+      for (const h of cached) assert.ok(s.bm.isHeld(h));
+      assert.ok(s.bm.hostCachedBlocks <= cfg.hostBlocks);
     }),
     { numRuns: 200 },
   );

@@ -24,11 +24,11 @@
 //
 // Flags: --seeds N (default 5), --workers N (default 8), --mooncake-requests N (default 3000),
 // --json PATH, --quick (2 seeds, 1000 Mooncake requests), --held-out (the 72 held-out rows named in
-// BENCHMARKS.md instead of the standing ones), --traces REGEX (only the traces so named), --kv-fetch-ms-per-block MS (the mockers' copy time
-// per KV block; default the mocker's 0.084), --host-blocks N (KV blocks in each mocker's host
-// tier; default the mocker's, 4 per GPU block; 0: GPU only, as before the tier), --reference-cost
-// (the kv side with the reference's weighted cost at weight 1, the default before the
-// predicted-TTFT cost).
+// BENCHMARKS.md instead of the standing ones), --traces REGEX (only the traces so named),
+// --kv-fetch-ms-per-block MS (the mockers' copy time per KV block; default the mocker's 0.084),
+// --host-blocks N (KV blocks in each mocker's host tier; default the mocker's, 4 per GPU block;
+// 0: GPU only, as before the tier), --reference-cost (the kv side with the reference's weighted
+// cost at weight 1, the default before the predicted-TTFT cost).
 
 import { simulate } from "../cli/_bench/simulate.ts";
 import { parseSyntheticSpec, synthesizeTrace, SYNTHETIC_PRESETS } from "../cli/_bench/synthetic.ts";

@@ -22,7 +22,7 @@ import {
   cachePrefix,
   defaultHostBlocks,
   type FullBlock,
-  prefixToLoad,
+  peerCopy,
 } from "../../llm/engines/mocker/block_manager.ts";
 import {
   hashPromptBlocks,
@@ -282,11 +282,11 @@ export function simulate(
     // Without a peer's blocks, the scheduler copies host blocks back as it admits the request.
     const hashList = blocks.map((b) => b.sequenceHash);
     const there = fetch ? Math.min(fetch.from.blocks.heldPrefix(hashList), fetch.blocks) : 0;
-    const asPeer = prefixToLoad(worker.blocks, hashList, there);
-    const load = asPeer.fromPeer > 0 ? asPeer : { end: 0, fromHost: 0, fromPeer: 0 };
-    const copied = load.fromHost + load.fromPeer;
+    const copy = fetch
+      ? peerCopy(worker.blocks, hashList, there, { host: onboardMs, peer: fetchMs ?? 0 })
+      : undefined;
     const start = () => {
-      const held = copied > 0 ? cachePrefix(worker.blocks, blocks, load.end) : [];
+      const held = copy ? cachePrefix(worker.blocks, blocks, copy.end) : [];
       seq = worker.scheduler.add({
         id: key,
         tokenIds: tokens,
@@ -312,10 +312,8 @@ export function simulate(
       worker.blocks.release(held.toReversed(), 0);
       startStep(worker);
     };
-    if (copied > 0) {
-      const ms = load.fromHost * onboardMs + load.fromPeer * (fetchMs ?? 0);
-      later.push({ at: now + ms, run: start });
-    } else start();
+    if (copy) later.push({ at: now + copy.ms, run: start });
+    else start();
   };
 
   const start = requests[0]?.timestamp ?? 0;

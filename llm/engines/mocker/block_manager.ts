@@ -420,6 +420,42 @@ export function prefixToLoad(
   return { end, fromHost, fromPeer };
 }
 
+/** A copy of a prompt's prefix from a peer, as {@linkcode peerCopy} plans it. */
+export interface PeerCopy {
+  /** The request has blocks `[0, end)` once the copy lands. */
+  end: number;
+  /** The copy's simulated time in ms. */
+  ms: number;
+}
+
+/**
+ * What copying a prompt's prefix from a peer takes on the worker `bm`: the blocks the request has
+ * once it lands (see {@linkcode prefixToLoad}: the worker's host-tier blocks before the peer's
+ * come with it) and its simulated time. Nothing when the peer sends nothing the worker lacks:
+ * host blocks are then the scheduler's to copy back as it admits the request.
+ *
+ * @param bm the block manager of the worker the request runs on
+ * @param hashes the sequence hashes of the request's full blocks, in order
+ * @param peerEnd leading blocks of `hashes` the peer holds and will send
+ * @param msPerBlock simulated ms per block copied from the host tier and from the peer
+ * @returns the copy, or undefined when there is nothing to copy from the peer
+ * @example
+ * ```ts
+ * const bm = new BlockManager({ numGpuBlocks: 8, blockSize: 4, hostBlocks: 8 });
+ * peerCopy(bm, [11n, 12n], 2, { host: 0.04, peer: 0.08 }); // { end: 2, ms: 0.16 }
+ * ```
+ */
+export function peerCopy(
+  bm: BlockManager,
+  hashes: readonly BlockHash[],
+  peerEnd: number,
+  msPerBlock: { host: number; peer: number },
+): PeerCopy | undefined {
+  const load = prefixToLoad(bm, hashes, peerEnd);
+  if (load.fromPeer === 0) return undefined;
+  return { end: load.end, ms: load.fromHost * msPerBlock.host + load.fromPeer * msPerBlock.peer };
+}
+
 /**
  * Makes the first `end` of a sequence's full blocks cached in `bm`, as a worker that loaded
  * their KV (from its host tier, a peer, or a prefill worker): what is cached already is kept,

@@ -18,7 +18,7 @@ import {
   cachePrefix,
   defaultHostBlocks,
   type FullBlock,
-  prefixToLoad,
+  peerCopy,
 } from "./block_manager.ts";
 import type { ForwardPassMetrics, KvEventSink, MetricsSink } from "./kv_types.ts";
 import { hashPromptBlocks, Scheduler, type SchedulerOptions, type Sequence } from "./scheduler.ts";
@@ -149,7 +149,6 @@ export class MockerEngine {
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #logger: Logger;
   readonly #kvFetch: MockerKvFetch | undefined;
-  readonly #onboardMsPerBlock: number;
   readonly #speedupRatio: number;
   /** Requests in flight: wake one (no error), or end it with an error. */
   readonly #requests = new Map<Sequence, (error?: Error) => void>();
@@ -217,8 +216,6 @@ export class MockerEngine {
       );
     }
     this.#kvFetch = fetch;
-    // Checked by the scheduler, which copies a prompt's host blocks back as it admits it.
-    this.#onboardMsPerBlock = this.scheduler.hostOnboardMsPerBlock;
   }
 
   /** The load metrics now (as an idle engine reports them: no pass timed). */
@@ -257,11 +254,13 @@ export class MockerEngine {
     const asked = hashes.slice(0, Math.min(hint.blocks, hashes.length));
     if (bm.heldPrefix(asked) === asked.length) return [];
     const there = await this.#askPeer(fetch, hint, asked, signal);
-    const load = prefixToLoad(bm, hashes, there);
-    if (load.fromPeer === 0 || signal?.aborted) return [];
-    const ms = load.fromHost * this.#onboardMsPerBlock + load.fromPeer * fetch.msPerBlock;
-    await this.#sleep(ms / this.#speedupRatio);
-    return cachePrefix(bm, blocks, load.end);
+    const copy = peerCopy(bm, hashes, there, {
+      host: this.scheduler.hostOnboardMsPerBlock,
+      peer: fetch.msPerBlock,
+    });
+    if (!copy || signal?.aborted) return [];
+    await this.#sleep(copy.ms / this.#speedupRatio);
+    return cachePrefix(bm, blocks, copy.end);
   }
 
   /** How many of `hashes` the hint's peer holds (0 when it fails or answers late). */

@@ -232,8 +232,11 @@ export {
   KvMessageError,
   type OverlapScores,
   type RouterEvent,
+  STORAGE_TIERS,
+  type StorageTier,
 } from "./kv_router/protocols.ts";
 export { RadixTree, type RadixTreeOptions } from "./kv_router/radix_tree.ts";
+export { TieredIndex, type TieredMatches } from "./kv_router/tiered_index.ts";
 export { KvIndexer, type KvIndexerOptions } from "./kv_router/indexer.ts";
 export { ApproxKvIndexer, type ApproxKvIndexerOptions } from "./kv_router/approx_indexer.ts";
 export {

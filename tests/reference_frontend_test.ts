@@ -522,6 +522,89 @@ Deno.test({
 });
 
 Deno.test({
+  name:
+    "our kv router sends a prompt to the reference worker holding it in host memory (storage tiers)",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { etcd: etcd.url, nats: nats.url };
+    // Workers of 8 GPU blocks that offload to host memory: four prompts of 4 blocks each evict
+    // the first two from the GPU, and the host keeps them.
+    const args = ["--num-gpu-blocks-override", "8", "--num-host-blocks", "64"];
+    const mockers = await Promise.all([
+      startReferenceMocker(python!, servers, { modelName: MODEL, args }),
+      startReferenceMocker(python!, servers, { modelName: MODEL, args }),
+    ]);
+    const discovery = new EtcdDiscovery({ endpoints: [etcd.url] });
+    const client = ReferenceClient.create();
+    let frontend: ReturnType<typeof spawnDeno> | undefined;
+    try {
+      const instances = await waitForReferenceInstances(discovery, ENDPOINT, {
+        count: 2,
+        timeoutMs: 90_000,
+      });
+      frontend = spawnDeno(
+        CLI,
+        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
+        [
+          "frontend",
+          "--http-port",
+          "0",
+          "--http-host",
+          "127.0.0.1",
+          "--reference-workers",
+          "--router-mode",
+          "kv",
+        ],
+      );
+      const base = await frontendUrl(frontend, 60_000);
+      await until(
+        async () => (await (await fetch(`${base}/v1/models`)).json()).data.length,
+        (n) => n === 1,
+        30_000,
+        "the model in the frontend's /v1/models",
+      );
+      // ZeroMQ's slow joiner: the router's subscriptions need a moment before the first event.
+      await new Promise((r) => setTimeout(r, 1_000));
+      const prompt = (seed: number) => Array.from({ length: 260 }, (_, i) => 1000 + seed * 300 + i);
+      const ids = await Promise.all(mockers.map((m) => referenceWorkerId(m)));
+      const holder = instances.find((i) => i.instanceId === ids[1])!;
+      for (const seed of [1, 2, 3, 4]) {
+        const request = referenceTokensRequest({
+          model: MODEL,
+          tokenIds: prompt(seed),
+          maxTokens: 1,
+        });
+        for await (const _ of client.generate(holder, request)) { /* run it through */ }
+      }
+      // Give the events time to reach the frontend's router.
+      await new Promise((r) => setTimeout(r, 1_000));
+      const served = () =>
+        Promise.all(mockers.map((m) => referenceMetric(m, "dynamo_component_requests_total")));
+      // Prompts 1 and 2 are in worker 1's host memory only; each goes there.
+      for (const seed of [1, 2]) {
+        const before = await served();
+        const res = await fetch(`${base}/v1/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: MODEL, prompt: prompt(seed), max_tokens: 2 }),
+        });
+        assert.equal(res.status, 200, await res.clone().text());
+        await res.text();
+        const after = await served();
+        assert.equal(after[1]! - before[1]!, 1, `the prompt (seed ${seed}) went elsewhere`);
+      }
+    } finally {
+      if (frontend) await stopChild(frontend);
+      await client.close();
+      await Promise.all(mockers.map((m) => m.kill()));
+      await discovery.close();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
   name: "our kv router asks reference workers for the KV state they cached before it started",
   ignore: python === undefined,
   fn: async () => {

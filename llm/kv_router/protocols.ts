@@ -47,6 +47,15 @@ export type KvCacheEventData =
   | { removed: { block_hashes: BlockHash[] } }
   | "cleared";
 
+/**
+ * Where a worker holds KV blocks (the reference's `storage_tier`): on its GPU, in pinned host
+ * memory, or on disk. A block in a lower tier is copied up to the device before it is used.
+ */
+export type StorageTier = "device" | "host_pinned" | "disk";
+
+/** The storage tiers, fastest first. */
+export const STORAGE_TIERS: readonly StorageTier[] = ["device", "host_pinned", "disk"];
+
 /** One KV cache event of a worker; ids increase by one per event, from 1. */
 export interface KvCacheEvent {
   /** The event's id in its worker's sequence. */

@@ -1,5 +1,6 @@
 // KV-aware routing over reference (ai-dynamo 1.6.1) workers: their own KV events fed to our
-// radix tree; requests go to the worker our routing policy picks from the overlaps. The events
+// radix trees, one per storage tier (a worker offloading to host memory names the tier of each
+// event); requests go to the worker our routing policy picks from the overlaps. The events
 // (a msgpack envelope around a msgpack list of router events) come on the worker's event channel
 // as its etcd record names it: a ZeroMQ publisher (1.6.1's default; we dial it as a SUB socket)
 // or NATS (`--event-plane nats`: `namespace.<ns>.component.<c>.endpoint.<e>.kv-events`).
@@ -26,9 +27,10 @@ import { computeBlockHashesSync } from "../kv_router/hashing.ts";
 import { PendingPrefills } from "../kv_router/pending_prefills.ts";
 import { RoutingPolicy, type RoutingPolicyOptions } from "../kv_router/policy.ts";
 import { ActiveSequences } from "../kv_router/scheduler.ts";
-import type { KvCacheEventData } from "../kv_router/protocols.ts";
+import { type KvCacheEventData, STORAGE_TIERS, type StorageTier } from "../kv_router/protocols.ts";
 import type { KvRouterOptions } from "../kv_router/router.ts";
-import { RadixTree } from "../kv_router/radix_tree.ts";
+import type { RadixTree } from "../kv_router/radix_tree.ts";
+import { TieredIndex, type TieredMatches } from "../kv_router/tiered_index.ts";
 import type { TokenRouter } from "../pipeline/route.ts";
 import type { EndpointId } from "./endpoints.ts";
 
@@ -156,6 +158,11 @@ export interface ReferenceKvEvent {
   data: KvCacheEventData;
   /** The event's id on its worker (ids increase by one; a jump is a gap), where it has one. */
   eventId?: number;
+  /**
+   * Where the blocks are (`storage_tier`; `device` where the event does not say); null for a
+   * tier this router does not know, whose events it skips.
+   */
+  tier: StorageTier | null;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -206,11 +213,20 @@ export function decodeReferenceRouterEvents(events: unknown): ReferenceKvEvent[]
     const at = `event ${i}`;
     if (!isObject(e) || !isObject(e.event)) throw new ProtocolError(`${at} is not a router event`);
     const workerId = hash(e.worker_id, `${at}.worker_id`).toString(16);
+    const named = e.storage_tier;
+    if (named !== undefined && named !== null && typeof named !== "string") {
+      throw new ProtocolError(`${at}.storage_tier is not a string`);
+    }
+    const tier = named === undefined || named === null
+      ? "device"
+      : (STORAGE_TIERS as readonly string[]).includes(named)
+      ? named as StorageTier
+      : null;
     const id = e.event.event_id;
     const eventId = typeof id === "number" || typeof id === "bigint" ? Number(id) : undefined;
     const data = e.event.data;
     if (data === "cleared" || (isObject(data) && "cleared" in data)) {
-      return { workerId, eventId, data: "cleared" };
+      return { workerId, eventId, tier, data: "cleared" };
     }
     if (isObject(data) && isObject(data.stored)) {
       const { parent_hash: parent, blocks } = data.stored;
@@ -218,6 +234,7 @@ export function decodeReferenceRouterEvents(events: unknown): ReferenceKvEvent[]
       return {
         workerId,
         eventId,
+        tier,
         data: {
           stored: {
             parent_hash: parent === null || parent === undefined
@@ -238,6 +255,7 @@ export function decodeReferenceRouterEvents(events: unknown): ReferenceKvEvent[]
       return {
         workerId,
         eventId,
+        tier,
         data: {
           removed: {
             block_hashes: data.removed.block_hashes.map((h, j) => hash(h, `${at}: hash ${j}`)),
@@ -247,6 +265,36 @@ export function decodeReferenceRouterEvents(events: unknown): ReferenceKvEvent[]
     }
     throw new ProtocolError(`${at}: unknown event data`);
   });
+}
+
+/**
+ * How much a block held below the device counts against one on it, per tier: the defaults of
+ * the reference router's `--router-host-cache-hit-weight` (0.75) and
+ * `--router-disk-cache-hit-weight` (0.25). A copy up costs less than computing the block, but
+ * more than nothing, and these workers do not say how much.
+ */
+export const LOWER_TIER_CREDIT: Readonly<Record<Exclude<StorageTier, "device">, number>> = {
+  host_pinned: 0.75,
+  disk: 0.25,
+};
+
+/**
+ * The blocks of a request's prefix a worker holds, each counted at its tier's credit: the
+ * device prefix in full, the blocks past it in host memory at {@linkcode LOWER_TIER_CREDIT}'s
+ * `host_pinned` share, the blocks past those on disk at its `disk` share (whole blocks, rounded
+ * down).
+ *
+ * @param held per tier and worker, the prefix held in that tier or a faster one
+ * @param workerId the worker
+ * @returns the blocks to count as cached there
+ */
+export function creditedBlocks(held: TieredMatches, workerId: string): number {
+  const device = held.device.get(workerId) ?? 0;
+  const host = Math.max(device, held.host_pinned.get(workerId) ?? 0);
+  const disk = Math.max(host, held.disk.get(workerId) ?? 0);
+  return device + Math.floor(
+    (host - device) * LOWER_TIER_CREDIT.host_pinned + (disk - host) * LOWER_TIER_CREDIT.disk,
+  );
 }
 
 /** Longest wait of the first requests for the event channels to be followed (ms). */
@@ -276,8 +324,8 @@ export interface ReferenceKvRouterOptions extends RoutingPolicyOptions {
  * before it started, and again from the first missing id when the worker's event ids jump.
  */
 export class ReferenceKvRouter implements TokenRouter {
-  /** The radix tree of the workers' cached blocks. */
-  readonly tree: RadixTree = new RadixTree();
+  /** The workers' cached blocks, per storage tier. */
+  readonly index: TieredIndex = new TieredIndex();
   readonly #client: ReferenceEndpointClient<unknown>;
   readonly #blockSize: number;
   readonly #policy: RoutingPolicy;
@@ -298,6 +346,7 @@ export class ReferenceKvRouter implements TokenRouter {
   readonly #initialRecovery = Promise.withResolvers<void>();
   #recoveries = 0;
   readonly #stop = new AbortController();
+  #unknownTier = 0;
   readonly #log: Logger;
   readonly #onRoute: KvRouterOptions["onRoute"];
   #watching: Promise<void> = Promise.resolve();
@@ -391,7 +440,7 @@ export class ReferenceKvRouter implements TokenRouter {
         return;
       }
     }
-    this.tree.apply(e.workerId, e.data);
+    this.#applyData(e);
     if (e.eventId !== undefined) this.#lastEventId.set(e.workerId, e.eventId);
   }
 
@@ -432,11 +481,11 @@ export class ReferenceKvRouter implements TokenRouter {
       }
       const events = decodeReferenceRouterEvents(body.events);
       if (dump) {
-        this.tree.apply(workerId, "cleared");
-        for (const e of events) this.tree.apply(workerId, e.data);
+        this.index.clearWorker(workerId);
+        for (const e of events) this.#applyData(e);
       } else {
         const from = start ?? 0;
-        for (const e of events) if ((e.eventId ?? from) >= from) this.tree.apply(workerId, e.data);
+        for (const e of events) if ((e.eventId ?? from) >= from) this.#applyData(e);
       }
       this.#lastEventId.set(workerId, Number(body.last_event_id));
       this.#recoveries++;
@@ -460,6 +509,23 @@ export class ReferenceKvRouter implements TokenRouter {
       if (!recovered) this.#lastEventId.delete(workerId);
       for (const e of pending) this.#applyEvent(e);
     }
+  }
+
+  /** Applies an event's data to its tier's blocks; events of a tier not known are skipped. */
+  #applyData(e: ReferenceKvEvent): void {
+    if (e.tier !== null) {
+      this.index.apply(e.workerId, e.data, e.tier);
+    } else if (this.#unknownTier++ === 0) {
+      this.#log.warn("skipping reference KV events of a storage tier this router does not know", {
+        endpoint: this.#client.path,
+        worker: e.workerId,
+      });
+    }
+  }
+
+  /** The blocks on the workers' devices (`index` has every tier). */
+  get tree(): RadixTree {
+    return this.index.device;
   }
 
   /** KV-state recoveries of reference workers answered so far. */
@@ -642,7 +708,7 @@ export class ReferenceKvRouter implements TokenRouter {
     );
     if (ids.length === 0) return await this.#client.roundRobin<T>(request, options);
     const hashes = computeBlockHashesSync(request.token_ids, this.#blockSize);
-    const { scores } = this.tree.findMatches(hashes.local);
+    const held = this.index.findMatches(hashes.local);
     // Prefixes still being prefilled where this router sent them count as cached there.
     const soon = this.#pending.size === 0
       ? undefined
@@ -651,7 +717,7 @@ export class ReferenceKvRouter implements TokenRouter {
     const candidates = ids.map((workerId) => {
       const book = this.#active.load(workerId);
       const load = this.#loads.get(workerId);
-      const cached = Math.max(scores.get(workerId) ?? 0, soon?.get(workerId) ?? 0);
+      const cached = Math.max(creditedBlocks(held, workerId), soon?.get(workerId) ?? 0);
       return {
         workerId,
         overlapBlocks: Math.min(cached, requestBlocks),

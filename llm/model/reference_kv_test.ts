@@ -7,7 +7,9 @@ import { encodeReferenceLoadMessage } from "../../runtime/reference/load_metrics
 import { ZmqPublisher } from "../../runtime/reference/zmq_pub.ts";
 import { computeBlockHashesSync } from "../kv_router/hashing.ts";
 import type { RouteDecisionRecord } from "../kv_router/router.ts";
+import { TieredIndex } from "../kv_router/tiered_index.ts";
 import {
+  creditedBlocks,
   decodeReferenceKvEvents,
   parseReferenceKvChannel,
   referenceKvEventsSubject,
@@ -64,14 +66,37 @@ Deno.test("reference removed and cleared events decode; anything else is refused
     }, {
       useBigInt64: true,
     });
-  const removed = decodeReferenceKvEvents(wrap([{
-    worker_id: 0xabcn,
-    event: { event_id: 2, data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
-  }, { worker_id: 0xabcn, event: { event_id: 3, data: "cleared" } }]));
+  const removed = decodeReferenceKvEvents(wrap([
+    {
+      worker_id: 0xabcn,
+      event: { event_id: 2, data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
+    },
+    { worker_id: 0xabcn, event: { event_id: 3, data: "cleared" } },
+    {
+      worker_id: 0xabcn,
+      storage_tier: "host_pinned",
+      event: { event_id: 4, data: "cleared" },
+    },
+    { worker_id: 0xabcn, storage_tier: "remote", event: { event_id: 5, data: "cleared" } },
+  ]));
   assert.deepEqual(removed, [
-    { workerId: "abc", eventId: 2, data: { removed: { block_hashes: [2n ** 63n + 5n] } } },
-    { workerId: "abc", eventId: 3, data: "cleared" },
+    {
+      workerId: "abc",
+      eventId: 2,
+      tier: "device",
+      data: { removed: { block_hashes: [2n ** 63n + 5n] } },
+    },
+    { workerId: "abc", eventId: 3, tier: "device", data: "cleared" },
+    { workerId: "abc", eventId: 4, tier: "host_pinned", data: "cleared" },
+    { workerId: "abc", eventId: 5, tier: null, data: "cleared" },
   ]);
+  assert.throws(
+    () =>
+      decodeReferenceKvEvents(
+        wrap([{ worker_id: 1, storage_tier: 2, event: { event_id: 1, data: "cleared" } }]),
+      ),
+    /storage_tier is not a string/,
+  );
   assert.throws(() => decodeReferenceKvEvents(new Uint8Array([0xc1])), ProtocolError);
   assert.throws(() => decodeReferenceKvEvents(encode({ payload: "x" })), /binary payload/);
   assert.throws(
@@ -97,6 +122,49 @@ Deno.test("a reference ZeroMQ kv-events message holds the same envelope", () => 
   assert.throws(() => referenceZmqEnvelope(parts.slice(1)), /3 parts/);
   const short = [...parts.slice(0, 3), parts[3]!.slice(0, -1)];
   assert.throws(() => referenceZmqEnvelope(short), /payload says/);
+});
+
+Deno.test("a reference worker offloading to host memory: each block is indexed in its tier", async () => {
+  // A 1.6.1 mocker with 8 GPU blocks and 32 host blocks, sent prompts 0, 1, 2, 3 (4 blocks
+  // each) and 0 again (tests/golden, scripts/capture_reference_kv_tiers.ts). It offloads each
+  // block to host memory as it computes it, drops blocks from its GPU as the next prompts need
+  // room, and loads prompt 0's back.
+  const tiers = JSON.parse(
+    await Deno.readTextFile(
+      new URL("../../tests/golden/reference_1.6.1/kv_events_host_tier.json", import.meta.url),
+    ),
+  ) as { messages: string[][] };
+  const events = tiers.messages.flatMap((m) =>
+    decodeReferenceKvEvents(referenceZmqEnvelope(m.map(hex)))
+  );
+  assert.deepEqual(
+    [...new Set(events.map((e) => e.tier))].sort(),
+    ["device", "host_pinned"],
+    "the capture has events of both tiers",
+  );
+  const index = new TieredIndex();
+  for (const e of events) assert.ok(index.apply(e.workerId, e.data, e.tier!));
+  const worker = events[0]!.workerId;
+  const held = (p: number) => {
+    const tokens = Array.from({ length: 260 }, (_, i) => 1 + p * 1000 + i);
+    const m = index.findMatches(computeBlockHashesSync(tokens, 64).local);
+    return { device: m.device.get(worker) ?? 0, host: m.host_pinned.get(worker) ?? 0 };
+  };
+  assert.deepEqual(held(0), { device: 4, host: 4 }, "loaded back: on both");
+  assert.deepEqual(held(1), { device: 0, host: 4 }, "evicted from the GPU, kept in host memory");
+  assert.deepEqual(held(2), { device: 0, host: 4 });
+  assert.deepEqual(held(3), { device: 3, host: 4 }, "its last block evicted for prompt 0's");
+  // Read as one tier (as before this index), the GPU's removals took the host's blocks too.
+  const flat = new TieredIndex();
+  for (const e of events) flat.apply(e.workerId, e.data, "device");
+  const tokens1 = Array.from({ length: 260 }, (_, i) => 1001 + i);
+  assert.equal(
+    flat.findMatches(computeBlockHashesSync(tokens1, 64).local).device.get(worker),
+    undefined,
+  );
+  // Routing counts host blocks at the reference's default credit.
+  const m1 = index.findMatches(computeBlockHashesSync(tokens1, 64).local);
+  assert.equal(creditedBlocks(m1, worker), 3);
 });
 
 Deno.test("reference event channel records name a ZeroMQ endpoint or a NATS subject prefix", () => {
@@ -297,6 +365,55 @@ Deno.test("ReferenceKvRouter counts a prompt still being prefilled as cached whe
     }
     for (const r of release) r();
     await Promise.all(reads);
+  } finally {
+    await router.close();
+    await events.close();
+  }
+});
+
+Deno.test("ReferenceKvRouter sends a prompt to the worker holding its prefix in host memory", async () => {
+  const { events, router, sent, release } = heldRouter();
+  try {
+    const prompt = (k: number) => Array.from({ length: 4 * 16 + k }, (_, i) => 7_000 + i);
+    const blocks = computeBlockHashesSync(prompt(0), 16);
+    const stored = {
+      stored: {
+        parent_hash: null,
+        start_position: null,
+        blocks: blocks.sequence.map((h, i) => ({ block_hash: h, tokens_hash: blocks.local[i]! })),
+      },
+    };
+    // Worker a computed the prefix, offloaded it, and its GPU dropped it.
+    const wire = [
+      { storage_tier: "device", event: { event_id: 1, data: stored } },
+      { storage_tier: "host_pinned", event: { event_id: 2, data: stored } },
+      {
+        storage_tier: "device",
+        event: { event_id: 3, data: { removed: { block_hashes: blocks.sequence } } },
+      },
+    ].map((e) => ({ worker_id: 0xan, residency_domain: "worker", ...e }));
+    await events.publish(
+      referenceKvEventsSubject({ namespace: "dynamo", component: "backend", name: "generate" }),
+      encode({
+        publisher_id: 1,
+        sequence: 0,
+        topic: "kv-events",
+        payload: encode(wire, { useBigInt64: true }),
+      }, { useBigInt64: true }),
+    );
+    const deadline = Date.now() + 5_000;
+    while (router.index.blockCount("a", "host_pinned") < 4) {
+      assert.ok(Date.now() < deadline, "the events did not arrive");
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.equal(router.index.blockCount("a", "device"), 0);
+    // Prompts continuing the prefix go where it is held, though only in host memory.
+    for (let k = 1; k <= 4; k++) {
+      const stream = await router.generate({ token_ids: prompt(k) }, {});
+      for (const r of release.splice(0)) r();
+      for await (const _ of stream) { /* read */ }
+    }
+    assert.deepEqual(sent, ["a", "a", "a", "a"]);
   } finally {
     await router.close();
     await events.close();

@@ -152,6 +152,65 @@ export function rate(x: number): string {
   return Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "-";
 }
 
+/**
+ * Checks a command line against the flags a benchmark takes, each given as `--name` (a switch)
+ * or `--name VALUE` (one value follows) with its help text.
+ *
+ * @param args the command line
+ * @param flags the flags and their help
+ * @returns `"help"` for `--help` or `-h`, else the first problem found, or undefined
+ */
+export function flagProblem(
+  args: readonly string[],
+  flags: Readonly<Record<string, string>>,
+): string | undefined {
+  const takesValue = new Map<string, boolean>();
+  for (const spec of Object.keys(flags)) {
+    const [name, value] = spec.split(" ");
+    takesValue.set(name!, value !== undefined);
+  }
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === "--help" || a === "-h") return "help";
+    const value = takesValue.get(a);
+    if (value === undefined) return `unknown flag ${JSON.stringify(a)}`;
+    if (!value) continue;
+    const next = args[i + 1];
+    if (next === undefined || next.startsWith("--")) return `${a} needs a value`;
+    i++;
+  }
+  return undefined;
+}
+
+/**
+ * Checks `Deno.args` against the flags a benchmark takes (see {@linkcode flagProblem}): prints
+ * the usage and exits 0 on `--help`, and 2 (with the problem and the usage) on an unknown flag
+ * or a missing value, before any work starts.
+ *
+ * @param program how it is run (`deno task bench:router`)
+ * @param about one line on what it measures
+ * @param flags `--name` or `--name VALUE` -> help text
+ */
+export function checkFlags(
+  program: string,
+  about: string,
+  flags: Readonly<Record<string, string>>,
+): void {
+  const problem = flagProblem(Deno.args, flags);
+  if (problem === undefined) return;
+  const width = Math.max(...Object.keys(flags).map((k) => k.length)) + 2;
+  const usage = `${program} [flags]\n\n${about}\n\n` +
+    Object.entries(flags).map(([k, v]) => `  ${k.padEnd(width)}${v}`).join("\n");
+  if (problem === "help") {
+    // deno-lint-ignore no-console -- a program's usage
+    console.log(usage);
+    Deno.exit(0);
+  }
+  // deno-lint-ignore no-console -- a program's usage
+  console.error(`${program}: ${problem}\n\n${usage}`);
+  Deno.exit(2);
+}
+
 /** The value after `--name` on the command line, if any. */
 export function flag(name: string): string | undefined {
   const i = Deno.args.indexOf(name);

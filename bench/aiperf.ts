@@ -14,7 +14,22 @@
 
 import { builtinTestModel } from "../mod.ts";
 import { MODEL, startDynamoRun } from "../tests/_helpers/dynamo_run.ts";
-import { flag } from "./_stats.ts";
+import { checkFlags, flag } from "./_stats.ts";
+
+checkFlags(
+  "deno task bench:aiperf",
+  "aiperf (PyPI) against our frontend: its TTFT, ITL and throughput figures.",
+  {
+    "--engine mocker|echo": "the worker's engine (default mocker)",
+    "--requests N": "requests (default 200)",
+    "--concurrency N": "requests in flight (default 8)",
+    "--isl N": "synthetic input tokens (default 128)",
+    "--osl N": "synthetic output tokens (default 32)",
+    "--speedup-ratio X": "the mocker's speedup ratio (default 10)",
+    "--artifacts DIR": "keep aiperf's files there (default: a temporary folder, removed)",
+    "--json PATH": "write the figures there",
+  },
+);
 
 const ROOT = new URL("..", import.meta.url).pathname;
 /** aiperf's whole run (its services' start included) ends within this. */

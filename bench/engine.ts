@@ -19,8 +19,20 @@
 import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { startDynamoRun } from "../tests/_helpers/dynamo_run.ts";
 import { smolLm2 } from "../tests/_helpers/smollm2.ts";
-import { flag } from "./_stats.ts";
+import { checkFlags, flag } from "./_stats.ts";
 import { defaultThreads } from "../llm/engines/llamacpp/engine.ts";
+
+checkFlags(
+  "deno task bench:engine",
+  "The llama.cpp engine on the SmolLM2 GGUF: streams, batching and the FFI path.",
+  {
+    "--tokens N": "tokens per stream (default 64; 32 with --quick)",
+    "--rounds N": "rounds (default 3; 1 with --quick)",
+    "--ffi": "first, one greedy stream through Deno FFI straight to llama.cpp",
+    "--json PATH": "write the results there",
+    "--quick": "a short run",
+  },
+);
 
 const quick = Deno.args.includes("--quick");
 const TOKENS = Number(flag("--tokens") ?? (quick ? 32 : 64));

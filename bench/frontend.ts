@@ -19,7 +19,23 @@ import { bareArgsFrom, chatBody, shapeOf, streamOnce, streamShape } from "./_fro
 import { clockTicks, cpuSeconds, machineBusySeconds } from "../cli/_bench/cpu_time.ts";
 import { type LoadClient, startLoadClient, startServer } from "./_frontend_proc.ts";
 import { type LoadCommand, runLoad } from "./_frontend_loadgen.ts";
-import { flag, ms, rate, summarize, type Summary } from "./_stats.ts";
+import { checkFlags, flag, ms, rate, summarize, type Summary } from "./_stats.ts";
+
+checkFlags(
+  "deno task bench:frontend",
+  "Our frontend's overhead against a bare HTTP server in front of the same engine.",
+  {
+    "--concurrency N": "requests in flight in the throughput case (default 32)",
+    "--requests N": "requests per throughput round (default 10000; 1000 with --quick)",
+    "--ttft-requests N":
+      "timed requests per server at concurrency 1 (default 2000; 300 with --quick)",
+    "--clients N": "load-generating client processes (default 2)",
+    "--warmup N": "requests per server before the rounds (default 20000; 300 with --quick)",
+    "--rounds N": "throughput rounds (default 5; 1 with --quick)",
+    "--json PATH": "write the results there",
+    "--quick": "a short run",
+  },
+);
 
 // --- flags ----------------------------------------------------------------------------------
 const quick = Deno.args.includes("--quick");

@@ -15,7 +15,16 @@ import {
   type RouterEvent,
 } from "../llm/kv_router/protocols.ts";
 import { RadixTree } from "../llm/kv_router/radix_tree.ts";
-import { flag, seededRandom, summarize, type Summary } from "./_stats.ts";
+import { checkFlags, flag, seededRandom, summarize, type Summary } from "./_stats.ts";
+
+checkFlags(
+  "deno task bench:indexer",
+  "The KV indexer: applying events, matching prefixes, removals, hashing.",
+  {
+    "--json PATH": "write the results there",
+    "--quick": "fewer blocks and queries",
+  },
+);
 
 const quick = Deno.args.includes("--quick");
 const jsonPath = flag("--json");

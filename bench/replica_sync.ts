@@ -18,7 +18,19 @@ import { prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
 import { summarizeMode } from "../cli/_bench/report.ts";
 import { frontendUrl, stopChild } from "../tests/_helpers/frontend.ts";
 import { type ChildHandle, spawnDeno } from "../tests/_helpers/process.ts";
-import { flag } from "./_stats.ts";
+import { checkFlags, flag } from "./_stats.ts";
+
+checkFlags(
+  "deno run -A bench/replica_sync.ts",
+  "Two frontends with --router-replica-sync against one, live, on mocker workers.",
+  {
+    "--synthetic SPEC": "the trace (default multi-tenant,seed=1)",
+    "--max-requests N": "requests replayed (default 200)",
+    "--workers N": "mocker workers (default 4)",
+    "--speedup X": "divides the trace's arrival times (default 20)",
+    "--engine-speedup R": "the mockers' speedup ratio (default 10)",
+  },
+);
 
 const CLI = new URL("../cli/main.ts", import.meta.url).pathname;
 const SPEC = flag("--synthetic") ?? "multi-tenant,seed=1";

@@ -18,7 +18,20 @@ import {
 import { installServersIfMissing, startServers } from "../tests/_helpers/servers.ts";
 import { runMockerWorker, startMockerWorkers } from "../llm/engines/mocker/worker.ts";
 import { KvRouter } from "../llm/kv_router/router.ts";
-import { flag, seededRandom, summarize } from "./_stats.ts";
+import { checkFlags, flag, seededRandom, summarize } from "./_stats.ts";
+
+checkFlags(
+  "deno task bench:router",
+  "The KV router at 256 workers: decision time, and how soon a new worker is routable.",
+  {
+    "--workers N": "mocker workers (default 256; 32 with --quick)",
+    "--decisions N": "timed routing decisions (default 5000; 1000 with --quick)",
+    "--backend embedded|etcd":
+      "in-process runtime, or etcd + NATS on free loopback ports (default embedded)",
+    "--json PATH": "write the results there",
+    "--quick": "a short run",
+  },
+);
 
 const quick = Deno.args.includes("--quick");
 const WORKERS = Number(flag("--workers") ?? (quick ? 32 : 256));

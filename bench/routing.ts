@@ -41,7 +41,7 @@ The KV router at its defaults against round-robin, in virtual time, at two loads
   --workers N                simulated mocker workers (default 8)
   --mooncake-requests N      the Mooncake trace's first N requests (default 3000; 1000 with --quick)
   --quick                    2 seeds, 1,000 Mooncake requests
-  --held-out                 the 72 held-out rows named in BENCHMARKS.md instead of the standing ones
+  --held-out                 the 72 held-out rows (BENCHMARKS.md) instead of the standing ones
   --synthetic SPEC           instead, only this synthetic trace, with seeds 1..--seeds (repeatable;
                              SPEC as dynamo bench --synthetic takes it, e.g.
                              multi-tenant,tenants=32,usersPerTenant=50)

@@ -26,7 +26,18 @@ import {
   TARGET_TCP_ITEMS_PER_S,
 } from "./_runtime_report.ts";
 import { measureStreaming } from "./_runtime_streaming.ts";
-import { flag, withTimeout } from "./_stats.ts";
+import { checkFlags, flag, withTimeout } from "./_stats.ts";
+
+checkFlags(
+  "deno task bench:runtime",
+  "The runtime's request planes: latency, streaming and concurrency against raw baselines.",
+  {
+    "--iterations N": "timed requests per latency case (default 2500; 300 with --quick)",
+    "--items N": "items per stream (default 200000; 20000 with --quick)",
+    "--json PATH": "write the results there",
+    "--quick": "a short run",
+  },
+);
 
 // --- flags ----------------------------------------------------------------------------------
 const quick = Deno.args.includes("--quick");

@@ -14,8 +14,19 @@
 //
 // About 6 minutes with the default rows on a 2-core machine.
 
-import { flag } from "./_stats.ts";
+import { checkFlags, flag } from "./_stats.ts";
 import { SERVER_BUSY_CORES } from "../cli/_bench/cpu_time.ts";
+
+checkFlags(
+  "deno task bench:sim-live",
+  "The routing simulator against live runs of the same rows.",
+  {
+    "--rows ROWS": "rows as TRACE:LEVEL;... (default: the five rows in BENCHMARKS.md)",
+    "--engine-speedup R": "the live mockers' speedup ratio (default 0.25)",
+    "--max-requests N": "requests per trace",
+    "--json PATH": "write the results there",
+  },
+);
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const ROWS = flag("--rows") ??

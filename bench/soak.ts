@@ -11,7 +11,19 @@
 
 import { chatBody, streamOnce } from "./_frontend_client.ts";
 import { startServer } from "./_frontend_proc.ts";
-import { flag } from "./_stats.ts";
+import { checkFlags, flag } from "./_stats.ts";
+
+checkFlags(
+  "deno task bench:soak",
+  "A long run at fixed concurrency: memory over time.",
+  {
+    "--minutes M": "how long (default 10)",
+    "--concurrency N": "streams in flight (default 32)",
+    "--sample-s S": "seconds between samples (default 10)",
+    "--warmup-s S": "seconds before the first sample (default 30)",
+    "--json PATH": "write the results there",
+  },
+);
 
 const MINUTES = Number(flag("--minutes") ?? 10);
 const CONCURRENCY = Number(flag("--concurrency") ?? 32);

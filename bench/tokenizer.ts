@@ -16,7 +16,17 @@
 import { Tokenizer as HfTokenizer } from "@huggingface/tokenizers";
 import { builtinTestModel } from "../llm/model/test_model.ts";
 import { WordCacheEncoder } from "../llm/preprocess/_word_cache_encoder.ts";
-import { flag, seededRandom } from "./_stats.ts";
+import { checkFlags, flag, seededRandom } from "./_stats.ts";
+
+checkFlags(
+  "deno task bench:tokenizer",
+  "Our tokenizer against the Hugging Face library on chat text.",
+  {
+    "--seed N": "seed of the text (default 7)",
+    "--json PATH": "write the results there",
+    "--quick": "fewer conversations",
+  },
+);
 
 const quick = Deno.args.includes("--quick");
 const jsonPath = flag("--json");

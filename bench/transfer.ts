@@ -8,7 +8,16 @@
 // Flags: --json PATH (write results as JSON), --quick (fewer iterations).
 
 import { type MemoryRegion, type MemType, TransferAgent } from "../native/mod.ts";
-import { flag, seededRandom, summarize } from "./_stats.ts";
+import { checkFlags, flag, seededRandom, summarize } from "./_stats.ts";
+
+checkFlags(
+  "deno task bench:transfer",
+  "Native KV transfer between processes.",
+  {
+    "--json PATH": "write the results there",
+    "--quick": "fewer iterations",
+  },
+);
 
 const quick = Deno.args.includes("--quick");
 const jsonPath = flag("--json");

@@ -37,7 +37,7 @@
 // frontend (e.g. "--router-load-bound 2").
 
 import { clockTicks, cpuSeconds, machineBusySeconds } from "../cli/_bench/cpu_time.ts";
-import { flag, measureConcurrent } from "./_stats.ts";
+import { checkFlags, flag, measureConcurrent } from "./_stats.ts";
 import { streamOnce } from "./_frontend_client.ts";
 import { warmReplayClient } from "../cli/_bench/client_warmup.ts";
 import { replayTrace, sendOne } from "../cli/_bench/replay.ts";
@@ -55,6 +55,30 @@ import {
   startNats,
 } from "../tests/_helpers/servers.ts";
 import { terminate } from "../tests/_helpers/process.ts";
+
+checkFlags(
+  "deno task bench:versus",
+  "Our frontend against the reference's (ai-dynamo 1.6.1) over the same reference mocker workers.",
+  {
+    "--traces LIST": "traces, e.g. mooncake,multi-tenant,seed=3 (default mooncake,multi-tenant)",
+    "--modes LIST": "router modes (default kv,round-robin)",
+    "--frontends LIST": "ours, reference or both (default ours,reference)",
+    "--workers N": "mocker workers (default 8)",
+    "--max-requests N": "requests per trace (default 600; 150 with --quick)",
+    "--speedup X": "divides the trace's arrival times (default 10)",
+    "--engine-speedup R": "the mockers' speedup ratio (default: --speedup)",
+    "--repeat N": "replays per trace and mode, the frontends taking turns (default 1)",
+    "--prewarm N": "throwaway requests per frontend first (default 0)",
+    "--no-throughput": "skip the closed-loop throughput case",
+    "--throughput-concurrency LIST": "its concurrencies (default 32,128)",
+    "--throughput-seconds S": "its length (default 10; 4 with --quick)",
+    "--no-long-prompts": "skip the long-prompt case",
+    "--long-prompt-tokens N": "its prompt length (default 20000)",
+    "--long-prompt-requests N": "its requests (default 150; 40 with --quick)",
+    "--json PATH": "write the results there",
+    "--quick": "a short run",
+  },
+);
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const quick = Deno.args.includes("--quick");

@@ -1,8 +1,9 @@
 // The benches' measuring loops: a hung operation fails the measurement (one deadline per case
-// and round, no timer per operation), and a healthy case gets every sample it asked for.
+// and round, no timer per operation), and a healthy case gets every sample it asked for. And
+// their command lines: an unknown flag is refused before any work, `--help` lists the flags.
 
 import assert from "node:assert/strict";
-import { measureInterleaved, withTimeout } from "../bench/_stats.ts";
+import { flagProblem, measureInterleaved, withTimeout } from "../bench/_stats.ts";
 
 Deno.test("measureInterleaved: every timed iteration is a sample, in rounds taken in turn", async () => {
   const order: string[] = [];
@@ -56,4 +57,28 @@ Deno.test("withTimeout: the work's own result or failure when it ends in time", 
     withTimeout(new Promise(() => {}), 20, "slow"),
     /slow: still running after 20 ms/,
   );
+});
+
+Deno.test("a benchmark's command line: unknown flags, missing values and --help are caught", () => {
+  const flags = { "--json PATH": "write there", "--quick": "short", "--workers N": "workers" };
+  assert.equal(flagProblem([], flags), undefined);
+  assert.equal(flagProblem(["--quick", "--workers", "4", "--json", "/tmp/x"], flags), undefined);
+  assert.equal(flagProblem(["--quick", "--help"], flags), "help");
+  assert.equal(flagProblem(["-h"], flags), "help");
+  assert.equal(flagProblem(["--wrokers", "4"], flags), 'unknown flag "--wrokers"');
+  assert.equal(flagProblem(["--workers"], flags), "--workers needs a value");
+  assert.equal(flagProblem(["--workers", "--quick"], flags), "--workers needs a value");
+  assert.equal(flagProblem(["--quick", "4"], flags), 'unknown flag "4"');
+});
+
+Deno.test("bench scripts refuse an unknown flag before running, and --help prints their flags", async () => {
+  const script = new URL("../bench/indexer.ts", import.meta.url).pathname;
+  const run = (arg: string) =>
+    new Deno.Command(Deno.execPath(), { args: ["run", "-A", script, arg], stdin: "null" }).output();
+  const bad = await run("--qiuck");
+  assert.equal(bad.code, 2);
+  assert.match(new TextDecoder().decode(bad.stderr), /unknown flag "--qiuck"[\s\S]*--json PATH/);
+  const help = await run("--help");
+  assert.equal(help.code, 0);
+  assert.match(new TextDecoder().decode(help.stdout), /bench:indexer[\s\S]*--quick/);
 });

@@ -37,7 +37,7 @@ Deno.test({
     const engine = new MockerEngine({
       speedupRatio: 50,
       blockSize: 16,
-      onKvEvent: (d) => lose ? sink.pub?.publishLost(d) : sink.pub?.publish(d),
+      onKvEvent: (d, tier) => lose ? sink.pub?.publishLost(d, tier) : sink.pub?.publish(d, tier),
     });
     let router: ReferenceKvRouter | undefined;
     try {

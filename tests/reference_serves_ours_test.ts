@@ -710,8 +710,8 @@ async function kvMockerFleet(
       const engine = new MockerEngine({
         speedupRatio: 20,
         blockSize: 16,
-        onKvEvent: (data) =>
-          fleet.lose[i] ? events.pub?.publishLost(data) : events.pub?.publish(data),
+        onKvEvent: (data, tier) =>
+          fleet.lose[i] ? events.pub?.publishLost(data, tier) : events.pub?.publish(data, tier),
       });
       fleet.engines.push(engine);
       const server = await serveReferenceEndpoint({

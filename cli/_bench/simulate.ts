@@ -15,7 +15,7 @@ import {
   type RoutingPolicyOptions,
   withPeerFetch,
 } from "../../llm/kv_router/policy.ts";
-import { RadixTree } from "../../llm/kv_router/radix_tree.ts";
+import { TieredIndex } from "../../llm/kv_router/tiered_index.ts";
 import { ActiveSequences, type WorkerCandidate } from "../../llm/kv_router/scheduler.ts";
 import {
   BlockManager,
@@ -129,7 +129,7 @@ export function simulate(
   const bs = options.blockSize;
   let now = 0;
   const rnd = mulberry32(options.seed ?? 1);
-  const tree = new RadixTree();
+  const tree = new TieredIndex();
   // Every block any worker has stored (the sharedCache oracle's pool).
   const computed = new Set<bigint>();
   const workers: Worker[] = Array.from({ length: options.workers }, (_, i) => {
@@ -138,8 +138,8 @@ export function simulate(
       numGpuBlocks: options.numGpuBlocks,
       hostBlocks: options.hostBlocks ?? defaultHostBlocks(options.numGpuBlocks),
       blockSize: bs,
-      onEvent: (data) => {
-        tree.apply(id, data);
+      onEvent: (data, tier) => {
+        tree.apply(id, data, tier);
         if (options.sharedCache && typeof data === "object" && "stored" in data) {
           for (const b of data.stored.blocks) computed.add(b.block_hash);
         }
@@ -195,18 +195,22 @@ export function simulate(
     if (options.mode === "random") {
       return { worker: workers[Math.floor(rnd() * workers.length)]!, overlap: 0 };
     }
-    const { scores } = tree.findMatches(hashes.local);
+    const { scores, held } = tree.findOverlap(hashes.local);
     // What this router sent that is still being prefilled counts as cached where it went.
     const soon = pending.findMatches(hashes.sequence).scores;
     const requestBlocks = Math.ceil(tokens.length / bs);
     const own: WorkerCandidate[] = workers.map((w) => {
       const l = book.load(w.id);
+      // As the router: blocks in host memory count as cached, their copy up priced where the
+      // workers announce it (with their passes).
+      const device = Math.min(scores.get(w.id) ?? 0, requestBlocks);
+      const stored = Math.min(Math.max(scores.get(w.id) ?? 0, held?.get(w.id) ?? 0), requestBlocks);
       return {
         workerId: w.id,
-        overlapBlocks: Math.min(
-          Math.max(scores.get(w.id) ?? 0, soon.get(w.id) ?? 0),
-          requestBlocks,
-        ),
+        overlapBlocks: Math.max(stored, Math.min(soon.get(w.id) ?? 0, requestBlocks)),
+        ...(passTiming && stored > device
+          ? { onboardBlocks: stored - device, onboardMsPerBlock: onboardMs }
+          : {}),
         requestBlocks,
         activeBlocks: l.activeBlocks,
         prefillBlocks: l.prefillBlocks,
@@ -222,7 +226,7 @@ export function simulate(
         ...(fetchMs === null ? {} : { fetchMsPerBlock: fetchMs }),
       };
     });
-    const candidates = fetchMs === null ? own : withPeerFetch(own, scores);
+    const candidates = fetchMs === null ? own : withPeerFetch(own, held ?? scores);
     const chosen = policy.choose(candidates, { totalRequests: book.totalRequests });
     return {
       worker: workers.find((w) => w.id === chosen.workerId)!,

@@ -92,8 +92,8 @@ export class Worker {
       numGpuBlocks: this.#config.num_gpu_blocks,
       speedupRatio: this.#config.speedup_ratio,
       defaultMaxTokens: this.#config.default_max_tokens,
-      onKvEvent: (data) => {
-        events.publish(data).catch((err: unknown) =>
+      onKvEvent: (data, tier) => {
+        events.publish(data, tier).catch((err: unknown) =>
           // The indexer finds a lost event by its id and asks for a resync.
           log.debug("cannot publish a KV event", { error: String(err) })
         );

@@ -2,8 +2,26 @@
 // on a gap, asks the worker for its state and applies the dump it sends back.
 
 import type { Logger } from "../../runtime/logger.ts";
-import type { KvStateChunk, KvStateEntry, RouterEvent } from "./protocols.ts";
-import type { RadixTree } from "./radix_tree.ts";
+import type { BlockHash } from "./hashing.ts";
+import type { KvStateChunk, KvStateEntry, RouterEvent, StorageTier } from "./protocols.ts";
+
+/** What the intake applies events and dumps to: a `RadixTree`, or a `TieredIndex` of tiers. */
+export interface BlockIndex {
+  /** Applies an event; false when a `stored` event names a parent the worker does not hold. */
+  applyEvent(event: RouterEvent): boolean;
+  /** Stores one block (of a state dump) under its parent, in its tier. */
+  storeBlock(
+    workerId: string,
+    parentHash: BlockHash | null,
+    blockHash: BlockHash,
+    tokensHash: BlockHash,
+    tier?: StorageTier,
+  ): boolean;
+  /** Removes every block of a worker but keeps it known. */
+  clearWorker(workerId: string): void;
+  /** Removes every block of a worker and forgets it. */
+  removeWorker(workerId: string): void;
+}
 
 /** Options of {@linkcode KvEventIntake}. */
 export interface KvEventIntakeOptions {
@@ -43,11 +61,11 @@ export const MAX_OPEN_DUMPS = 1024;
 export const MAX_DUMP_ENTRIES = 1 << 22;
 
 /**
- * Per-worker event-id bookkeeping in front of a {@linkcode RadixTree}: events in order,
+ * Per-worker event-id bookkeeping in front of a {@linkcode BlockIndex}: events in order,
  * duplicates dropped, a gap buffers the worker's events until its state dump is in.
  */
 export class KvEventIntake {
-  readonly #tree: RadixTree;
+  readonly #tree: BlockIndex;
   readonly #log: Logger;
   readonly #signal: AbortSignal;
   readonly #requestResync: (worker: string, nonce: string) => Promise<void>;
@@ -63,7 +81,7 @@ export class KvEventIntake {
   #dumpEntries = 0;
   #nonce = 0;
 
-  constructor(tree: RadixTree, options: KvEventIntakeOptions) {
+  constructor(tree: BlockIndex, options: KvEventIntakeOptions) {
     this.#tree = tree;
     this.#log = options.logger;
     this.#signal = options.signal;
@@ -251,7 +269,9 @@ export class KvEventIntake {
     if (st.resync?.timer !== undefined) clearTimeout(st.resync.timer);
     st.resync = undefined;
     this.#tree.clearWorker(w);
-    for (const e of entries) this.#tree.storeBlock(w, e.parent_hash, e.block_hash, e.tokens_hash);
+    for (const e of entries) {
+      this.#tree.storeBlock(w, e.parent_hash, e.block_hash, e.tokens_hash, e.storage_tier);
+    }
     st.last = lastEventId;
     this.#log.debug("worker state loaded", {
       worker: w,

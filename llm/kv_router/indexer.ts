@@ -41,7 +41,8 @@ import {
   type OverlapScores,
   type RouterEvent,
 } from "./protocols.ts";
-import { RadixTree } from "./radix_tree.ts";
+import type { RadixTree } from "./radix_tree.ts";
+import { TieredIndex } from "./tiered_index.ts";
 
 /** Options of {@linkcode KvIndexer}. */
 export interface KvIndexerOptions {
@@ -100,8 +101,8 @@ let indexerSeq = 0;
  * ```
  */
 export class KvIndexer {
-  /** The tree itself (synchronous; for routers and tests). */
-  readonly tree: RadixTree;
+  /** The workers' blocks per storage tier (synchronous; for routers and tests). */
+  readonly index: TieredIndex;
   readonly #blockSize: number;
   readonly #rt: RuntimeInternals;
   readonly #component: Component;
@@ -137,7 +138,7 @@ export class KvIndexer {
     this.#blockSize = blockSize;
     this.#component = component;
     this.#rt = component.runtimeInternals;
-    this.tree = new RadixTree({ frequencyWindowMs: options.frequencyWindowMs });
+    this.index = new TieredIndex({ frequencyWindowMs: options.frequencyWindowMs });
     this.#readyTimeoutMs = options.readyTimeoutMs ?? 5000;
     this.#onInvalid = options.onInvalidMessage;
     if (!(this.#readyTimeoutMs > 0)) {
@@ -147,7 +148,7 @@ export class KvIndexer {
     this.#log = this.#rt.logger.child({ component: component.path, kv_indexer: id });
     this.#signal = AbortSignal.any([this.#stop.signal, this.#rt.shutdownSignal]);
     this.#replyName = `${KV_STATE}.${id}`;
-    this.#intake = new KvEventIntake(this.tree, {
+    this.#intake = new KvEventIntake(this.index, {
       resyncTimeoutMs: options.resyncTimeoutMs,
       resyncAttempts: options.resyncAttempts,
       maxBufferedEvents: options.maxBufferedEvents,
@@ -167,6 +168,11 @@ export class KvIndexer {
     this.#track(this.#watch.done);
     for (const f of this.#feeds) this.#track(this.#consume(f));
     this.#begin().catch(() => {}); // logged in #begin; lookups see the error
+  }
+
+  /** The blocks on the workers' devices (`index` has every tier). */
+  get tree(): RadixTree {
+    return this.index.device;
   }
 
   /** Tokens per KV block. */
@@ -208,7 +214,7 @@ export class KvIndexer {
    */
   async findMatchesForRequest(tokenIds: ArrayLike<number>, loraId = 0): Promise<OverlapScores> {
     if (!this.#started) await this.#whenReady();
-    return this.tree.findMatches(computeLocalHashes(tokenIds, this.#blockSize, loraId));
+    return this.index.findOverlap(computeLocalHashes(tokenIds, this.#blockSize, loraId));
   }
 
   /**
@@ -218,7 +224,7 @@ export class KvIndexer {
    */
   async findMatches(localHashes: ArrayLike<BlockHash>): Promise<OverlapScores> {
     if (!this.#started) await this.#whenReady();
-    return this.tree.findMatches(localHashes);
+    return this.index.findOverlap(localHashes);
   }
 
   /**

@@ -251,3 +251,38 @@ Deno.test("KvIndexer refuses invalid KV messages at the door and keeps following
     await rt.shutdown();
   }
 });
+
+Deno.test("KvIndexer follows a worker's storage tiers, live and through a state dump", async () => {
+  const rt = await DistributedRuntime.connect();
+  try {
+    const comp = rt.namespace("ns").component("c");
+    const pub = new KvEventPublisher(comp, { workerId: "w", kvBlockSize: 4 });
+    const live = new KvIndexer(comp, 4);
+    await Promise.all([pub.ready, live.ready]);
+    // Three blocks computed, offloaded to host memory, then dropped from the GPU but the first.
+    const chain = stored("w", 0, toks(12)).event.data;
+    const hashes = computeBlockHashesSync(toks(12), 4).sequence;
+    await pub.publish(chain);
+    await pub.publish(chain, "host_pinned");
+    await pub.publishRemoved(hashes.slice(1));
+    assert.equal(pub.blockCount, 3, "held in some tier");
+    const check = async (ix: KvIndexer, what: string) => {
+      await waitFor(
+        () =>
+          ix.index.blockCount("w", "host_pinned") === 3 && ix.index.blockCount("w", "device") === 1,
+        `${what}: 1 block on the device, 3 in host memory`,
+      );
+      const m = await ix.findMatchesForRequest(toks(12));
+      assert.deepEqual(m.scores, new Map([["w", 1]]), `${what}: the device's prefix`);
+      assert.deepEqual(m.held, new Map([["w", 3]]), `${what}: the prefix held in any tier`);
+    };
+    await check(live, "live events");
+    // An indexer started now learns the same from the worker's dump (its entries name tiers).
+    const late = new KvIndexer(comp, 4);
+    await late.ready;
+    await check(late, "the dump");
+    await Promise.all([live.close(), late.close(), pub.close()]);
+  } finally {
+    await rt.shutdown();
+  }
+});

@@ -47,6 +47,8 @@ export interface KvMetrics {
   passPrefillTokens?: number;
   /** Milliseconds to copy one KV block from a peer, when the worker can fetch. */
   kvFetchMsPerBlock?: number;
+  /** Milliseconds to copy one KV block from host memory to the device, when it has a host tier. */
+  kvOnboardMsPerBlock?: number;
   /** KV blocks held in the worker's host-memory tier, when it has one. */
   kvHostBlocks?: number;
   /** KV blocks that tier holds at most. */
@@ -58,6 +60,7 @@ const OPTIONAL: [keyof KvMetrics, keyof ForwardPassMetrics][] = [
   ["passMsLeft", "pass_ms_left"],
   ["passPrefillTokens", "pass_prefill_tokens"],
   ["kvFetchMsPerBlock", "kv_fetch_ms_per_block"],
+  ["kvOnboardMsPerBlock", "kv_onboard_ms_per_block"],
   ["kvHostBlocks", "kv_host_blocks"],
   ["kvHostTotalBlocks", "kv_host_total_blocks"],
 ];
@@ -251,6 +254,7 @@ export const endpointKvMetricsSchema = z.object({
   pass_ms_left: millis.optional(),
   pass_prefill_tokens: count.optional(),
   kv_fetch_ms_per_block: millis.optional(),
+  kv_onboard_ms_per_block: millis.optional(),
   kv_host_blocks: count.optional(),
   kv_host_total_blocks: count.optional(),
 });

@@ -328,7 +328,9 @@ export function predictedTtftCosts(
       : WAITING_DELAY_SHARE * waiting * msPerToken * (c.requestBlocks - c.overlapBlocks) *
         blockSize;
     const fetch = (c.fetchBlocks ?? 0) * (c.fetchMsPerBlock ?? 0);
-    costs.set(c.workerId, own + delay + startWait(c, fetch, msPerToken, blockSize));
+    // Copied up as the request is admitted: part of its pass, as its own prefill is.
+    const onboard = (c.onboardBlocks ?? 0) * (c.onboardMsPerBlock ?? 0);
+    costs.set(c.workerId, own + onboard + delay + startWait(c, fetch, msPerToken, blockSize));
   }
   return costs;
 }

@@ -240,3 +240,24 @@ Deno.test("predictedTtftCosts: a copy that outlasts the pass in flight waits for
   // Without pass timing the copy's time alone.
   assert.ok(Math.abs(cost({ fetchBlocks: 200, fetchMsPerBlock: 0.1 }) - 20) < 1e-9);
 });
+
+Deno.test("predicted TTFT: blocks copied up from host memory cost their copy, not their prefill", () => {
+  const model = new TtftModel();
+  const base = {
+    requestBlocks: 20,
+    activeBlocks: 0,
+    prefillBlocks: 0,
+    activeRequests: 0,
+  };
+  const costs = predictedTtftCosts(
+    [
+      { workerId: "device", overlapBlocks: 16, ...base },
+      { workerId: "host", overlapBlocks: 16, onboardBlocks: 10, onboardMsPerBlock: 0.01, ...base },
+      { workerId: "cold", overlapBlocks: 6, ...base },
+    ],
+    16,
+    model,
+  );
+  assert.ok(Math.abs(costs.get("host")! - costs.get("device")! - 0.1) < 1e-9, "10 at 0.01 ms");
+  assert.ok(costs.get("host")! < costs.get("cold")!, "cheaper than computing them");
+});

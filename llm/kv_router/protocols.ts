@@ -6,7 +6,8 @@
  * hashes stay exact (JSON numbers lose bits past 2^53) and encoding costs no string work:
  *
  * ```
- * u8  tag = 1 (KV event)        u8  kind: 1 stored, 2 removed, 3 cleared
+ * u8  tag = 1 (KV event)        u8  kind: 1 stored, 2 removed, 3 cleared, plus 16 x the
+ *                               storage tier (0 device, 1 host_pinned, 2 disk: `STORAGE_TIERS`)
  * u16 worker id length          ... worker id, UTF-8
  * f64 event id
  * stored:  u8 has parent, u64 parent hash, u32 n, n x (u64 block_hash, u64 tokens_hash)
@@ -20,10 +21,11 @@
  * u16 worker id length          ... worker id, UTF-8
  * u16 nonce length              ... nonce, UTF-8 (the request's)
  * f64 last event id reflected   u32 chunk index
- * u32 n, n x (u64 block_hash, u8 has parent, u64 parent hash, u64 tokens_hash)
+ * u32 n, n x (u64 block_hash, u8 has parent + 16 x tier, u64 parent hash, u64 tokens_hash)
  * ```
  *
- * Dump entries come parents first. Load metrics and resync requests are small JSON.
+ * A device event or entry (tier 0) reads as it did before tiers. Dump entries come parents first.
+ * Load metrics and resync requests are small JSON.
  *
  * @module
  */
@@ -70,6 +72,8 @@ export interface RouterEvent {
   worker_id: string;
   /** The event. */
   event: KvCacheEvent;
+  /** Where the event's blocks are (left out: `device`, the GPU). */
+  storage_tier?: StorageTier;
 }
 
 /** A worker's load after a forward pass. */
@@ -102,6 +106,11 @@ export interface ForwardPassMetrics {
    * peers (optional).
    */
   kv_fetch_ms_per_block?: number;
+  /**
+   * Milliseconds to copy one KV block from the worker's host-memory tier to its device, in the
+   * worker's own time like `pass_ms_left` (optional: workers with such a tier).
+   */
+  kv_onboard_ms_per_block?: number;
   /** KV blocks held in the worker's host-memory tier, off the GPU (optional: workers with one). */
   kv_host_blocks?: number;
   /** KV blocks the host tier holds at most. */
@@ -129,6 +138,12 @@ export interface OverlapScores {
    * (empty unless the indexer tracks frequencies).
    */
   frequencies: number[];
+  /**
+   * Worker id -> blocks from the start of the request held in any storage tier, the device's
+   * and those below it (host memory, disk) together, where some worker has blocks below its
+   * device (left out otherwise: then it is `scores`).
+   */
+  held?: Map<string, number>;
 }
 
 /** One block of a worker's state dump, parents first. */
@@ -136,6 +151,8 @@ export interface KvStateEntry {
   block_hash: BlockHash;
   parent_hash: BlockHash | null;
   tokens_hash: BlockHash;
+  /** The tier holding it (left out: `device`); a block in two tiers has an entry in each. */
+  storage_tier?: StorageTier;
 }
 
 /** One chunk of a worker's state dump. */
@@ -356,6 +373,21 @@ function checkCount(what: string, n: number): void {
   }
 }
 
+/** A tier's bits in a kind or flags byte (its index in `STORAGE_TIERS`, times 16). */
+function tierBits(tier: StorageTier | undefined): number {
+  if (tier === undefined || tier === "device") return 0;
+  const i = STORAGE_TIERS.indexOf(tier);
+  if (i < 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
+  return i << 4;
+}
+
+/** The tier a kind or flags byte names. */
+function tierOf(byte: number, worker: string): StorageTier {
+  const tier = STORAGE_TIERS[byte >> 4];
+  if (tier === undefined) throw new KvMessageError(`unknown storage tier ${byte >> 4}`, worker);
+  return tier;
+}
+
 /**
  * Encodes a KV event for the event plane (within the bounds the decoder checks).
  * @throws {InvalidArgumentError} a malformed event
@@ -367,11 +399,12 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
     throw new InvalidArgumentError(`event_id must be a non-negative integer, got ${event_id}`);
   }
   const head = 2 + 2 + id.length + 8;
+  const tier = tierBits(ev.storage_tier);
   let w: Writer;
   if (data === "cleared") {
     w = new Writer(head);
     w.u8(TAG_EVENT);
-    w.u8(3);
+    w.u8(3 | tier);
     w.str(id);
     w.f64(event_id);
   } else if ("stored" in data) {
@@ -379,7 +412,7 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
     checkCount("stored block count", blocks.length);
     w = new Writer(head + 1 + 8 + 4 + 16 * blocks.length);
     w.u8(TAG_EVENT);
-    w.u8(1);
+    w.u8(1 | tier);
     w.str(id);
     w.f64(event_id);
     w.u8(parent_hash === null ? 0 : 1);
@@ -394,7 +427,7 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
     checkCount("removed block count", hashes.length);
     w = new Writer(head + 4 + 8 * hashes.length);
     w.u8(TAG_EVENT);
-    w.u8(2);
+    w.u8(2 | tier);
     w.str(id);
     w.f64(event_id);
     w.u32(hashes.length);
@@ -412,8 +445,10 @@ export function encodeRouterEvent(ev: RouterEvent): Uint8Array {
 export function decodeRouterEvent(bytes: Uint8Array): RouterEvent {
   const r = new Reader(bytes);
   if (r.u8() !== TAG_EVENT) throw new KvMessageError("not a KV event");
-  const kind = r.u8();
+  const byte = r.u8();
+  const kind = byte & 15;
   const worker_id = r.worker = r.str("worker id", MAX_WORKER_ID_BYTES);
+  const storage_tier = tierOf(byte, worker_id);
   const event_id = r.eventId("event_id");
   let data: KvCacheEventData;
   if (kind === 1) {
@@ -435,7 +470,9 @@ export function decodeRouterEvent(bytes: Uint8Array): RouterEvent {
     throw new KvMessageError(`unknown KV event kind ${kind}`, worker_id);
   }
   r.end();
-  return { worker_id, event: { event_id, data } };
+  const ev: RouterEvent = { worker_id, event: { event_id, data } };
+  if (storage_tier !== "device") ev.storage_tier = storage_tier;
+  return ev;
 }
 
 /** Encodes one chunk of a state dump. */
@@ -463,7 +500,7 @@ export function encodeKvStateChunk(c: KvStateChunk): Uint8Array {
   w.u32(c.entries.length);
   for (const e of c.entries) {
     w.u64(e.block_hash);
-    w.u8(e.parent_hash === null ? 0 : 1);
+    w.u8((e.parent_hash === null ? 0 : 1) | tierBits(e.storage_tier));
     w.u64(e.parent_hash ?? 0n);
     w.u64(e.tokens_hash);
   }
@@ -491,10 +528,14 @@ export function decodeKvStateChunk(bytes: Uint8Array): KvStateChunk {
   const entries: KvStateEntry[] = new Array(n);
   for (let i = 0; i < n; i++) {
     const block_hash = r.u64();
-    const has = r.u8();
+    const byte = r.u8();
+    const has = byte & 15;
     if (has > 1) throw new KvMessageError(`entry ${i}: bad parent flag ${has}`, worker_id);
+    const storage_tier = tierOf(byte, worker_id);
     const parent = r.u64();
-    entries[i] = { block_hash, parent_hash: has ? parent : null, tokens_hash: r.u64() };
+    const e: KvStateEntry = { block_hash, parent_hash: has ? parent : null, tokens_hash: r.u64() };
+    if (storage_tier !== "device") e.storage_tier = storage_tier;
+    entries[i] = e;
   }
   r.end();
   return { worker_id, nonce, last_event_id, index, last, entries };

@@ -20,8 +20,11 @@ const rec = <T>(model: { [K in keyof T]: fc.Arbitrary<T[K]> }) =>
   fc.record(model, { noNullPrototype: true });
 
 const u64 = fc.bigInt({ min: 0n, max: 2n ** 64n - 1n });
-const routerEvent: fc.Arbitrary<RouterEvent> = rec({
+// A lower tier, or none (device, the default, is left out as decoding leaves it out).
+const lowerTier = fc.constantFrom("host_pinned" as const, "disk" as const);
+const routerEvent: fc.Arbitrary<RouterEvent> = fc.record({
   worker_id: fc.string({ minLength: 1, maxLength: 40 }),
+  storage_tier: lowerTier,
   event: rec({
     event_id: fc.maxSafeNat(),
     data: fc.oneof(
@@ -35,7 +38,7 @@ const routerEvent: fc.Arbitrary<RouterEvent> = rec({
       fc.constant("cleared" as const),
     ),
   }),
-});
+}, { requiredKeys: ["worker_id", "event"], noNullPrototype: true });
 
 Deno.test("KV events survive encode and decode unchanged", () => {
   fc.assert(
@@ -56,10 +59,14 @@ Deno.test("state chunks survive encode and decode unchanged", () => {
         index: fc.nat({ max: MAX_CHUNK_INDEX }),
         last: fc.boolean(),
         entries: fc.array(
-          rec({
+          fc.record({
             block_hash: u64,
             parent_hash: fc.option(u64, { nil: null }),
             tokens_hash: u64,
+            storage_tier: lowerTier,
+          }, {
+            requiredKeys: ["block_hash", "parent_hash", "tokens_hash"],
+            noNullPrototype: true,
           }),
           { maxLength: 20 },
         ),
@@ -229,4 +236,44 @@ Deno.test("resync requests are checked: a reply under kv_state., a bounded nonce
   ) {
     assert.throws(() => parseResyncRequest(bad), KvMessageError, JSON.stringify(bad));
   }
+});
+
+Deno.test("a device event or entry reads as before tiers; an unknown tier is refused", () => {
+  const ev: RouterEvent = {
+    worker_id: "w",
+    event: { event_id: 3, data: { removed: { block_hashes: [5n] } } },
+  };
+  const plain = encodeRouterEvent(ev);
+  assert.deepEqual(encodeRouterEvent({ ...ev, storage_tier: "device" }), plain);
+  assert.equal(plain[1], 2, "kind byte: removed, tier 0");
+  const host = encodeRouterEvent({ ...ev, storage_tier: "host_pinned" });
+  assert.equal(host[1], 2 | 16);
+  assert.equal(decodeRouterEvent(host).storage_tier, "host_pinned");
+  const bad = host.slice();
+  bad[1] = 2 | 48;
+  assert.throws(() => decodeRouterEvent(bad), /unknown storage tier 3/);
+  assert.throws(
+    () => encodeRouterEvent({ ...ev, storage_tier: "tape" as never }),
+    /unknown storage tier "tape"/,
+  );
+  const chunk = {
+    worker_id: "w",
+    nonce: "n",
+    last_event_id: 1,
+    index: 0,
+    last: true,
+    entries: [{
+      block_hash: 1n,
+      parent_hash: null,
+      tokens_hash: 2n,
+      storage_tier: "disk" as const,
+    }],
+  };
+  const bytes = encodeKvStateChunk(chunk);
+  assert.deepEqual(decodeKvStateChunk(bytes), chunk);
+  // The flags byte of the one entry: no parent, tier 2.
+  const at = bytes.length - 8 - 8 - 1;
+  assert.equal(bytes[at], 32);
+  bytes[at] = 48;
+  assert.throws(() => decodeKvStateChunk(bytes), /unknown storage tier 3/);
 });

@@ -23,6 +23,9 @@ import {
   type KvResyncRequest,
   type KvStateEntry,
   parseResyncRequest,
+  type RouterEvent,
+  STORAGE_TIERS,
+  type StorageTier,
   toBlockHash,
 } from "./protocols.ts";
 import { U64Map } from "./u64_map.ts";
@@ -57,12 +60,16 @@ export interface PublishStoredOptions {
   parentHash?: bigint | number | null;
   /** LoRA adapter id (0 or absent: the base model). */
   loraId?: number;
+  /** Where the blocks were stored (default the device). */
+  storageTier?: StorageTier;
 }
 
 interface MirrorBlock {
   hash: BlockHash;
   parent: BlockHash | null;
   local: BlockHash;
+  /** Bits of the tiers holding it (bit i: `STORAGE_TIERS[i]`). */
+  tiers: number;
 }
 
 /**
@@ -96,7 +103,7 @@ export class KvEventPublisher {
   #reference?: Promise<ReferenceKvEventPublisher | undefined>;
   #referencePub?: ReferenceKvEventPublisher;
   /** Events published while the reference-format publisher starts, in order. */
-  #early?: KvCacheEventData[];
+  #early?: Array<[KvCacheEventData, StorageTier]>;
   /** Stops closing the reference-format publisher at the runtime's shutdown. */
   #unlisten?: () => void;
 
@@ -133,7 +140,7 @@ export class KvEventPublisher {
         endpoint,
         logger: this.#log,
       }).then((pub) => {
-        for (const data of this.#early ?? []) pub.publish(data);
+        for (const [data, tier] of this.#early ?? []) pub.publish(data, tier);
         this.#early = undefined;
         this.#referencePub = pub;
         return pub;
@@ -173,7 +180,7 @@ export class KvEventPublisher {
     return this.#eventId;
   }
 
-  /** Blocks the worker holds, as far as its events said. */
+  /** Blocks the worker holds in any tier, as far as its events said. */
   get blockCount(): number {
     return this.#mirror.size;
   }
@@ -208,40 +215,47 @@ export class KvEventPublisher {
         block_hash: toBlockHash(blockHashes[i]!),
         tokens_hash,
       }));
-      return this.publish({ stored: { parent_hash: parent, blocks } });
+      return this.publish({ stored: { parent_hash: parent, blocks } }, options.storageTier);
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  /** Reports blocks the worker evicted (the engine's hashes). */
-  publishRemoved(blockHashes: ArrayLike<bigint | number>): Promise<void> {
+  /** Reports blocks the worker evicted from `tier` (the engine's hashes; default the device). */
+  publishRemoved(
+    blockHashes: ArrayLike<bigint | number>,
+    tier: StorageTier = "device",
+  ): Promise<void> {
     try {
       const hashes = Array.from(blockHashes, toBlockHash);
-      return this.publish({ removed: { block_hashes: hashes } });
+      return this.publish({ removed: { block_hashes: hashes } }, tier);
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  /** Reports that the worker dropped its whole cache. */
-  publishCleared(): Promise<void> {
-    return this.publish("cleared");
+  /** Reports that the worker dropped its whole cache in `tier` (default the device). */
+  publishCleared(tier: StorageTier = "device"): Promise<void> {
+    return this.publish("cleared", tier);
   }
 
   /**
-   * Publishes one event with the next event id and updates the mirror. The id is taken
-   * even when publishing fails: indexers then see a gap and resynchronise.
+   * Publishes one event of `tier` (default the device) with the next event id and updates the
+   * mirror. The id is taken even when publishing fails: indexers then see a gap and resynchronise.
    */
-  publish(data: KvCacheEventData): Promise<void> {
+  publish(data: KvCacheEventData, tier: StorageTier = "device"): Promise<void> {
     try {
-      this.#record(data);
-      if (this.#referencePub) this.#referencePub.publish(data);
-      else this.#early?.push(data);
-      const bytes = encodeRouterEvent({
+      const bit = 1 << STORAGE_TIERS.indexOf(tier);
+      if (bit === 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
+      this.#record(data, bit);
+      if (this.#referencePub) this.#referencePub.publish(data, tier);
+      else this.#early?.push([data, tier]);
+      const ev: RouterEvent = {
         worker_id: this.workerId,
         event: { event_id: ++this.#eventId, data },
-      });
+      };
+      if (tier !== "device") ev.storage_tier = tier;
+      const bytes = encodeRouterEvent(ev);
       return this.#component.publishEvent(KV_EVENTS, bytes);
     } catch (err) {
       return Promise.reject(err);
@@ -261,17 +275,32 @@ export class KvEventPublisher {
     return starting?.then((pub) => pub?.close()) ?? Promise.resolve();
   }
 
-  #record(data: KvCacheEventData): void {
-    if (data === "cleared") this.#mirror.clear();
-    else if ("removed" in data) {
-      for (const h of data.removed.block_hashes) this.#mirror.delete(h);
+  #record(data: KvCacheEventData, bit: number): void {
+    if (data === "cleared") {
+      for (const b of [...this.#mirror.values()]) this.#drop(b, bit);
+    } else if ("removed" in data) {
+      for (const h of data.removed.block_hashes) {
+        const b = this.#mirror.get(h);
+        if (b) this.#drop(b, bit);
+      }
     } else {
       let parent = data.stored.parent_hash;
       for (const b of data.stored.blocks) {
-        this.#mirror.set(b.block_hash, { hash: b.block_hash, parent, local: b.tokens_hash });
+        const had = this.#mirror.get(b.block_hash);
+        this.#mirror.set(b.block_hash, {
+          hash: b.block_hash,
+          parent,
+          local: b.tokens_hash,
+          tiers: (had?.tiers ?? 0) | bit,
+        });
         parent = b.block_hash;
       }
     }
+  }
+
+  #drop(b: MirrorBlock, bit: number): void {
+    b.tiers &= ~bit;
+    if (b.tiers === 0) this.#mirror.delete(b.hash);
   }
 
   /** The mirror, parents before children. */
@@ -292,7 +321,12 @@ export class KvEventPublisher {
       for (let i = chain.length - 1; i >= 0; i--) {
         const hash = chain[i]!;
         const b = this.#mirror.get(hash)!;
-        out.push({ block_hash: hash, parent_hash: b.parent, tokens_hash: b.local });
+        STORAGE_TIERS.forEach((tier, k) => {
+          if ((b.tiers & (1 << k)) === 0) return;
+          const e: KvStateEntry = { block_hash: hash, parent_hash: b.parent, tokens_hash: b.local };
+          if (tier !== "device") e.storage_tier = tier;
+          out.push(e);
+        });
       }
       chain.length = 0;
     }

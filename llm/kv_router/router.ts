@@ -34,11 +34,14 @@ import type { TtftModel } from "./ttft_model.ts";
 
 /** Cached-prefix depth per worker, in blocks. */
 export interface OverlapLookup {
-  /** Finds, per worker, how many leading blocks of the request it has cached. */
+  /**
+   * Finds, per worker, how many leading blocks of the request it has cached on its device
+   * (`scores`) and, where it also holds blocks below its device, in any tier (`held`).
+   */
   findMatchesForRequest(
     tokenIds: ArrayLike<number>,
     loraId?: number,
-  ): Promise<{ scores: Map<string, number> }>;
+  ): Promise<{ scores: Map<string, number>; held?: Map<string, number> }>;
   /** The router tells an approximate indexer where it sent a request (optional). */
   recordRouted?(tokenIds: ArrayLike<number>, workerId: string, loraId?: number): void;
   /** Releases what the lookup holds (subscriptions, timers). */
@@ -413,7 +416,7 @@ export class KvRouter {
       !exclude.has(id) && (allowed === undefined || allowed.has(id))
     );
     if (ids.length === 0) throw new NoInstancesError(client.path);
-    const { scores } = await this.#indexer.findMatchesForRequest(tokenIds, options.loraId);
+    const { scores, held } = await this.#indexer.findMatchesForRequest(tokenIds, options.loraId);
     const requestBlocks = Math.ceil(tokenIds.length / this.blockSize);
     // Prefixes still being prefilled where this router sent them count as cached there.
     const soon = this.#pending.size === 0 ? undefined : this.#pending.findMatches(
@@ -432,7 +435,11 @@ export class KvRouter {
     let fetchers = 0;
     const own: WorkerCandidate[] = ids.map((workerId) => {
       const load = this.#active.load(workerId);
-      const cached = Math.max(scores.get(workerId) ?? 0, soon?.get(workerId) ?? 0);
+      // Blocks below the device count as cached; their copy up is priced where the worker
+      // says what it takes.
+      const device = scores.get(workerId) ?? 0;
+      const stored = Math.max(device, held?.get(workerId) ?? 0);
+      const cached = Math.max(stored, soon?.get(workerId) ?? 0);
       const c: WorkerCandidate = {
         workerId,
         overlapBlocks: Math.min(cached, requestBlocks),
@@ -443,6 +450,11 @@ export class KvRouter {
         waitingRequests: load.waiting,
       };
       if (metrics === undefined) return c;
+      const onboard = metrics.latest(workerId)?.kv_onboard_ms_per_block;
+      if (onboard !== undefined && stored > device) {
+        c.onboardBlocks = Math.min(stored, requestBlocks) - Math.min(device, requestBlocks);
+        c.onboardMsPerBlock = onboard;
+      }
       const pass = metrics.passTiming(workerId, now);
       if (pass) {
         c.passLeftMs = pass.msLeft;
@@ -457,7 +469,7 @@ export class KvRouter {
       return c;
     });
     // Peer KV fetch: workers that can copy a holder's prefix are costed with it.
-    const all = fetchers > 1 ? withPeerFetch(own, scores) : own;
+    const all = fetchers > 1 ? withPeerFetch(own, held ?? scores) : own;
     const candidates = this.#policy.eligible(all, {
       totalRequests: this.#active.totalRequests,
       busy: this.#prefillThreshold === undefined && this.#decodeThreshold === undefined

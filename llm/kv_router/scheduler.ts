@@ -51,6 +51,13 @@ export interface WorkerCandidate {
   fetchBlocks?: number;
   /** The worker it would copy them from. */
   fetchFrom?: string;
+  /**
+   * Of `overlapBlocks`, those the worker holds below its device (host memory) and copies up
+   * before the request's prefill, where it says how long that takes (`onboardMsPerBlock`).
+   */
+  onboardBlocks?: number;
+  /** Milliseconds to copy one block from the worker's host memory to its device. */
+  onboardMsPerBlock?: number;
 }
 
 /** What a cost function sees. */

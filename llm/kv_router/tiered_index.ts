@@ -15,8 +15,14 @@
  */
 
 import type { BlockHash } from "./hashing.ts";
-import { type KvCacheEventData, STORAGE_TIERS, type StorageTier } from "./protocols.ts";
-import { RadixTree } from "./radix_tree.ts";
+import {
+  type KvCacheEventData,
+  type OverlapScores,
+  type RouterEvent,
+  STORAGE_TIERS,
+  type StorageTier,
+} from "./protocols.ts";
+import { RadixTree, type RadixTreeOptions } from "./radix_tree.ts";
 import { U64Map } from "./u64_map.ts";
 
 /** Per worker, the longest prefix (in blocks) held in each tier or a faster one. */
@@ -38,9 +44,19 @@ export type TieredMatches = Record<StorageTier, Map<string, number>>;
  */
 export class TieredIndex {
   /** Per tier (`STORAGE_TIERS` order), the blocks held in it or a faster tier. */
-  readonly #trees: RadixTree[] = STORAGE_TIERS.map(() => new RadixTree());
+  readonly #trees: RadixTree[];
   /** Per worker, sequence hash -> bits of the tiers holding the block (bit i: STORAGE_TIERS[i]). */
   readonly #tiers = new Map<string, U64Map<number>>();
+  /** Whether a block was ever stored below a device. */
+  #lower = false;
+
+  /**
+   * Creates an empty index.
+   * @param options of the device tree (lookup frequencies are counted there)
+   */
+  constructor(options: RadixTreeOptions = {}) {
+    this.#trees = STORAGE_TIERS.map((_, k) => new RadixTree(k === 0 ? options : {}));
+  }
 
   /** The blocks on the workers' devices. */
   get device(): RadixTree {
@@ -55,6 +71,30 @@ export class TieredIndex {
   /** Ids of the workers known from an event. */
   get workers(): string[] {
     return this.held.workers;
+  }
+
+  /** Applies one event in its tier (see {@linkcode apply}). */
+  applyEvent(event: RouterEvent): boolean {
+    return this.apply(event.worker_id, event.event.data, event.storage_tier ?? "device");
+  }
+
+  /**
+   * Stores one block of `workerId` in `tier` under its parent (a sequence hash the worker holds
+   * in some tier, or null for the root). Returns false when the worker holds no such parent.
+   */
+  storeBlock(
+    workerId: string,
+    parentHash: BlockHash | null,
+    blockHash: BlockHash,
+    tokensHash: BlockHash,
+    tier: StorageTier = "device",
+  ): boolean {
+    return this.apply(workerId, {
+      stored: {
+        parent_hash: parentHash,
+        blocks: [{ block_hash: blockHash, tokens_hash: tokensHash }],
+      },
+    }, tier);
   }
 
   /**
@@ -73,6 +113,7 @@ export class TieredIndex {
       return true;
     }
     if (!this.held.apply(workerId, data)) return false;
+    if (t > 0) this.#lower = true;
     // A tree whose worker lacks the parent drops the blocks: no prefix held in that tier (or a
     // faster one) can pass the missing parent.
     for (let k = t; k < this.#trees.length - 1; k++) this.#trees[k]!.apply(workerId, data);
@@ -105,6 +146,17 @@ export class TieredIndex {
     let n = 0;
     for (const bits of tiers.values()) if (bits & bit) n++;
     return n;
+  }
+
+  /**
+   * The device's scores for a request's prefix (its local block hashes, in order), with the
+   * lookup frequencies the device tree tracks, and `held` (the prefix held in any tier) once
+   * any worker has announced blocks below its device.
+   */
+  findOverlap(localHashes: ArrayLike<BlockHash>): OverlapScores {
+    const out = this.device.findMatches(localHashes);
+    if (this.#lower) out.held = this.held.findMatches(localHashes).scores;
+    return out;
   }
 
   /**

@@ -20,6 +20,14 @@ import {
 import { encodeEventPlaneMessage } from "./load_metrics.ts";
 import { ZmqPublisher } from "./zmq_pub.ts";
 
+/**
+ * Where a worker holds the blocks of an event (the reference's `storage_tier`; `StorageTier` of
+ * llm/kv_router).
+ */
+export type ReferenceStorageTier = "device" | "host_pinned" | "disk";
+
+const TIERS: readonly ReferenceStorageTier[] = ["device", "host_pinned", "disk"];
+
 /** A KV event's data, as our engines report it (`KvCacheEventData` of llm/kv_router). */
 export type ReferenceKvEventData =
   | {
@@ -55,12 +63,15 @@ export interface ReferenceKvEventPublisherOptions {
 interface RouterEventRecord {
   eventId: number;
   data: ReferenceKvEventData;
+  tier: ReferenceStorageTier;
 }
 
 /** A block the worker holds: its parent and its tokens' hash. */
 interface HeldBlock {
   parent: bigint | null;
   tokensHash: bigint;
+  /** Bits of the tiers holding it (bit i: `TIERS[i]`). */
+  tiers: number;
 }
 
 /** Publishes one worker's KV events as the reference's workers do. */
@@ -214,9 +225,12 @@ export class ReferenceKvEventPublisher {
     return this.#state.lastEventId;
   }
 
-  /** Publishes one event (ids increase by one from 1, per worker) and keeps it for queries. */
-  publish(data: ReferenceKvEventData): void {
-    const eventId = this.#state.record(data);
+  /**
+   * Publishes one event of `tier` (default the device; ids increase by one from 1, per worker)
+   * and keeps it for queries.
+   */
+  publish(data: ReferenceKvEventData, tier: ReferenceStorageTier = "device"): void {
+    const eventId = this.#state.record(data, tier);
     // Kept for queries either way; encoded only for someone to hear (a router that comes later
     // recovers the state through the query).
     if (this.#pub.subscribers === 0) {
@@ -230,6 +244,7 @@ export class ReferenceKvEventPublisher {
       workerId: this.#workerId,
       eventId,
       data,
+      tier,
     }));
   }
 
@@ -238,9 +253,10 @@ export class ReferenceKvEventPublisher {
    * gap and recovers through the query. For tests of that recovery.
    *
    * @param data what happened (kept for queries, not sent)
+   * @param tier where (default the device)
    */
-  publishLost(data: ReferenceKvEventData): void {
-    this.#state.record(data);
+  publishLost(data: ReferenceKvEventData, tier: ReferenceStorageTier = "device"): void {
+    this.#state.record(data, tier);
     this.#sequence++;
   }
 
@@ -290,7 +306,7 @@ export class ReferenceKvState {
     return this.#eventId;
   }
 
-  /** Blocks the worker holds now. */
+  /** Blocks the worker holds now, in any tier. */
   get heldBlocks(): number {
     return this.#blocks.size;
   }
@@ -299,11 +315,12 @@ export class ReferenceKvState {
    * Takes the next event.
    *
    * @param data what happened
+   * @param tier where (default the device)
    * @returns its id (one more than the last)
    */
-  record(data: ReferenceKvEventData): number {
+  record(data: ReferenceKvEventData, tier: ReferenceStorageTier = "device"): number {
     const eventId = ++this.#eventId;
-    this.#remember({ eventId, data });
+    this.#remember({ eventId, data, tier });
     return eventId;
   }
 
@@ -341,13 +358,15 @@ export class ReferenceKvState {
     const oldest = this.#buffer[0]?.eventId ?? last + 1;
     if (start !== undefined && start >= oldest) {
       const events = this.#buffer.filter((e) => e.eventId >= start).map((e) =>
-        referenceRouterEvent(this.workerId, e.eventId, e.data)
+        referenceRouterEvent(this.workerId, e.eventId, e.data, e.tier)
       );
       return { Events: { events, last_event_id: last } };
     }
     return {
       TreeDump: {
-        events: this.#dump().map((data, i) => referenceRouterEvent(this.workerId, i, data)),
+        events: this.#dump().map(([data, tier], i) =>
+          referenceRouterEvent(this.workerId, i, data, tier)
+        ),
         last_event_id: last,
         reset_scope: "all",
       },
@@ -358,15 +377,22 @@ export class ReferenceKvState {
     this.#buffer.push(event);
     if (this.#buffer.length > this.#bufferSize) this.#buffer.shift();
     const { data } = event;
-    if (data === "cleared") this.#blocks.clear();
-    else if ("removed" in data) {
-      for (const h of data.removed.block_hashes) {
-        this.#blocks.delete(h);
-      }
+    const bit = 1 << TIERS.indexOf(event.tier);
+    const drop = (h: bigint) => {
+      const b = this.#blocks.get(h);
+      if (!b) return;
+      b.tiers &= ~bit;
+      if (b.tiers === 0) this.#blocks.delete(h);
+    };
+    if (data === "cleared") {
+      for (const h of [...this.#blocks.keys()]) drop(h);
+    } else if ("removed" in data) {
+      for (const h of data.removed.block_hashes) drop(h);
     } else {
       let parent = data.stored.parent_hash;
       for (const b of data.stored.blocks) {
-        this.#blocks.set(b.block_hash, { parent, tokensHash: b.tokens_hash });
+        const tiers = (this.#blocks.get(b.block_hash)?.tiers ?? 0) | bit;
+        this.#blocks.set(b.block_hash, { parent, tokensHash: b.tokens_hash, tiers });
         parent = b.block_hash;
       }
     }
@@ -374,23 +400,24 @@ export class ReferenceKvState {
 
   /**
    * The held blocks as stored events, parents first: from each root, one event per run of
-   * blocks that do not branch (as the reference's dump gives them); blocks whose parent is gone
-   * are left out (no prompt can reach them).
+   * blocks that do not branch (as the reference's dump gives them) and tier holding them (a
+   * run's blocks in one tier, under the block before them, whichever tier holds that); blocks
+   * whose parent is gone are left out (no prompt can reach them).
    */
-  #dump(): ReferenceKvEventData[] {
+  #dump(): Array<[ReferenceKvEventData, ReferenceStorageTier]> {
     const children = new Map<bigint | null, bigint[]>();
     for (const [hash, b] of this.#blocks) {
       const list = children.get(b.parent);
       if (list) list.push(hash);
       else children.set(b.parent, [hash]);
     }
-    const out: ReferenceKvEventData[] = [];
+    const out: Array<[ReferenceKvEventData, ReferenceStorageTier]> = [];
     const starts: [bigint | null, bigint][] = (children.get(null) ?? []).map((h) => [null, h]);
     while (starts.length > 0) {
       const [parent, first] = starts.shift()!;
-      const blocks: { block_hash: bigint; tokens_hash: bigint }[] = [];
+      const run: bigint[] = [];
       for (let at: bigint | undefined = first; at !== undefined;) {
-        blocks.push({ block_hash: at, tokens_hash: this.#blocks.get(at)!.tokensHash });
+        run.push(at);
         const next: bigint[] = children.get(at) ?? [];
         if (next.length === 1) at = next[0];
         else {
@@ -398,7 +425,28 @@ export class ReferenceKvState {
           at = undefined;
         }
       }
-      out.push({ stored: { parent_hash: parent, blocks } });
+      // Per tier, its stretches of the run; each goes out after the one holding its parent (in
+      // order of where they start: the block before a stretch is in one that starts earlier).
+      const stretches: Array<{ start: number; tier: ReferenceStorageTier; hashes: bigint[] }> = [];
+      TIERS.forEach((tier, k) => {
+        let open: bigint[] | undefined;
+        run.forEach((h, i) => {
+          if ((this.#blocks.get(h)!.tiers & (1 << k)) === 0) open = undefined;
+          else if (open) open.push(h);
+          else stretches.push({ start: i, tier, hashes: open = [h] });
+        });
+      });
+      stretches.sort((a, b) => a.start - b.start);
+      for (const s of stretches) {
+        const blocks = s.hashes.map((h) => ({
+          block_hash: h,
+          tokens_hash: this.#blocks.get(h)!.tokensHash,
+        }));
+        out.push([
+          { stored: { parent_hash: s.start === 0 ? parent : run[s.start - 1]!, blocks } },
+          s.tier,
+        ]);
+      }
     }
     return out;
   }
@@ -418,6 +466,8 @@ export interface ReferenceKvMessageInit {
   eventId: number;
   /** What happened. */
   data: ReferenceKvEventData;
+  /** Where (default the device). */
+  tier?: ReferenceStorageTier;
 }
 
 /**
@@ -430,7 +480,7 @@ export interface ReferenceKvMessageInit {
  * @returns the message's parts
  */
 export function encodeReferenceKvMessage(m: ReferenceKvMessageInit): Uint8Array[] {
-  const event = referenceRouterEvent(m.workerId, m.eventId, m.data);
+  const event = referenceRouterEvent(m.workerId, m.eventId, m.data, m.tier ?? "device");
   return encodeEventPlaneMessage(
     "kv-events",
     m.publisherId,
@@ -445,10 +495,11 @@ function referenceRouterEvent(
   workerId: bigint,
   eventId: number,
   data: ReferenceKvEventData,
+  tier: ReferenceStorageTier,
 ): Record<string, unknown> {
   return {
     worker_id: workerId,
-    storage_tier: "device",
+    storage_tier: tier,
     residency_domain: "worker",
     event: { event_id: eventId, data: referenceEventData(data), dp_rank: 0 },
   };

@@ -160,3 +160,53 @@ Deno.test("ReferenceKvState: events from an id, a dump past the buffer, ranges, 
   state.record("cleared");
   assert.deepEqual(ask(null).TreeDump!.events, []);
 });
+
+Deno.test("ReferenceKvState: each event and dumped run names its storage tier", () => {
+  const state = new ReferenceKvState(7n);
+  const block = (h: bigint) => ({ block_hash: h, tokens_hash: h + 100n });
+  const chain = { stored: { parent_hash: null, blocks: [1n, 2n, 3n, 4n].map(block) } };
+  state.record(chain); // 1: computed on the GPU
+  state.record(chain, "host_pinned"); // 2: offloaded
+  state.record({ removed: { block_hashes: [2n, 3n] } }); // 3: evicted from the GPU
+  state.record({ removed: { block_hashes: [4n] } }, "host_pinned"); // 4: dropped from the host
+  assert.equal(state.heldBlocks, 4, "1 in both tiers, 2 and 3 in host memory, 4 on the GPU");
+  const ask = (start: number | null) =>
+    state.answerQuery({
+      worker_id: 7n,
+      dp_rank: 0,
+      start_event_id: start,
+      end_event_id: null,
+      supports_tree_dump_failed: true,
+      kind: "recovery",
+    }) as Record<string, { events: Record<string, unknown>[] }>;
+  assert.deepEqual(
+    ask(1).Events!.events.map((e) => e.storage_tier),
+    ["device", "host_pinned", "device", "host_pinned"],
+  );
+  // The dump: per tier, the stretches of each run, parents first.
+  const dump = ask(null).TreeDump!.events.map((e) => {
+    const data = (e.event as {
+      data: { stored: { parent_hash: bigint | null; blocks: { block_hash: bigint }[] } };
+    })
+      .data.stored;
+    return [e.storage_tier, data.parent_hash, data.blocks.map((b) => b.block_hash)];
+  });
+  assert.deepEqual(dump, [
+    ["device", null, [1n]],
+    ["host_pinned", null, [1n, 2n, 3n]],
+    ["device", 3n, [4n]],
+  ]);
+  // On the wire: the tier named in each message.
+  const parts = encodeReferenceKvMessage({
+    publisherId: 1n,
+    sequence: 0n,
+    publishedAt: 0n,
+    workerId: 7n,
+    eventId: 5,
+    data: { removed: { block_hashes: [1n] } },
+    tier: "host_pinned",
+  });
+  const envelope = decode(parts[3]!.subarray(5), { useBigInt64: true }) as { payload: Uint8Array };
+  const [event] = decode(envelope.payload, { useBigInt64: true }) as { storage_tier: string }[];
+  assert.equal(event!.storage_tier, "host_pinned");
+});

@@ -67,6 +67,7 @@ export {
   type ReferenceKvEventPublisherOptions,
   type ReferenceKvMessageInit,
   ReferenceKvState,
+  type ReferenceStorageTier,
 } from "./kv_events.ts";
 export {
   decodeReferenceLoad,

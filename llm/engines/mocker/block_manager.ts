@@ -4,7 +4,7 @@
 
 import { InvalidArgumentError } from "../../../runtime/errors.ts";
 import { U64Map } from "../../kv_router/u64_map.ts";
-import type { BlockHash, KvCacheStoredBlock, KvEventSink } from "./kv_types.ts";
+import type { BlockHash, KvCacheEventData, KvCacheStoredBlock, KvEventSink } from "./kv_types.ts";
 
 /** Options of {@linkcode BlockManager}. */
 export interface BlockManagerOptions {
@@ -21,7 +21,7 @@ export interface BlockManagerOptions {
    * Default 0: no host tier.
    */
   hostBlocks?: number;
-  /** Receives `stored`, `removed` and `cleared` events. */
+  /** Receives `stored`, `removed` and `cleared` events, each with its tier. */
   onEvent?: KvEventSink;
 }
 
@@ -61,8 +61,10 @@ export interface FullBlock {
  * block still being filled), or inactive (a full block nobody holds, kept for prefix
  * reuse and evicted least recently used first). With a host tier, an evicted block moves
  * there (each full block is in one tier at a time) and is dropped from it least recently
- * evicted first. The events speak of the worker as a whole: a full block that first enters
- * either tier is reported `stored`; one dropped from the last tier holding it `removed`.
+ * evicted first. The events name their tier (the sink's second argument; none: the device): a
+ * block evicted to the host is `stored` in `host_pinned` and then `removed` from the device, one
+ * copied back `stored` on the device and then `removed` from `host_pinned`, so a router reading
+ * both tiers holds it throughout. Without a host tier the events are the device's alone.
  *
  * @example
  * ```ts
@@ -97,6 +99,8 @@ export class BlockManager {
   readonly #inactive = new U64Map<BlockHash>();
   /** Blocks in the host tier, least recently evicted first, each mapped to its own hash. */
   readonly #host = new U64Map<BlockHash>();
+  /** With a host tier: every full block held in either tier -> its parent and tokens' hash. */
+  readonly #meta = new U64Map<{ parent: BlockHash | null; local: BlockHash }>();
 
   /**
    * Creates a block manager with an empty cache.
@@ -291,27 +295,31 @@ export class BlockManager {
     let run: KvCacheStoredBlock[] = [];
     let runParent = parent;
     let prev = parent;
+    // Blocks back from the host tier: stored on the device with the new ones, then removed
+    // from the host in one event.
+    const leftHost: BlockHash[] = [];
     for (const b of blocks) {
       this.#anonymous--;
       const h = b.sequenceHash;
       const refs = this.#active.get(h);
-      // A block already on the GPU is shared; one back from the host tier was held all along.
-      // Neither is new to the worker.
-      if (
-        refs !== undefined || this.#inactive.delete(h) || this.#host.delete(h) ||
-        fromHost?.has(h)
-      ) {
+      if (refs !== undefined || this.#inactive.delete(h)) {
+        // Already on the GPU: shared, not new to the device.
         this.#active.set(h, (refs ?? 0) + 1);
         if (run.length > 0) this.#onEvent({ stored: { parent_hash: runParent, blocks: run } });
         run = [];
       } else {
+        if (this.#host.delete(h) || fromHost?.has(h)) leftHost.push(h);
         this.#active.set(h, 1);
+        if (this.hostBlocks > 0) this.#meta.set(h, { parent: prev, local: b.localHash });
         if (run.length === 0) runParent = prev;
         run.push({ block_hash: h, tokens_hash: b.localHash });
       }
       prev = h;
     }
     if (run.length > 0) this.#onEvent({ stored: { parent_hash: runParent, blocks: run } });
+    if (leftHost.length > 0) {
+      this.#onEvent({ removed: { block_hashes: leftHost } }, "host_pinned");
+    }
   }
 
   /**
@@ -345,16 +353,18 @@ export class BlockManager {
    */
   clearInactive(): void {
     if (this.#inactive.size === 0 && this.#host.size === 0) return;
-    if (this.#active.size === 0) {
-      this.#inactive.clear();
-      this.#host.clear();
-      this.#onEvent("cleared");
-      return;
-    }
-    const removed = [...this.#inactive.values(), ...this.#host.values()];
+    const inactive = [...this.#inactive.values()];
+    const host = [...this.#host.values()];
     this.#inactive.clear();
     this.#host.clear();
-    this.#onEvent({ removed: { block_hashes: removed } });
+    for (const h of [...inactive, ...host]) this.#meta.delete(h);
+    if (this.#active.size === 0) {
+      if (inactive.length > 0) this.#onEvent("cleared");
+      if (host.length > 0) this.#onEvent("cleared", "host_pinned");
+      return;
+    }
+    if (inactive.length > 0) this.#onEvent({ removed: { block_hashes: inactive } });
+    if (host.length > 0) this.#onEvent({ removed: { block_hashes: host } }, "host_pinned");
   }
 
   /** Evicts the `n` least recently used inactive blocks: to the host tier, or gone. */
@@ -365,17 +375,58 @@ export class BlockManager {
       evicted.push(h);
     }
     for (const h of evicted) this.#inactive.delete(h);
-    let removed = evicted;
-    if (this.hostBlocks > 0) {
-      for (const h of evicted) this.#host.set(h, h);
-      removed = [];
-      for (const h of this.#host.values()) {
-        if (this.#host.size - removed.length <= this.hostBlocks) break;
-        removed.push(h);
-      }
-      for (const h of removed) this.#host.delete(h);
+    if (this.hostBlocks === 0) {
+      if (evicted.length > 0) this.#onEvent({ removed: { block_hashes: evicted } });
+      return;
     }
-    if (removed.length > 0) this.#onEvent({ removed: { block_hashes: removed } });
+    // Stored in host memory before they leave the GPU: the worker holds them throughout.
+    for (const h of evicted) this.#host.set(h, h);
+    for (const stored of this.#chains(evicted)) this.#onEvent(stored, "host_pinned");
+    if (evicted.length > 0) this.#onEvent({ removed: { block_hashes: evicted } });
+    const dropped: BlockHash[] = [];
+    for (const h of this.#host.values()) {
+      if (this.#host.size - dropped.length <= this.hostBlocks) break;
+      dropped.push(h);
+    }
+    for (const h of dropped) {
+      this.#host.delete(h);
+      this.#meta.delete(h);
+    }
+    if (dropped.length > 0) this.#onEvent({ removed: { block_hashes: dropped } }, "host_pinned");
+  }
+
+  /**
+   * `stored` events for some blocks, parents first: one per run of blocks each the parent of the
+   * next, each naming the parent of its first block.
+   */
+  #chains(hashes: readonly BlockHash[]): KvCacheEventData[] {
+    const inSet = new U64Map<BlockHash>();
+    for (const h of hashes) inSet.set(h, h);
+    const children = new U64Map<BlockHash[]>();
+    const roots: BlockHash[] = [];
+    for (const h of hashes) {
+      const parent = this.#meta.get(h)!.parent;
+      if (parent === null || !inSet.has(parent)) roots.push(h);
+      else {
+        const list = children.get(parent);
+        if (list) list.push(h);
+        else children.set(parent, [h]);
+      }
+    }
+    const out: KvCacheEventData[] = [];
+    const starts = [...roots];
+    while (starts.length > 0) {
+      const first = starts.shift()!;
+      const blocks: KvCacheStoredBlock[] = [];
+      for (let at: BlockHash | undefined = first; at !== undefined;) {
+        blocks.push({ block_hash: at, tokens_hash: this.#meta.get(at)!.local });
+        const next: BlockHash[] = children.get(at) ?? [];
+        at = next.length === 1 ? next[0] : undefined;
+        if (next.length > 1) starts.push(...next);
+      }
+      out.push({ stored: { parent_hash: this.#meta.get(first)!.parent, blocks } });
+    }
+    return out;
   }
 }
 

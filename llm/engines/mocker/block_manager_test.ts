@@ -8,7 +8,7 @@ import {
   type FullBlock,
   prefixToLoad,
 } from "./block_manager.ts";
-import type { BlockHash, KvCacheEventData } from "./kv_types.ts";
+import type { BlockHash, KvCacheEventData, StorageTier } from "./kv_types.ts";
 
 /** Fake blocks of a chain: sequence hash = 100 * chain + index, local hash = index. */
 const chain = (c: number, n: number): FullBlock[] =>
@@ -20,15 +20,27 @@ const hashes = (blocks: FullBlock[]) => blocks.map((b) => b.sequenceHash);
 
 function manager(numGpuBlocks: number, watermark = 0, hostBlocks = 0) {
   const events: KvCacheEventData[] = [];
+  /** The same events with their tiers. */
+  const tiered: Array<{ tier: StorageTier; data: KvCacheEventData }> = [];
   const bm = new BlockManager({
     numGpuBlocks,
     blockSize: 4,
     watermark,
     hostBlocks,
-    onEvent: (e) => events.push(e),
+    onEvent: (e, tier = "device") => {
+      events.push(e);
+      tiered.push({ tier, data: e });
+    },
   });
-  return { bm, events };
+  return { bm, events, tiered };
 }
+
+const storedOf = (blocks: FullBlock[], parent: BlockHash | null = null): KvCacheEventData => ({
+  stored: {
+    parent_hash: parent,
+    blocks: blocks.map((x) => ({ block_hash: x.sequenceHash, tokens_hash: x.localHash })),
+  },
+});
 
 /** Computes and caches a chain's blocks from `hits` on, as a request would; returns them held. */
 function fill(bm: BlockManager, blocks: FullBlock[]): BlockHash[] {
@@ -130,40 +142,51 @@ Deno.test("admission keeps the watermark free and counts revived cached blocks",
   assert.throws(() => new BlockManager({ numGpuBlocks: 0 }), /numGpuBlocks/);
 });
 
-Deno.test("evicted blocks move to the host tier, come back unannounced, and leave it oldest first", () => {
-  const { bm, events } = manager(3, 0, 3);
+Deno.test("evicted blocks move to the host tier and back, each move announced in both tiers, and leave it oldest first", () => {
+  const { bm, tiered } = manager(3, 0, 3);
   const a = chain(1, 3);
   bm.release(fill(bm, a).reverse(), 0);
-  // Three new blocks evict a's three to the host tier: the worker still holds them.
+  // Three new blocks evict a's three to the host tier: stored there before they leave the GPU,
+  // so the worker holds them throughout.
   const b = chain(2, 3);
   const heldB = fill(bm, b);
-  assert.equal(events.length, 2, "stored a, stored b; no removed");
+  assert.deepEqual(tiered, [
+    { tier: "device", data: storedOf(a) },
+    { tier: "host_pinned", data: storedOf(a) },
+    { tier: "device", data: { removed: { block_hashes: hashes(a).reverse() } } },
+    { tier: "device", data: storedOf(b) },
+  ]);
   assert.equal(bm.hostCachedBlocks, 3);
   assert.equal(bm.matchPrefix(hashes(a)), 0, "not on the GPU");
   assert.equal(bm.heldPrefix(hashes(a)), 3, "but held");
   assert.ok(bm.isOnHost(a[0]!.sequenceHash) && bm.isHeld(a[2]!.sequenceHash));
   assert.deepEqual(prefixToLoad(bm, hashes(a)), { end: 3, fromHost: 3, fromPeer: 0 });
-  // Past the host tier's size, the least recently evicted go, announced as removed.
+  // Past the host tier's size, the least recently evicted go, announced as removed there.
   bm.release(heldB.reverse(), 0);
   const c = chain(3, 3);
   const heldC = fill(bm, c);
   assert.equal(bm.hostCachedBlocks, 3);
-  assert.deepEqual(events.at(-2), { removed: { block_hashes: hashes(a).reverse() } });
-  assert.deepEqual(events.at(-1), {
-    stored: {
-      parent_hash: null,
-      blocks: c.map((x) => ({ block_hash: x.sequenceHash, tokens_hash: x.localHash })),
-    },
-  });
+  assert.deepEqual(tiered.slice(4), [
+    { tier: "host_pinned", data: storedOf(b) },
+    { tier: "device", data: { removed: { block_hashes: hashes(b).reverse() } } },
+    { tier: "host_pinned", data: { removed: { block_hashes: hashes(a).reverse() } } },
+    { tier: "device", data: storedOf(c) },
+  ]);
   assert.equal(bm.heldPrefix(hashes(a)), 0);
-  // b's blocks came back from the host tier: cached again, no stored event (never gone).
+  // b's blocks come back from the host tier: stored on the device, then removed from the host
+  // (c's go to the host tier to make room, before).
   bm.release(heldC.reverse(), 0);
-  const n = events.length;
+  const n = tiered.length;
   const back = cachePrefix(bm, b, 3);
   assert.deepEqual(back, hashes(b));
   assert.equal(bm.matchPrefix(hashes(b)), 3);
   assert.ok(!bm.isOnHost(b[0]!.sequenceHash), "one tier at a time");
-  assert.equal(events.length, n, "no event: b was held all along, and c went to the host tier");
+  assert.deepEqual(tiered.slice(n), [
+    { tier: "host_pinned", data: storedOf(c) },
+    { tier: "device", data: { removed: { block_hashes: hashes(c).reverse() } } },
+    { tier: "device", data: storedOf(b) },
+    { tier: "host_pinned", data: { removed: { block_hashes: hashes(b) } } },
+  ]);
   assert.equal(bm.hostCachedBlocks, 3);
   assert.equal(bm.heldPrefix(hashes(c)), 3);
 });
@@ -207,7 +230,7 @@ Deno.test("stored and removed events stay consistent under random use", () => {
   );
   const hostSizes = fc.constantFrom(0, 1, 5, 40);
   fc.assert(fc.property(fc.array(op, { maxLength: 60 }), hostSizes, (ops, hostBlocks) => {
-    const { bm, events } = manager(12, 0, hostBlocks);
+    const { bm, tiered } = manager(12, 0, hostBlocks);
     const holders: BlockHash[][] = [];
     for (const o of ops) {
       if (o.kind === "fill") {
@@ -237,27 +260,39 @@ Deno.test("stored and removed events stay consistent under random use", () => {
       assert.ok(bm.activeBlocks + bm.inactiveBlocks <= bm.numGpuBlocks);
       assert.ok(bm.hostCachedBlocks <= hostBlocks);
     }
-    // Replay the events: a removed hash was stored and not removed since.
-    const cached = new Set<BlockHash>();
-    for (const e of events) {
+    // Replay the events per tier: a removed hash was stored there and not removed since; a
+    // block stored in a tier names a parent the worker holds in some tier (or none).
+    const tiers = { device: new Set<BlockHash>(), host_pinned: new Set<BlockHash>() };
+    for (const { tier, data: e } of tiered) {
+      assert.ok(tier === "device" || tier === "host_pinned");
+      const cached = tiers[tier];
       if (e === "cleared") {
         cached.clear();
       } else if ("stored" in e) {
+        const parent = e.stored.parent_hash;
+        assert.ok(
+          parent === null || tiers.device.has(parent) || tiers.host_pinned.has(parent) ||
+            e.stored.blocks.length === 0,
+          `stored under a parent held nowhere: ${parent}`,
+        );
         for (const b of e.stored.blocks) {
-          assert.ok(!cached.has(b.block_hash), `stored twice: ${b.block_hash}`);
+          assert.ok(!cached.has(b.block_hash), `stored twice in ${tier}: ${b.block_hash}`);
           cached.add(b.block_hash);
         }
       } else {
         for (const h of e.removed.block_hashes) {
-          assert.ok(cached.delete(h), `removed without being stored: ${h}`);
+          assert.ok(cached.delete(h), `removed from ${tier} without being stored: ${h}`);
         }
       }
     }
     const live = new Set<BlockHash>();
     for (const held of holders) for (const h of held) live.add(h);
-    for (const h of live) assert.ok(cached.has(h), `held block ${h} is cached per the events`);
-    for (const h of bm.inactiveHashes()) assert.ok(cached.has(h));
-    for (const h of cached) assert.ok(bm.isHeld(h), `announced but not held: ${h}`);
-    assert.equal(cached.size, bm.activeBlocks + bm.inactiveBlocks + bm.hostCachedBlocks);
+    for (const h of live) assert.ok(tiers.device.has(h), `held block ${h} is on the device`);
+    for (const h of bm.inactiveHashes()) assert.ok(tiers.device.has(h));
+    for (const h of tiers.device) assert.ok(bm.isCached(h), `announced but not on the GPU: ${h}`);
+    for (const h of tiers.host_pinned) assert.ok(bm.isOnHost(h), `announced but not on host: ${h}`);
+    assert.equal(tiers.device.size, bm.activeBlocks + bm.inactiveBlocks);
+    assert.equal(tiers.host_pinned.size, bm.hostCachedBlocks);
+    if (hostBlocks === 0) assert.ok(tiered.every((e) => e.tier === "device"));
   }));
 });

@@ -117,7 +117,7 @@ export const TIMED_PASS_MS = 2;
  * const publisher = new KvEventPublisher(component, { kvBlockSize: 16 });
  * const engine = new MockerEngine({
  *   speedupRatio: 10,
- *   onKvEvent: (e) => void publisher.publish(e).catch(() => {}),
+ *   onKvEvent: (e, tier) => void publisher.publish(e, tier).catch(() => {}),
  * });
  * const serving = endpoint.serveEndpoint(engine.handler);
  * const client = await endpoint.client();
@@ -169,9 +169,9 @@ export class MockerEngine {
     this.blockManager = new BlockManager({
       ...options,
       hostBlocks: options.hostBlocks ?? defaultHostBlocks(options.numGpuBlocks),
-      onEvent: onKvEvent && ((event) => {
+      onEvent: onKvEvent && ((event, tier) => {
         try {
-          onKvEvent(event);
+          onKvEvent(event, tier);
         } catch (err: unknown) {
           this.#logger.warn("mocker KV event sink failed", { error: String(err) });
         }
@@ -232,6 +232,9 @@ export class MockerEngine {
     };
     // In the engine's real time, as its passes' timing: the simulated copy time over the speedup.
     if (this.#kvFetch) m.kv_fetch_ms_per_block = this.#kvFetch.msPerBlock / this.#speedupRatio;
+    if (this.blockManager.hostBlocks > 0) {
+      m.kv_onboard_ms_per_block = this.scheduler.hostOnboardMsPerBlock / this.#speedupRatio;
+    }
     return m;
   }
 

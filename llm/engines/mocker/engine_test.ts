@@ -3,11 +3,12 @@ import { within } from "../../../tests/_helpers/backends.ts";
 import { Context } from "../../../runtime/context.ts";
 import { DistributedRuntime } from "../../../runtime/distributed_runtime.ts";
 import { EngineShutdownError, InvalidArgumentError } from "../../../runtime/errors.ts";
-import { computeBlockHashes } from "../../kv_router/hashing.ts";
+import { computeBlockHashes, computeLocalHashes } from "../../kv_router/hashing.ts";
 import type { LLMEngineOutput, PreprocessedRequest } from "../../protocols.ts";
 import { hashPromptBlocks } from "./scheduler.ts";
 import { MockerEngine, type MockerEngineOptions, MockerSchedulingError } from "./engine.ts";
-import type { ForwardPassMetrics, KvCacheEventData } from "./kv_types.ts";
+import type { ForwardPassMetrics, KvCacheEventData, StorageTier } from "./kv_types.ts";
+import { TieredIndex } from "../../kv_router/tiered_index.ts";
 import { decodeTimeMs, prefillTimeMs } from "./timing.ts";
 import { syntheticLogprob, syntheticTopLogprobs } from "../synthetic_logprobs.ts";
 
@@ -526,27 +527,35 @@ Deno.test("a kv_fetch the peer cannot serve, or a bad hint, leaves the prompt to
 });
 
 Deno.test("a prompt whose prefix went to the host tier loads it back in the onboard time", async () => {
-  const events: KvCacheEventData[] = [];
+  // The worker's events, read as a router reads them: per tier.
+  const index = new TieredIndex();
+  let events = 0;
   const metrics: ForwardPassMetrics[] = [];
   const { engine, now } = simulated({
     numGpuBlocks: 16,
     hostBlocks: 64,
     hostOnboardMsPerBlock: 4,
     speedupRatio: 2,
-    onKvEvent: (e) => events.push(e),
+    onKvEvent: (e, tier) => {
+      events++;
+      assert.ok(index.apply("w", e, tier), "every stored event names a parent the worker holds");
+    },
     onMetrics: (m) => metrics.push(m),
   });
   const one = { stop_conditions: { max_tokens: 1 } };
   const p = prompt(100); // 6 full blocks
+  const local = computeLocalHashes(p, 16);
   await collect(engine.generate(req(p, one)));
   // 241 tokens take all 16 GPU blocks: p's six go to the host tier, still the worker's.
   await collect(engine.generate(req(prompt(241, 5000), one)));
   assert.equal(engine.blockManager.hostCachedBlocks, 6);
-  assert.ok(events.every((e) => typeof e === "object" && "stored" in e), "nothing removed");
+  assert.equal(index.findMatches(local).device.get("w"), undefined, "off the GPU");
+  assert.equal(index.findMatches(local).host_pinned.get("w"), 6, "in host memory");
+  assert.equal(index.blockCount("w", "host_pinned"), 6);
+  assert.equal(index.blockCount("w", "device"), 15);
   // The load metrics say how full the tier is.
   assert.equal(engine.metrics().kv_host_blocks, 6);
   assert.equal(engine.metrics().kv_host_total_blocks, 64);
-  const stored = events.length;
   const before = now();
   metrics.length = 0;
   const out = await collect(engine.generate(req(p, one)));
@@ -555,13 +564,14 @@ Deno.test("a prompt whose prefix went to the host tier loads it back in the onbo
   // Six blocks at 4 simulated ms, at speedup 2, before that pass.
   const pass = prefillTimeMs(4) / 2;
   assert.ok(Math.abs(now() - before - (12 + pass)) < 1e-6, `${now() - before} ms`);
-  // Back on the GPU without a second stored event (they never left the worker); what made room
-  // went to the host tier in their place.
-  assert.equal(events.length, stored);
+  // Back on the GPU, and announced there; what made room went to the host tier in their place.
   assert.equal(
     engine.blockManager.matchPrefix(hashPromptBlocks(p, 16).map((b) => b.sequenceHash)),
     6,
   );
+  assert.equal(index.findMatches(local).device.get("w"), 6);
+  assert.equal(index.blockCount("w", "host_pinned"), engine.blockManager.hostCachedBlocks);
+  assert.ok(events > 0);
 });
 
 Deno.test("without a host tier an evicted prefix is computed again; by default the tier is 4x", async () => {
@@ -581,13 +591,13 @@ Deno.test("without a host tier an evicted prefix is computed again; by default t
 });
 
 Deno.test("with a host tier, concurrent conversations, cancellations and reloads leave no block held", async () => {
-  const events: KvCacheEventData[] = [];
+  const events: Array<{ tier: StorageTier; data: KvCacheEventData }> = [];
   const { engine } = simulated({
     maxNumSeqs: 8,
     numGpuBlocks: 48,
     hostBlocks: 96,
     hostOnboardMsPerBlock: 1,
-    onKvEvent: (e) => events.push(e),
+    onKvEvent: (data, tier = "device") => events.push({ tier, data }),
   });
   // Six conversations of three turns, each turn the last one's prompt plus 40 tokens, all at
   // once in rounds: 48 GPU blocks cannot hold them, so turns reload their history from the host.
@@ -619,13 +629,16 @@ Deno.test("with a host tier, concurrent conversations, cancellations and reloads
   assert.equal(engine.blockManager.activeBlocks, 0);
   assert.equal(engine.scheduler.hasWork, false);
   assert.ok(loads > 0 && bm.hostCachedBlocks > 0, "the tier was used both ways");
-  // The events name exactly the blocks the worker holds in its two tiers.
-  const held = new Set<bigint>();
-  for (const e of events) {
-    if (e === "cleared") held.clear();
-    else if ("stored" in e) { for (const b of e.stored.blocks) held.add(b.block_hash); }
-    else for (const h of e.removed.block_hashes) assert.ok(held.delete(h), `removed twice: ${h}`);
+  // The events name exactly the blocks the worker holds in each of its two tiers.
+  const held = { device: new Set<bigint>(), host_pinned: new Set<bigint>(), disk: new Set() };
+  for (const { tier, data: e } of events) {
+    const set = held[tier];
+    if (e === "cleared") set.clear();
+    else if ("stored" in e) { for (const b of e.stored.blocks) set.add(b.block_hash); }
+    else for (const h of e.removed.block_hashes) assert.ok(set.delete(h), `removed twice: ${h}`);
   }
-  assert.equal(held.size, bm.inactiveBlocks + bm.hostCachedBlocks);
-  for (const h of held) assert.ok(bm.isHeld(h));
+  assert.equal(held.device.size, bm.inactiveBlocks);
+  assert.equal(held.host_pinned.size, bm.hostCachedBlocks);
+  for (const h of held.device) assert.ok(bm.isCached(h));
+  for (const h of held.host_pinned) assert.ok(bm.isOnHost(h));
 });

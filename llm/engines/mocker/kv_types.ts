@@ -6,12 +6,16 @@ import type {
   ForwardPassMetrics,
   KvCacheEventData,
   KvCacheStoredBlock,
+  StorageTier,
 } from "../../kv_router/protocols.ts";
 
-export type { BlockHash, ForwardPassMetrics, KvCacheEventData, KvCacheStoredBlock };
+export type { BlockHash, ForwardPassMetrics, KvCacheEventData, KvCacheStoredBlock, StorageTier };
 
-/** Receives KV cache events in the order they happen. */
-export type KvEventSink = (data: KvCacheEventData) => void;
+/**
+ * Receives KV cache events in the order they happen, each with the tier whose blocks it names
+ * (undefined: the device).
+ */
+export type KvEventSink = (data: KvCacheEventData, tier?: StorageTier) => void;
 
 /** Receives metrics after each forward pass. */
 export type MetricsSink = (metrics: ForwardPassMetrics) => void;

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { BlockManager } from "./block_manager.ts";
-import type { KvCacheEventData } from "./kv_types.ts";
+import type { KvCacheEventData, StorageTier } from "./kv_types.ts";
 import { hashPromptBlocks, Scheduler, type SchedulerOptions, type Sequence } from "./scheduler.ts";
 import { decodeTimeMs, prefillTimeMs, stepTimeMs } from "./timing.ts";
 
@@ -15,12 +15,17 @@ function setup(
   hostBlocks = 0,
 ) {
   const events: KvCacheEventData[] = [];
+  /** The same events with their tiers. */
+  const tiered: Array<{ tier: StorageTier; data: KvCacheEventData }> = [];
   const bm = new BlockManager({
     numGpuBlocks,
     blockSize: BS,
     watermark,
     hostBlocks,
-    onEvent: (e) => events.push(e),
+    onEvent: (e, tier = "device") => {
+      events.push(e);
+      tiered.push({ tier, data: e });
+    },
   });
   const scheduler = new Scheduler(bm, options);
   const outputs = new Map<string, number[]>();
@@ -48,7 +53,7 @@ function setup(
     }
     return plans;
   }
-  return { bm, scheduler, events, outputs, finished, add, drain };
+  return { bm, scheduler, events, tiered, outputs, finished, add, drain };
 }
 
 Deno.test("the scheduler admits at most maxNumSeqs sequences per pass", () => {
@@ -127,7 +132,7 @@ Deno.test("a prefix evicted to the host tier while its request waited is copied 
   const first = s.scheduler.step();
   assert.deepEqual(first.entries.map((e) => e.sequence.id), ["big"]);
   assert.equal(again.state, "waiting");
-  const before = s.events.length;
+  const before = s.tiered.length;
   const plans = [first, ...s.drain()];
   assert.ok(aBlocks.every((h) => s.bm.isHeld(h)), "a's blocks stayed in one tier or the other");
   const admitting = plans.find((p) => p.entries.some((e) => e.sequence === again))!;
@@ -139,12 +144,24 @@ Deno.test("a prefix evicted to the host tier while its request waited is copied 
     stepTimeMs({ prefillTokens: 4, decodeSequences: 0, kvUsage: admitting.kvUsage }, 0.5) + 4 * 1,
   );
   for (const p of plans) if (p !== admitting) assert.equal(p.onboardedBlocks, 0);
-  // Back on the GPU, they are not new to the worker: no event stores them again.
-  for (const e of s.events.slice(before)) {
-    if (typeof e === "object" && "stored" in e) {
-      for (const b of e.stored.blocks) assert.ok(!aBlocks.includes(b.block_hash));
-    }
-  }
+  // Back on the GPU: stored on the device, then removed from the host tier, in that order.
+  const moves = s.tiered.slice(before).flatMap(({ tier, data: e }) =>
+    typeof e !== "object"
+      ? []
+      : ("stored" in e ? e.stored.blocks.map((b) => b.block_hash) : e.removed.block_hashes)
+        .filter((h) => aBlocks.includes(h))
+        .map((h) => `${tier} ${"stored" in e ? "+" : "-"}${aBlocks.indexOf(h)}`)
+  );
+  assert.deepEqual(moves.slice(-8), [
+    "device +0",
+    "device +1",
+    "device +2",
+    "device +3",
+    "host_pinned -0",
+    "host_pinned -1",
+    "host_pinned -2",
+    "host_pinned -3",
+  ]);
   assert.equal(s.scheduler.metrics().gpu_prefix_cache_hit_rate, (0 + 0 + 16) / (17 + 28 + 20));
   assert.equal(s.bm.activeBlocks, 0);
 });
@@ -277,23 +294,27 @@ Deno.test("random workloads on a small cache, with or without a host tier, all c
         );
       });
       assert.equal(s.bm.activeBlocks, 0);
-      const cached = new Set<bigint>();
-      for (const e of s.events) {
+      const cached = { device: new Set<bigint>(), host_pinned: new Set<bigint>() };
+      for (const { tier, data: e } of s.tiered) {
         assert.notEqual(e, "cleared");
+        assert.ok(tier === "device" || tier === "host_pinned");
+        const set = cached[tier];
         if (typeof e === "object" && "stored" in e) {
           for (const b of e.stored.blocks) {
-            assert.ok(!cached.has(b.block_hash), "stored twice");
-            cached.add(b.block_hash);
+            assert.ok(!set.has(b.block_hash), "stored twice");
+            set.add(b.block_hash);
           }
         } else if (typeof e === "object") {
           for (const h of e.removed.block_hashes) {
-            assert.ok(cached.delete(h), "removed but not stored");
+            assert.ok(set.delete(h), "removed but not stored");
           }
         }
       }
-      // The events name exactly the blocks held in the two tiers.
-      assert.equal(cached.size, s.bm.inactiveBlocks + s.bm.hostCachedBlocks);
-      for (const h of cached) assert.ok(s.bm.isHeld(h));
+      // The events name exactly the blocks held in each tier.
+      assert.equal(cached.device.size, s.bm.inactiveBlocks);
+      assert.equal(cached.host_pinned.size, s.bm.hostCachedBlocks);
+      for (const h of cached.device) assert.ok(s.bm.isCached(h));
+      for (const h of cached.host_pinned) assert.ok(s.bm.isOnHost(h));
       assert.ok(s.bm.hostCachedBlocks <= cfg.hostBlocks);
     }),
     { numRuns: 200 },

@@ -143,9 +143,11 @@ export async function runMockerWorker(
   const engine = new MockerEngine({
     ...options,
     kvFetch,
-    onKvEvent: (data) => {
-      options.onKvEvent?.(data);
-      events?.publish(data).catch(() => {/* a lost event is found by the indexer's id check */});
+    onKvEvent: (data, tier) => {
+      options.onKvEvent?.(data, tier);
+      events?.publish(data, tier).catch(() => {
+        /* a lost event is found by the indexer's id check */
+      });
     },
     onMetrics: (m) => {
       options.onMetrics?.(m);

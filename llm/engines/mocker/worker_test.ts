@@ -9,6 +9,7 @@ import {
 import { KvRouter, type RouteDecisionRecord } from "../../kv_router/router.ts";
 import { KV_FETCH_ENDPOINT, startMockerWorkers } from "./worker.ts";
 import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "./timing.ts";
+import { hashPromptBlocks } from "./scheduler.ts";
 
 Deno.test("startMockerWorkers runs each worker on its own instance and registers the model", async () => {
   const fleet = await startMockerWorkers(4, {
@@ -186,3 +187,55 @@ async function waitFor(check: () => boolean | Promise<boolean>, ms = 5000): Prom
     await new Promise((r) => setTimeout(r, 5));
   }
 }
+
+Deno.test("a prefix a mocker moved to host memory: the router sends it back there and charges the copy", async () => {
+  const decisions: RouteDecisionRecord[] = [];
+  const fleet = await startMockerWorkers(2, { speedupRatio: 100, numGpuBlocks: 64 });
+  const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
+  const endpoint = frontend.namespace("dynamo").component("mocker").endpoint("generate");
+  const router = new KvRouter(endpoint, { blockSize: 16, onRoute: (d) => decisions.push(d) });
+  try {
+    const client = await endpoint.client();
+    await client.waitForInstances({ count: 2, timeoutMs: 5000 });
+    await client.close();
+    const p = Array.from({ length: 512 }, (_, i) => 10 + i); // 32 blocks
+    await first(router, p);
+    const holder = decisions[0]!.instanceId;
+    const engine = fleet.workers.find((w) => w.runtime.instanceId === holder)!.engine;
+    await waitFor(async () => (await router.findBestMatch(p)).overlapBlocks === 32);
+    // Two other prompts of 32 blocks on the holder: its 64 GPU blocks send p's to host memory.
+    for (const salt of [1, 2]) {
+      const other = Array.from({ length: 512 }, (_, i) => salt * 100_000 + i);
+      for await (
+        const _ of engine.generate({
+          model: "m",
+          token_ids: other,
+          stop_conditions: { max_tokens: 1 },
+          sampling_options: {},
+          eos_token_ids: [],
+        } as PreprocessedRequest)
+      ) { /* run it through */ }
+    }
+    const hashes = hashPromptBlocks(p, 16).map((b) => b.sequenceHash);
+    assert.equal(engine.blockManager.matchPrefix(hashes), 0, "off the holder's GPU");
+    assert.equal(engine.blockManager.heldPrefix(hashes), 32, "in its host memory");
+    decisions.length = 0;
+    // The router hears the move (host stored, device removed) and still sends p there, with the
+    // copy up charged at the rate the holder announces.
+    await waitFor(async () => {
+      const d = await router.findBestMatch(p);
+      return d.instanceId === holder && d.overlapBlocks === 32;
+    });
+    const out = await first(router, [...p, 7, 8, 9]);
+    const decision = decisions.at(-1)!;
+    assert.equal(decision.instanceId, holder);
+    const c = decision.candidates.find((c) => c.workerId === holder)!;
+    assert.equal(c.onboardBlocks, 32);
+    assert.equal(c.onboardMsPerBlock, engine.scheduler.hostOnboardMsPerBlock / 100);
+    assert.equal(out.cached_tokens, 512, "copied back, not computed");
+  } finally {
+    await router.close();
+    await frontend.shutdown();
+    await fleet.shutdown();
+  }
+});

@@ -103,6 +103,62 @@ async function* sse(res: Response): AsyncGenerator<string> {
   }
 }
 
+/** Four KV blocks (64 tokens each) of prompt per seed, no block shared between seeds. */
+const tokensPrompt = (seed: number) => Array.from({ length: 260 }, (_, i) => 1000 + seed * 300 + i);
+
+/** Sends `tokenIds` straight to one reference worker (no router of ours), to its end. */
+async function computeOn(
+  client: ReferenceClient,
+  instance: Parameters<ReferenceClient["generate"]>[0],
+  tokenIds: number[],
+): Promise<void> {
+  const request = referenceTokensRequest({ model: MODEL, tokenIds, maxTokens: 1 });
+  for await (const _ of client.generate(instance, request)) { /* run it through */ }
+}
+
+/** Starts `dynamo frontend --router-mode kv` on the servers and waits for the workers' model. */
+async function kvFrontend(
+  servers: { etcd: string; nats: string },
+  env: Record<string, string> = {},
+  onStderrLine?: (line: string) => void,
+): Promise<{ frontend: ReturnType<typeof spawnDeno>; base: string }> {
+  const frontend = spawnDeno(
+    CLI,
+    { ETCD_ENDPOINTS: servers.etcd, NATS_SERVER: servers.nats, ...env },
+    ["frontend", "--http-port", "0", "--http-host", "127.0.0.1", "--router-mode", "kv"],
+    { onStderrLine },
+  );
+  try {
+    const base = await frontendUrl(frontend, 60_000);
+    await until(
+      async () => (await (await fetch(`${base}/v1/models`)).json()).data.length,
+      (n) => n === 1,
+      30_000,
+      "the model in the frontend's /v1/models",
+    );
+    return { frontend, base };
+  } catch (err) {
+    await stopChild(frontend);
+    throw err;
+  }
+}
+
+/** Which worker served one completion of `prompt` through the frontend (by their own counters). */
+async function servedBy(base: string, mockers: ReferenceMocker[], prompt: number[]) {
+  const served = () =>
+    Promise.all(mockers.map((m) => referenceMetric(m, "dynamo_component_requests_total")));
+  const before = await served();
+  const res = await fetch(`${base}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: MODEL, prompt, max_tokens: 2 }),
+  });
+  assert.equal(res.status, 200, await res.clone().text());
+  await res.text();
+  const after = await served();
+  return after.findIndex((n, i) => n > before[i]!);
+}
+
 /** The worker with a request in flight now (each worker's own gauge). */
 async function busyWorker(mockers: ReferenceMocker[]): Promise<ReferenceMocker | undefined> {
   const busy = [];
@@ -543,56 +599,22 @@ Deno.test({
         count: 2,
         timeoutMs: 90_000,
       });
-      frontend = spawnDeno(
-        CLI,
-        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url },
-        [
-          "frontend",
-          "--http-port",
-          "0",
-          "--http-host",
-          "127.0.0.1",
-          "--reference-workers",
-          "--router-mode",
-          "kv",
-        ],
-      );
-      const base = await frontendUrl(frontend, 60_000);
-      await until(
-        async () => (await (await fetch(`${base}/v1/models`)).json()).data.length,
-        (n) => n === 1,
-        30_000,
-        "the model in the frontend's /v1/models",
-      );
+      let base: string;
+      ({ frontend, base } = await kvFrontend(servers));
       // ZeroMQ's slow joiner: the router's subscriptions need a moment before the first event.
       await new Promise((r) => setTimeout(r, 1_000));
-      const prompt = (seed: number) => Array.from({ length: 260 }, (_, i) => 1000 + seed * 300 + i);
       const ids = await Promise.all(mockers.map((m) => referenceWorkerId(m)));
       const holder = instances.find((i) => i.instanceId === ids[1])!;
-      for (const seed of [1, 2, 3, 4]) {
-        const request = referenceTokensRequest({
-          model: MODEL,
-          tokenIds: prompt(seed),
-          maxTokens: 1,
-        });
-        for await (const _ of client.generate(holder, request)) { /* run it through */ }
-      }
+      for (const seed of [1, 2, 3, 4]) await computeOn(client, holder, tokensPrompt(seed));
       // Give the events time to reach the frontend's router.
       await new Promise((r) => setTimeout(r, 1_000));
-      const served = () =>
-        Promise.all(mockers.map((m) => referenceMetric(m, "dynamo_component_requests_total")));
       // Prompts 1 and 2 are in worker 1's host memory only; each goes there.
       for (const seed of [1, 2]) {
-        const before = await served();
-        const res = await fetch(`${base}/v1/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ model: MODEL, prompt: prompt(seed), max_tokens: 2 }),
-        });
-        assert.equal(res.status, 200, await res.clone().text());
-        await res.text();
-        const after = await served();
-        assert.equal(after[1]! - before[1]!, 1, `the prompt (seed ${seed}) went elsewhere`);
+        assert.equal(
+          await servedBy(base, mockers, tokensPrompt(seed)),
+          1,
+          `the prompt (seed ${seed}) went elsewhere`,
+        );
       }
     } finally {
       if (frontend) await stopChild(frontend);
@@ -624,56 +646,22 @@ Deno.test({
         timeoutMs: 90_000,
       });
       const ids = await Promise.all(mockers.map((m) => referenceWorkerId(m)));
-      // Four KV blocks (64 tokens) of prompt each, no block shared.
-      const prompt = (seed: number) => Array.from({ length: 260 }, (_, i) => 1000 + seed * 300 + i);
       // Cached on each worker directly, before any router of ours exists: only the workers'
       // answers to the KV-state query can tell it where.
       for (const [mocker, seed] of [[1, 1], [0, 2]] as const) {
         const instance = instances.find((i) => i.instanceId === ids[mocker])!;
-        const request = referenceTokensRequest({
-          model: MODEL,
-          tokenIds: prompt(seed),
-          maxTokens: 1,
-        });
-        for await (const _ of client.generate(instance, request)) { /* run it through */ }
+        await computeOn(client, instance, tokensPrompt(seed));
       }
-      frontend = spawnDeno(
-        CLI,
-        { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url, DYN_LOG: "debug" },
-        [
-          "frontend",
-          "--http-port",
-          "0",
-          "--http-host",
-          "127.0.0.1",
-          "--reference-workers",
-          "--router-mode",
-          "kv",
-        ],
-        { onStderrLine: (l) => frontendLog.push(l) },
-      );
-      const base = await frontendUrl(frontend, 60_000);
-      await until(
-        async () => (await (await fetch(`${base}/v1/models`)).json()).data.length,
-        (n) => n === 1,
-        30_000,
-        "the model in the frontend's /v1/models",
-      );
-      const served = () =>
-        Promise.all(mockers.map((m) => referenceMetric(m, "dynamo_component_requests_total")));
+      let base: string;
+      ({ frontend, base } = await kvFrontend(
+        servers,
+        { DYN_LOG: "debug" },
+        (l) => frontendLog.push(l),
+      ));
       for (const [mocker, seed] of [[1, 1], [0, 2], [0, 2], [1, 1]] as const) {
-        const before = await served();
-        const res = await fetch(`${base}/v1/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ model: MODEL, prompt: prompt(seed), max_tokens: 2 }),
-        });
-        assert.equal(res.status, 200, await res.clone().text());
-        await res.text();
-        const after = await served();
         assert.equal(
-          after[mocker]! - before[mocker]!,
-          1,
+          await servedBy(base, mockers, tokensPrompt(seed)),
+          mocker,
           `the prompt (seed ${seed}) cached on worker ${mocker} went elsewhere` +
             `\n${frontendLog.filter((l) => /recover|KV state/.test(l)).slice(-6).join("\n")}`,
         );

@@ -18,6 +18,7 @@ import {
   registerLlm,
 } from "../mod.ts";
 import { Context as RuntimeContext } from "../runtime/context.ts";
+import { hashPromptBlocks } from "../llm/engines/mocker/scheduler.ts";
 import { ReferenceKvEventPublisher } from "../runtime/reference/kv_events.ts";
 import { ReferenceLoadPublisher } from "../runtime/reference/load_metrics.ts";
 import {
@@ -668,6 +669,9 @@ Deno.test({
   },
 });
 
+/** Ten KV blocks (16 tokens each) of prompt per seed, no block shared between seeds. */
+const kvPrompt = (seed: number) => Array.from({ length: 160 }, (_, i) => 1000 + seed * 200 + i);
+
 /** Our mocker workers of one reference endpoint, each with its KV events in the reference's format. */
 interface KvMockerFleet {
   runtimes: DistributedRuntime[];
@@ -677,15 +681,23 @@ interface KvMockerFleet {
   served: number[];
   /** Per worker: true to publish its events as lost (for a gap). */
   lose: boolean[];
+  /** Runs a prompt on one worker's engine directly (no frontend: only its KV events tell). */
+  computeOn(worker: number, tokens: number[]): Promise<void>;
+  /** Sends a prompt through the frontend at `base` and checks that `worker` served it. */
+  routesTo(base: string, worker: number, tokens: number[], what: string): Promise<void>;
   close(): Promise<void>;
 }
 
-/** `n` mocker workers serving `kv-mocker` at dynamo/backend/generate, publishing KV events. */
+/**
+ * `n` mocker workers serving `kv-mocker` at dynamo/backend/generate, publishing KV events (the
+ * engines' cache as `cache` says: default the mocker's).
+ */
 async function kvMockerFleet(
   n: number,
   etcd: { url: string },
   nats: { url: string },
   modelPath: string,
+  cache: { numGpuBlocks?: number; hostBlocks?: number } = {},
 ): Promise<KvMockerFleet> {
   const fleet: KvMockerFleet = {
     runtimes: [],
@@ -693,6 +705,32 @@ async function kvMockerFleet(
     publishers: [],
     served: Array(n).fill(0),
     lose: Array(n).fill(false),
+    async computeOn(worker, tokens) {
+      for await (
+        const _ of fleet.engines[worker]!.handler({
+          model: "kv-mocker",
+          token_ids: tokens,
+          stop_conditions: { max_tokens: 1 },
+          sampling_options: {},
+          eos_token_ids: [],
+        } as never, new RuntimeContext())
+      ) { /* run it through */ }
+    },
+    async routesTo(base, worker, tokens, what) {
+      const before = [...fleet.served];
+      const res = await fetch(`${base}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "kv-mocker", prompt: tokens, max_tokens: 2 }),
+      });
+      const body = await res.json();
+      assert.equal(res.status, 200, JSON.stringify(body));
+      assert.equal(
+        fleet.served[worker]! - before[worker]!,
+        1,
+        `${what}, cached on worker ${worker}, went elsewhere (served ${fleet.served})`,
+      );
+    },
     async close() {
       for (const c of closers) await c();
       for (const e of fleet.engines) await e.close();
@@ -710,6 +748,7 @@ async function kvMockerFleet(
       const engine = new MockerEngine({
         speedupRatio: 20,
         blockSize: 16,
+        ...cache,
         onKvEvent: (data, tier) =>
           fleet.lose[i] ? events.pub?.publishLost(data, tier) : events.pub?.publish(data, tier),
       });
@@ -752,7 +791,7 @@ Deno.test({
     let front: ReferenceFrontend | undefined;
     try {
       fleet = await kvMockerFleet(2, etcd, nats, modelPath);
-      const { engines, publishers, served } = fleet;
+      const { publishers } = fleet;
       front = await startReferenceFrontend(
         python!,
         ["--router-mode", "kv"],
@@ -767,34 +806,12 @@ Deno.test({
       );
       // Each prompt is computed on one worker directly, not through the frontend: only the
       // KV events can tell the router where it is cached.
-      const prompt = (seed: number) => Array.from({ length: 160 }, (_, i) => 1000 + seed * 200 + i);
       for (const [worker, seed] of [[1, 1], [0, 2]] as const) {
-        const ctx = new RuntimeContext();
-        for await (
-          const _ of engines[worker]!.handler({
-            model: "kv-mocker",
-            token_ids: prompt(seed),
-            stop_conditions: { max_tokens: 1 },
-            sampling_options: {},
-            eos_token_ids: [],
-          } as never, ctx)
-        ) { /* run it through */ }
+        await fleet.computeOn(worker, kvPrompt(seed));
       }
       await new Promise((r) => setTimeout(r, 1000)); // the events on their way
       for (const [worker, seed] of [[1, 1], [0, 2], [1, 1], [0, 2]] as const) {
-        const before = [...served];
-        const res = await fetch(`${base}/v1/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ model: "kv-mocker", prompt: prompt(seed), max_tokens: 2 }),
-        });
-        const body = await res.json();
-        assert.equal(res.status, 200, JSON.stringify(body));
-        assert.equal(
-          served[worker]! - before[worker]!,
-          1,
-          `the prompt cached on worker ${worker} went elsewhere (served ${served})`,
-        );
+        await fleet.routesTo(base, worker, kvPrompt(seed), `prompt ${seed}`);
       }
     } catch (err) {
       console.error(`reference frontend log (tail):\n${front?.log()}`);
@@ -815,36 +832,12 @@ Deno.test({
     const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
     const modelPath = await builtinTestModel();
     const fleet = await kvMockerFleet(2, etcd, nats, modelPath);
-    const { runtimes, engines, publishers, served, lose } = fleet;
+    const { runtimes, publishers, lose } = fleet;
     let front: ReferenceFrontend | undefined;
-    const prompt = (seed: number) => Array.from({ length: 160 }, (_, i) => 1000 + seed * 200 + i);
-    const computeOn = async (worker: number, tokens: number[]) => {
-      const ctx = new RuntimeContext();
-      for await (
-        const _ of engines[worker]!.handler({
-          model: "kv-mocker",
-          token_ids: tokens,
-          stop_conditions: { max_tokens: 1 },
-          sampling_options: {},
-          eos_token_ids: [],
-        } as never, ctx)
-      ) { /* run it through */ }
-    };
-    const routesTo = async (base: string, worker: number, seed: number) => {
-      const before = [...served];
-      const res = await fetch(`${base}/v1/completions`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model: "kv-mocker", prompt: prompt(seed), max_tokens: 2 }),
-      });
-      const body = await res.json();
-      assert.equal(res.status, 200, JSON.stringify(body));
-      assert.equal(
-        served[worker]! - before[worker]!,
-        1,
-        `the prompt (seed ${seed}) cached on worker ${worker} went elsewhere (served ${served})`,
-      );
-    };
+    const computeOn = (worker: number, tokens: number[]) => fleet.computeOn(worker, tokens);
+    const prompt = kvPrompt;
+    const routesTo = (base: string, worker: number, seed: number) =>
+      fleet.routesTo(base, worker, prompt(seed), `prompt ${seed}`);
     try {
       // Before any router follows them: these events reach nobody.
       await computeOn(1, prompt(1));
@@ -998,6 +991,52 @@ Deno.test({
       await front?.stop();
       for (const c of closers) await c();
       for (const rt of runtimes) await rt.shutdown();
+      await Promise.all([etcd.stop(), nats.stop()]);
+    }
+  },
+});
+
+Deno.test({
+  name: "the reference's KV router follows our workers' host-memory tier (storage_tier events)",
+  ignore: python === undefined,
+  fn: async () => {
+    const [etcd, nats] = await Promise.all([startEtcd(), startNats()]);
+    const servers = { ETCD_ENDPOINTS: etcd.url, NATS_SERVER: nats.url };
+    // 24 GPU blocks: seven prompts of 10 blocks on one worker send the first four to its host
+    // tier.
+    const fleet = await kvMockerFleet(2, etcd, nats, await builtinTestModel(), {
+      numGpuBlocks: 24,
+      hostBlocks: 256,
+    });
+    let front: ReferenceFrontend | undefined;
+    try {
+      front = await startReferenceFrontend(python!, ["--router-mode", "kv"], servers);
+      await untilListed(front.base, "kv-mocker");
+      await until(
+        "the reference router to follow both workers' event channels",
+        30_000,
+        () => Promise.resolve(fleet.publishers.every((p) => p.subscribers > 0) ? true : undefined),
+      );
+      for (const seed of [1, 2, 3, 4, 5, 6, 7]) await fleet.computeOn(1, kvPrompt(seed));
+      const bm = fleet.engines[1]!.blockManager;
+      for (const seed of [1, 2, 3, 4]) {
+        const hashes = hashPromptBlocks(kvPrompt(seed), 16).map((b) => b.sequenceHash);
+        assert.equal(bm.matchPrefix(hashes), 0, `prompt ${seed} is off worker 1's GPU`);
+        assert.equal(bm.heldPrefix(hashes), 10, `prompt ${seed} is in worker 1's host memory`);
+      }
+      await new Promise((r) => setTimeout(r, 1000)); // the events on their way
+      // Its router read the moves (stored in host_pinned, then removed from the device): prompts
+      // held only in worker 1's host memory go to worker 1 (without the host-tier events, the
+      // router places each as a prompt nobody holds: the four would all meet worker 1 by chance).
+      for (const seed of [1, 2, 3, 4]) {
+        await fleet.routesTo(front.base, 1, kvPrompt(seed), `prompt ${seed} (host memory)`);
+      }
+    } catch (err) {
+      console.error(`reference frontend log (tail):\n${front?.log()}`);
+      throw err;
+    } finally {
+      await front?.stop();
+      await fleet.close();
       await Promise.all([etcd.stop(), nats.stop()]);
     }
   },

@@ -266,6 +266,8 @@ Deno.test("KvIndexer follows a worker's storage tiers, live and through a state 
     await pub.publish(chain, "host_pinned");
     await pub.publishRemoved(hashes.slice(1));
     assert.equal(pub.blockCount, 3, "held in some tier");
+    await assert.rejects(pub.publish(chain, "tape" as never), /unknown storage tier "tape"/);
+    assert.equal(pub.lastEventId, 3, "a refused event takes no id");
     const check = async (ix: KvIndexer, what: string) => {
       await waitFor(
         () =>

@@ -245,9 +245,9 @@ export class KvEventPublisher {
    */
   publish(data: KvCacheEventData, tier: StorageTier = "device"): Promise<void> {
     try {
-      const bit = 1 << STORAGE_TIERS.indexOf(tier);
-      if (bit === 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
-      this.#record(data, bit);
+      const t = STORAGE_TIERS.indexOf(tier);
+      if (t < 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
+      this.#record(data, 1 << t);
       if (this.#referencePub) this.#referencePub.publish(data, tier);
       else this.#early?.push([data, tier]);
       const ev: RouterEvent = {

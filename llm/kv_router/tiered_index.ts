@@ -14,6 +14,7 @@
  * @module
  */
 
+import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { BlockHash } from "./hashing.ts";
 import {
   type KvCacheEventData,
@@ -100,9 +101,11 @@ export class TieredIndex {
   /**
    * Applies one event of `workerId`'s `tier`. Returns false when a `stored` event names a
    * parent the worker holds in no tier (its blocks are dropped: they could never be matched).
+   * @throws {InvalidArgumentError} a tier not in `STORAGE_TIERS`
    */
   apply(workerId: string, data: KvCacheEventData, tier: StorageTier = "device"): boolean {
     const t = STORAGE_TIERS.indexOf(tier);
+    if (t < 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
     const tiers = this.#tiers.get(workerId);
     if (data === "cleared") {
       if (tiers) this.#drop(workerId, tiers, t, [...tiers.entries()].map(([h]) => h));

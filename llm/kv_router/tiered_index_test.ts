@@ -155,3 +155,9 @@ Deno.test("property: each tier's match is the prefix its tiers and the faster on
   // The runs reach both cases: runs stored into a tree, and runs a tree left out.
   assert.ok(stores > 1000 && dropped > 100, `${stores} stores, ${dropped} left out`);
 });
+
+Deno.test("an unknown tier is refused", () => {
+  const index = new TieredIndex();
+  assert.throws(() => index.apply("w", chain(0, 1), "tape" as StorageTier), /unknown storage tier/);
+  assert.equal(index.blockCount("w"), 0);
+});

@@ -9,6 +9,7 @@
 // the blocks the worker holds (tests/golden/reference_1.6.1/kv_state.json).
 
 import { msgpackEncode } from "./_msgpack.ts";
+import { InvalidArgumentError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import {
   ID_SLOT,
@@ -317,8 +318,12 @@ export class ReferenceKvState {
    * @param data what happened
    * @param tier where (default the device)
    * @returns its id (one more than the last)
+   * @throws {InvalidArgumentError} an unknown tier (nothing recorded)
    */
   record(data: ReferenceKvEventData, tier: ReferenceStorageTier = "device"): number {
+    if (!TIERS.includes(tier)) {
+      throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
+    }
     const eventId = ++this.#eventId;
     this.#remember({ eventId, data, tier });
     return eventId;

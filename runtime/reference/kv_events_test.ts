@@ -210,3 +210,9 @@ Deno.test("ReferenceKvState: each event and dumped run names its storage tier", 
   const [event] = decode(envelope.payload, { useBigInt64: true }) as { storage_tier: string }[];
   assert.equal(event!.storage_tier, "host_pinned");
 });
+
+Deno.test("ReferenceKvState refuses an unknown tier and records nothing", () => {
+  const state = new ReferenceKvState(7n);
+  assert.throws(() => state.record("cleared", "tape" as never), /unknown storage tier "tape"/);
+  assert.equal(state.lastEventId, 0);
+});

@@ -211,6 +211,15 @@ export function checkFlags(
   Deno.exit(2);
 }
 
+/** The values after each `--name` on the command line (a flag given more than once). */
+export function flagValues(name: string): string[] {
+  const out: string[] = [];
+  Deno.args.forEach((a, i) => {
+    if (a === name && i + 1 < Deno.args.length) out.push(Deno.args[i + 1]!);
+  });
+  return out;
+}
+
 /** The value after `--name` on the command line, if any. */
 export function flag(name: string): string | undefined {
   const i = Deno.args.indexOf(name);

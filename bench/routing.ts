@@ -22,9 +22,8 @@
 // and copy prefixes from each other when the router says so; each row also gives the same router
 // with workers that do neither (`kvPlain`), as with engines that offer neither.
 //
-// Flags: `--help` lists them (USAGE below).
+// Flags: `--help` lists them (the checkFlags call below).
 
-import { parseArgs } from "node:util";
 import { simulate } from "../cli/_bench/simulate.ts";
 import { parseSyntheticSpec, synthesizeTrace, SYNTHETIC_PRESETS } from "../cli/_bench/synthetic.ts";
 import { loadTrace, prefixCeiling, type TraceRequest } from "../cli/_bench/trace.ts";
@@ -32,67 +31,37 @@ import { type ModeSummary, percentile, summarizeMode } from "../cli/_bench/repor
 import { ttftLowerBounds } from "../cli/_bench/oracle.ts";
 import { type CapacityHitRates, capacityHitRates } from "../cli/_bench/capacity.ts";
 import { DEFAULT_NUM_GPU_BLOCKS, defaultHostBlocks } from "../llm/engines/mocker/block_manager.ts";
+import { checkFlags, flag, flagValues } from "./_stats.ts";
 
-const USAGE = `deno task bench:routing [flags]
+checkFlags(
+  "deno task bench:routing",
+  "The KV router at its defaults against round-robin, in virtual time, at two loads per trace.",
+  {
+    "--seeds N": "seeds per synthetic trace (default 5; 2 with --quick)",
+    "--workers N": "simulated mocker workers (default 8)",
+    "--mooncake-requests N":
+      "the Mooncake trace's first N requests (default 3000; 1000 with --quick)",
+    "--quick": "2 seeds, 1,000 Mooncake requests",
+    "--held-out": "the 72 held-out rows (BENCHMARKS.md) instead of the standing ones",
+    "--synthetic SPEC": "instead, only this synthetic trace (as dynamo bench --synthetic takes " +
+      "it), seeds 1..--seeds; repeatable",
+    "--traces REGEX": "only the traces whose names match",
+    "--kv-fetch-ms-per-block MS": "the mockers' copy time per KV block (default the mocker's)",
+    "--host-blocks N": "KV blocks in each mocker's host tier (default 4 per GPU block; 0: none)",
+    "--reference-cost": "the kv side with the reference's weighted cost at weight 1",
+    "--json PATH": "write every row there",
+  },
+);
 
-The KV router at its defaults against round-robin, in virtual time, at two loads per trace.
-
-  --seeds N                  seeds per synthetic trace (default 5; 2 with --quick)
-  --workers N                simulated mocker workers (default 8)
-  --mooncake-requests N      the Mooncake trace's first N requests (default 3000; 1000 with --quick)
-  --quick                    2 seeds, 1,000 Mooncake requests
-  --held-out                 the 72 held-out rows (BENCHMARKS.md) instead of the standing ones
-  --synthetic SPEC           instead, only this synthetic trace, with seeds 1..--seeds (repeatable;
-                             SPEC as dynamo bench --synthetic takes it, e.g.
-                             multi-tenant,tenants=32,usersPerTenant=50)
-  --traces REGEX             only the traces whose names match
-  --kv-fetch-ms-per-block MS the mockers' copy time per KV block (default the mocker's 0.084)
-  --host-blocks N            KV blocks in each mocker's host tier (default 4 per GPU block; 0: none)
-  --reference-cost           the kv side with the reference's weighted cost at weight 1
-  --json PATH                write every row there
-  --help                     this text`;
-
+/** A bad flag value: says which and exits 2. */
 function fail(message: string): never {
-  console.error(`bench:routing: ${message}\n\n${USAGE}`);
+  console.error(`bench:routing: ${message} (--help lists the flags)`);
   Deno.exit(2);
 }
 
-const OPTIONS = {
-  seeds: { type: "string" },
-  workers: { type: "string" },
-  "mooncake-requests": { type: "string" },
-  quick: { type: "boolean" },
-  "held-out": { type: "boolean" },
-  synthetic: { type: "string", multiple: true },
-  traces: { type: "string" },
-  "kv-fetch-ms-per-block": { type: "string" },
-  "host-blocks": { type: "string" },
-  "reference-cost": { type: "boolean" },
-  json: { type: "string" },
-  help: { type: "boolean", short: "h" },
-} as const;
-
-function parse() {
-  try {
-    return parseArgs({ args: Deno.args, strict: true, allowPositionals: false, options: OPTIONS })
-      .values;
-  } catch (e) {
-    fail((e as Error).message);
-  }
-}
-const values = parse();
-if (values.help) {
-  console.log(USAGE);
-  Deno.exit(0);
-}
-
 /** A flag's whole number, at least `min`, or its default. */
-function count(
-  name: "seeds" | "workers" | "mooncake-requests" | "host-blocks",
-  fallback: number,
-  min: number,
-): number {
-  const raw = values[name];
+function count(name: string, fallback: number, min: number): number {
+  const raw = flag(`--${name}`);
   if (raw === undefined) return fallback;
   const n = Number(raw);
   if (!Number.isInteger(n) || n < min) {
@@ -101,27 +70,24 @@ function count(
   return n;
 }
 
-const quick = values.quick === true;
+const quick = Deno.args.includes("--quick");
 const SEEDS = count("seeds", quick ? 2 : 5, 1);
 const WORKERS = count("workers", 8, 1);
 const MOONCAKE = count("mooncake-requests", quick ? 1000 : 3000, 1);
-const jsonPath = values.json;
+const jsonPath = flag("--json");
 // The mockers' copy time per KV block (default: the mocker's).
-const FETCH_MS = values["kv-fetch-ms-per-block"] === undefined
-  ? undefined
-  : Number(values["kv-fetch-ms-per-block"]);
+const fetchFlag = flag("--kv-fetch-ms-per-block");
+const FETCH_MS = fetchFlag === undefined ? undefined : Number(fetchFlag);
 if (FETCH_MS !== undefined && !(FETCH_MS >= 0 && FETCH_MS < Infinity)) {
-  fail(
-    `--kv-fetch-ms-per-block must be a number of ms >= 0, got ${values["kv-fetch-ms-per-block"]}`,
-  );
+  fail(`--kv-fetch-ms-per-block must be a number of ms >= 0, got ${fetchFlag}`);
 }
 // KV blocks in each mocker's host tier (default: the mocker's).
-const HOST_BLOCKS = values["host-blocks"] === undefined ? undefined : count("host-blocks", 0, 0);
-if (values["held-out"] && values.synthetic) {
-  fail("--held-out and --synthetic name different traces");
-}
+const HOST_BLOCKS = flag("--host-blocks") === undefined ? undefined : count("host-blocks", 0, 0);
+const SYNTHETIC = flagValues("--synthetic");
+const HELD_OUT = Deno.args.includes("--held-out");
+if (HELD_OUT && SYNTHETIC.length > 0) fail("--held-out and --synthetic name different traces");
 // --reference-cost: the kv side uses the reference's weighted cost at weight 1 (the old default).
-const policy = values["reference-cost"] ? { overlapScoreWeight: 1 } : undefined;
+const policy = Deno.args.includes("--reference-cost") ? { overlapScoreWeight: 1 } : undefined;
 
 interface Row {
   trace: string;
@@ -219,9 +185,9 @@ function saturation(trace: TraceRequest[], blocks?: number): number {
 }
 
 const traces: Array<[string, TraceRequest[], number?]> = [];
-if (values.synthetic) {
+if (SYNTHETIC.length > 0) {
   // Traces named on the command line, each with seeds 1..--seeds.
-  for (const spec of values.synthetic) {
+  for (const spec of SYNTHETIC) {
     for (let seed = 1; seed <= SEEDS; seed++) {
       let trace: TraceRequest[];
       try {
@@ -232,7 +198,7 @@ if (values.synthetic) {
       traces.push([`${spec} seed ${seed}`, trace]);
     }
   }
-} else if (values["held-out"]) {
+} else if (HELD_OUT) {
   // Rows no routing rule was chosen on (BENCHMARKS.md names them): seeds 6-11 of the presets,
   // four more no-sharing seeds, and four parameter sets of multi-tenant traffic.
   for (const name of ["multi-tenant", "long-system", "many-tenants"]) {
@@ -277,10 +243,11 @@ if (values.synthetic) {
 }
 
 // --traces REGEX: only the traces whose names match.
-if (values.traces !== undefined) {
+const only = flag("--traces");
+if (only !== undefined) {
   let re: RegExp;
   try {
-    re = new RegExp(values.traces);
+    re = new RegExp(only);
   } catch (e) {
     fail(`--traces: ${(e as Error).message}`);
   }

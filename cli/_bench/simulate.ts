@@ -11,6 +11,7 @@ import { InvalidArgumentError } from "../../runtime/errors.ts";
 import { computeBlockHashesSync } from "../../llm/kv_router/hashing.ts";
 import { PendingPrefills } from "../../llm/kv_router/pending_prefills.ts";
 import {
+  cachedPrefix,
   RoutingPolicy,
   type RoutingPolicyOptions,
   withPeerFetch,
@@ -201,16 +202,14 @@ export function simulate(
     const requestBlocks = Math.ceil(tokens.length / bs);
     const own: WorkerCandidate[] = workers.map((w) => {
       const l = book.load(w.id);
-      // As the router: blocks in host memory count as cached, their copy up priced where the
-      // workers announce it (with their passes).
-      const device = Math.min(scores.get(w.id) ?? 0, requestBlocks);
-      const stored = Math.min(Math.max(scores.get(w.id) ?? 0, held?.get(w.id) ?? 0), requestBlocks);
       return {
         workerId: w.id,
-        overlapBlocks: Math.max(stored, Math.min(soon.get(w.id) ?? 0, requestBlocks)),
-        ...(passTiming && stored > device
-          ? { onboardBlocks: stored - device, onboardMsPerBlock: onboardMs }
-          : {}),
+        // As the router: the workers announce their copy time from host memory with their passes.
+        ...cachedPrefix(
+          { device: scores.get(w.id) ?? 0, held: held?.get(w.id), soon: soon.get(w.id) },
+          requestBlocks,
+          passTiming ? onboardMs : undefined,
+        ),
         requestBlocks,
         activeBlocks: l.activeBlocks,
         prefillBlocks: l.prefillBlocks,

@@ -223,6 +223,36 @@ export class RoutingPolicy {
 }
 
 /**
+ * A candidate's cached prefix, from what the indexes say of one worker: the blocks of the request
+ * on its device, those it holds in any tier (`held`; host memory included), and those it is still
+ * prefilling for this router (`soon`), capped at the request's blocks. Blocks below the device
+ * count as cached, to be copied up first: `onboardBlocks` of them at `onboardMsPerBlock`, where
+ * the worker says what a block takes.
+ *
+ * @param counts leading blocks of the request per source (left out: none)
+ * @param requestBlocks the request's blocks
+ * @param onboardMsPerBlock the worker's copy time per block from host memory, if it says
+ * @returns the candidate's `overlapBlocks`, and its copy up where priced
+ * @example
+ * ```ts
+ * cachedPrefix({ device: 2, held: 6 }, 8, 0.05);
+ * // { overlapBlocks: 6, onboardBlocks: 4, onboardMsPerBlock: 0.05 }
+ * ```
+ */
+export function cachedPrefix(
+  counts: { device: number; held?: number; soon?: number },
+  requestBlocks: number,
+  onboardMsPerBlock?: number,
+): Pick<WorkerCandidate, "overlapBlocks" | "onboardBlocks" | "onboardMsPerBlock"> {
+  const device = Math.min(counts.device, requestBlocks);
+  const stored = Math.min(Math.max(counts.device, counts.held ?? 0), requestBlocks);
+  const overlapBlocks = Math.max(stored, Math.min(counts.soon ?? 0, requestBlocks));
+  return onboardMsPerBlock === undefined || stored === device
+    ? { overlapBlocks }
+    : { overlapBlocks, onboardBlocks: stored - device, onboardMsPerBlock };
+}
+
+/**
  * The candidates as they stand when workers can copy cached KV blocks from each other (peer KV
  * fetch): each candidate that can fetch (`fetchMsPerBlock` set) and caches less of the prompt
  * than another worker that can serve it does gets that worker's prefix, as `fetchBlocks` to copy

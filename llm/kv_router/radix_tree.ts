@@ -189,6 +189,45 @@ export class RadixTree {
     return this.#workers.get(workerId)?.blocks.size ?? 0;
   }
 
+  /** The sequence hashes of the blocks `workerId` holds. */
+  *blockHashes(workerId: string): IterableIterator<BlockHash> {
+    for (const [h] of this.#workers.get(workerId)?.blocks.entries() ?? []) yield h;
+  }
+
+  /**
+   * A copy of the tree (its workers, in the same indexes, and their blocks), without lookup
+   * frequencies.
+   */
+  clone(): RadixTree {
+    const out = new RadixTree();
+    const copies = new Map<Node, Node>([[this.#root, out.#root]]);
+    const stack: Node[] = [this.#root];
+    while (stack.length > 0) {
+      const from = stack.pop()!;
+      const to = copies.get(from)!;
+      const kids = from.children ? [...from.children.values()] : from.child ? [from.child] : [];
+      for (const kid of kids) {
+        const copy = to.getOrCreate(kid.key);
+        copy.w0 = kid.w0;
+        copy.w1 = kid.w1;
+        copy.wx = kid.wx?.slice();
+        copy.count = kid.count;
+        copies.set(kid, copy);
+        stack.push(kid);
+      }
+    }
+    out.#nodes = this.#nodes;
+    out.#free.push(...this.#free);
+    for (const w of this.#workers.values()) {
+      const blocks = new U64Map<Node>();
+      for (const [h, node] of w.blocks.entries()) blocks.set(h, copies.get(node)!);
+      const copy = { id: w.id, index: w.index, blocks };
+      out.#workers.set(w.id, copy);
+      out.#byIndex[w.index] = copy;
+    }
+    return out;
+  }
+
   /**
    * Applies one event. Returns false when a `stored` event names a parent the worker does
    * not hold (the event is dropped: its blocks could never be matched).

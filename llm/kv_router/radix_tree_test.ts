@@ -233,3 +233,36 @@ Deno.test("RadixTree counts lookups per block within the frequency window", () =
   now = 120; // the first lookup left the window
   assert.deepEqual(tree.findMatches([1n, 2n]).frequencies, [2, 1]);
 });
+
+Deno.test("a clone holds the same blocks and workers, and changes apart from its original", () => {
+  const tree = new RadixTree();
+  const chain = (from: number, to: number, parent: bigint | null = null) => ({
+    stored: {
+      parent_hash: parent,
+      blocks: Array.from({ length: to - from }, (_, i) => ({
+        block_hash: BigInt(100 + from + i),
+        tokens_hash: BigInt(from + i),
+      })),
+    },
+  });
+  tree.apply("a", chain(0, 3));
+  tree.apply("b", chain(0, 2));
+  tree.apply("b", chain(2, 4, 101n));
+  tree.apply("gone", chain(0, 1));
+  tree.removeWorker("gone"); // a free worker index, taken again below
+  const copy = tree.clone();
+  const q = [0n, 1n, 2n, 3n];
+  assert.deepEqual(copy.findMatches(q).scores, tree.findMatches(q).scores);
+  assert.deepEqual(copy.workers.sort(), ["a", "b"]);
+  assert.equal(copy.size, tree.size);
+  assert.deepEqual([...copy.blockHashes("b")].sort(), [100n, 101n, 102n, 103n]);
+  copy.apply("a", { removed: { block_hashes: [102n] } });
+  copy.apply("c", chain(0, 4));
+  assert.deepEqual(copy.findMatches(q).scores, new Map([["a", 2], ["b", 4], ["c", 4]]));
+  assert.deepEqual(tree.findMatches(q).scores, new Map([["a", 3], ["b", 4]]), "the original");
+  copy.removeWorker("b");
+  copy.removeWorker("c");
+  copy.removeWorker("a");
+  assert.equal(copy.size, 0, "every node pruned");
+  assert.equal(tree.blockCount("b"), 4);
+});

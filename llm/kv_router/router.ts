@@ -21,7 +21,7 @@ import { KvIndexer } from "./indexer.ts";
 import { type BlockHash, computeBlockHashesSync } from "./hashing.ts";
 import { KvMetricsAggregator } from "./metrics.ts";
 import { PendingPrefills } from "./pending_prefills.ts";
-import { RoutingPolicy, type RoutingPolicyOptions, withPeerFetch } from "./policy.ts";
+import { cachedPrefix, RoutingPolicy, type RoutingPolicyOptions, withPeerFetch } from "./policy.ts";
 import type { KvFetchHint } from "../protocols.ts";
 import { ReplicaSync } from "./replica_sync.ts";
 import {
@@ -435,14 +435,18 @@ export class KvRouter {
     let fetchers = 0;
     const own: WorkerCandidate[] = ids.map((workerId) => {
       const load = this.#active.load(workerId);
-      // Blocks below the device count as cached; their copy up is priced where the worker
-      // says what it takes.
-      const device = scores.get(workerId) ?? 0;
-      const stored = Math.max(device, held?.get(workerId) ?? 0);
-      const cached = Math.max(stored, soon?.get(workerId) ?? 0);
+      const latest = metrics?.latest(workerId);
       const c: WorkerCandidate = {
         workerId,
-        overlapBlocks: Math.min(cached, requestBlocks),
+        ...cachedPrefix(
+          {
+            device: scores.get(workerId) ?? 0,
+            held: held?.get(workerId),
+            soon: soon?.get(workerId),
+          },
+          requestBlocks,
+          latest?.kv_onboard_ms_per_block,
+        ),
         requestBlocks,
         activeBlocks: load.activeBlocks,
         prefillBlocks: load.prefillBlocks,
@@ -450,18 +454,13 @@ export class KvRouter {
         waitingRequests: load.waiting,
       };
       if (metrics === undefined) return c;
-      const onboard = metrics.latest(workerId)?.kv_onboard_ms_per_block;
-      if (onboard !== undefined && stored > device) {
-        c.onboardBlocks = Math.min(stored, requestBlocks) - Math.min(device, requestBlocks);
-        c.onboardMsPerBlock = onboard;
-      }
       const pass = metrics.passTiming(workerId, now);
       if (pass) {
         c.passLeftMs = pass.msLeft;
         c.passPrefillTokens = pass.prefillTokens;
         c.passMs = pass.passMs;
       }
-      const rate = fetch ? metrics.latest(workerId)?.kv_fetch_ms_per_block : undefined;
+      const rate = fetch ? latest?.kv_fetch_ms_per_block : undefined;
       if (rate !== undefined) {
         c.fetchMsPerBlock = rate;
         fetchers++;

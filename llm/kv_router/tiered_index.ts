@@ -6,7 +6,9 @@
  *
  * One {@linkcode RadixTree} per tier, each holding the blocks a worker has in that tier or a
  * faster one, with per worker and block the set of tiers holding it: a block leaves a tree when
- * the last tier it counts drops it. So a worker whose GPU evicts a block it offloaded to host
+ * the last tier it counts drops it. Until the first event of a lower tier, the device's tree is
+ * every tier's (no second tree, no tier sets: a fleet of GPU-only workers costs what one radix
+ * tree costs); that event copies it into the others. So a worker whose GPU evicts a block it offloaded to host
  * memory (the reference's mocker offloads every block it computes) still holds it, below the
  * device. A request's prefix a worker can serve without computing is its longest prefix held in
  * any tier; past its device prefix, the blocks are copied up first.
@@ -44,11 +46,17 @@ export type TieredMatches = Record<StorageTier, Map<string, number>>;
  * ```
  */
 export class TieredIndex {
-  /** Per tier (`STORAGE_TIERS` order), the blocks held in it or a faster tier. */
+  /**
+   * Per tier (`STORAGE_TIERS` order), the blocks held in it or a faster tier; the device's alone
+   * until the first event of a lower tier.
+   */
   readonly #trees: RadixTree[];
-  /** Per worker, sequence hash -> bits of the tiers holding the block (bit i: STORAGE_TIERS[i]). */
+  /**
+   * Per worker, sequence hash -> bits of the tiers holding the block (bit i: STORAGE_TIERS[i]);
+   * kept from the first event of a lower tier on.
+   */
   readonly #tiers = new Map<string, U64Map<number>>();
-  /** Whether a block was ever stored below a device. */
+  /** Whether an event of a lower tier came (and so every tier has its tree). */
   #lower = false;
 
   /**
@@ -56,7 +64,7 @@ export class TieredIndex {
    * @param options of the device tree (lookup frequencies are counted there)
    */
   constructor(options: RadixTreeOptions = {}) {
-    this.#trees = STORAGE_TIERS.map((_, k) => new RadixTree(k === 0 ? options : {}));
+    this.#trees = [new RadixTree(options)];
   }
 
   /** The blocks on the workers' devices. */
@@ -106,6 +114,8 @@ export class TieredIndex {
   apply(workerId: string, data: KvCacheEventData, tier: StorageTier = "device"): boolean {
     const t = STORAGE_TIERS.indexOf(tier);
     if (t < 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
+    if (t > 0 && !this.#lower) this.#splitTiers();
+    if (!this.#lower) return this.device.apply(workerId, data);
     const tiers = this.#tiers.get(workerId);
     if (data === "cleared") {
       if (tiers) this.#drop(workerId, tiers, t, [...tiers.entries()].map(([h]) => h));
@@ -116,7 +126,6 @@ export class TieredIndex {
       return true;
     }
     if (!this.held.apply(workerId, data)) return false;
-    if (t > 0) this.#lower = true;
     // A tree whose worker lacks the parent drops the blocks: no prefix held in that tier (or a
     // faster one) can pass the missing parent.
     for (let k = t; k < this.#trees.length - 1; k++) this.#trees[k]!.apply(workerId, data);
@@ -142,6 +151,9 @@ export class TieredIndex {
 
   /** Blocks `workerId` holds in `tier` (in any tier when left out). */
   blockCount(workerId: string, tier?: StorageTier): number {
+    if (!this.#lower) {
+      return tier === undefined || tier === "device" ? this.device.blockCount(workerId) : 0;
+    }
     const tiers = this.#tiers.get(workerId);
     if (!tiers) return 0;
     if (tier === undefined) return tiers.size;
@@ -167,11 +179,24 @@ export class TieredIndex {
    * holds in that tier or a faster one.
    */
   findMatches(localHashes: ArrayLike<BlockHash>): TieredMatches {
+    const scores = this.#trees.map((tree) => tree.findMatches(localHashes).scores);
     const out = {} as TieredMatches;
     STORAGE_TIERS.forEach((tier, k) => {
-      out[tier] = this.#trees[k]!.findMatches(localHashes).scores;
+      out[tier] = scores[Math.min(k, scores.length - 1)]!;
     });
     return out;
+  }
+
+  /** The first event of a lower tier: every tier gets the device's blocks, and each block its bits. */
+  #splitTiers(): void {
+    const device = this.device;
+    for (let k = 1; k < STORAGE_TIERS.length; k++) this.#trees.push(device.clone());
+    for (const w of device.workers) {
+      const bits = new U64Map<number>();
+      for (const h of device.blockHashes(w)) bits.set(h, 1);
+      this.#tiers.set(w, bits);
+    }
+    this.#lower = true;
   }
 
   /** Tier `t` drops `hashes`; each tree a block no longer counts in lets it go. */

@@ -285,6 +285,8 @@ export function simulate(
     // Without a peer's blocks, the scheduler copies host blocks back as it admits the request.
     const hashList = blocks.map((b) => b.sequenceHash);
     const there = fetch ? Math.min(fetch.from.blocks.heldPrefix(hashList), fetch.blocks) : 0;
+    // The peer, asked, demotes what it holds of the prefix (as a mocker worker does).
+    if (fetch) fetch.from.blocks.demote(hashList.slice(0, there));
     const copy = fetch
       ? peerCopy(worker.blocks, hashList, there, { host: onboardMs, peer: fetchMs ?? 0 })
       : undefined;

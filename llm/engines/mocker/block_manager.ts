@@ -101,6 +101,13 @@ export class BlockManager {
   readonly #host = new U64Map<BlockHash>();
   /** With a host tier: every full block held in either tier -> its parent and tokens' hash. */
   readonly #meta = new U64Map<{ parent: BlockHash | null; local: BlockHash }>();
+  /**
+   * Blocks {@linkcode demote}d while inactive on the GPU, or in the host tier: the first to leave
+   * there, before the least recently used. A block leaves these maps when a request takes it
+   * and when it leaves the worker.
+   */
+  readonly #demotedGpu = new U64Map<BlockHash>();
+  readonly #demotedHost = new U64Map<BlockHash>();
 
   /**
    * Creates a block manager with an empty cache.
@@ -177,9 +184,43 @@ export class BlockManager {
     return this.#host.has(hash);
   }
 
-  /** Inactive blocks, least recently used first (the eviction order). */
+  /** Inactive blocks in the eviction order: demoted ones first, then least recently used. */
   inactiveHashes(): BlockHash[] {
-    return [...this.#inactive.values()];
+    return [...this.#evictionOrder()];
+  }
+
+  /** Inactive blocks in the eviction order, lazily. */
+  *#evictionOrder(): Generator<BlockHash> {
+    yield* this.#demotedGpu.values();
+    yield* this.#without(this.#inactive, this.#demotedGpu);
+  }
+
+  /**
+   * Marks blocks a peer has copied from this worker as the first to go: on the GPU (those no
+   * request holds) they are evicted before the least recently used, and in the host tier dropped
+   * before the least recently evicted. Two workers then seldom keep the same blocks for long, and
+   * the fleet's caches hold more distinct prefixes (a conversation moved to a peer goes on there;
+   * the copy here is what would be duplicated). A request here that takes a block again makes it
+   * an ordinary one. Blocks this worker does not hold, or that a running request holds, are left
+   * as they are.
+   *
+   * @param hashes sequence hashes of the blocks copied
+   */
+  demote(hashes: readonly BlockHash[]): void {
+    for (const h of hashes) {
+      if (this.#inactive.has(h)) this.#demotedGpu.set(h, h);
+      else if (this.#host.has(h)) this.#demotedHost.set(h, h);
+    }
+  }
+
+  /** The values of `map` that `skip` lacks, in order. */
+  *#without(map: U64Map<BlockHash>, skip: U64Map<BlockHash>): Generator<BlockHash> {
+    for (const h of map.values()) if (skip.size === 0 || !skip.has(h)) yield h;
+  }
+
+  /** A block a request takes (or that leaves the GPU) is no longer demoted there. */
+  #undemote(h: BlockHash): void {
+    if (this.#demotedGpu.size > 0) this.#demotedGpu.delete(h);
   }
 
   /**
@@ -224,6 +265,7 @@ export class BlockManager {
       if (refs !== undefined) {
         this.#active.set(h, refs + 1);
       } else if (this.#inactive.delete(h)) {
+        this.#undemote(h);
         this.#active.set(h, 1);
       } else {
         throw new InvalidArgumentError(`block ${h} is not cached`);
@@ -277,7 +319,9 @@ export class BlockManager {
       );
     }
     const fromHost = new Set<BlockHash>();
-    for (const b of blocks) if (this.#host.delete(b.sequenceHash)) fromHost.add(b.sequenceHash);
+    for (const b of blocks) {
+      if (this.#host.delete(b.sequenceHash)) fromHost.add(b.sequenceHash);
+    }
     this.allocate(blocks.length);
     this.#commit(parent, blocks, fromHost);
   }
@@ -304,11 +348,13 @@ export class BlockManager {
       const refs = this.#active.get(h);
       if (refs !== undefined || this.#inactive.delete(h)) {
         // Already on the GPU: shared, not new to the device.
+        this.#undemote(h);
         this.#active.set(h, (refs ?? 0) + 1);
         if (run.length > 0) this.#onEvent({ stored: { parent_hash: runParent, blocks: run } });
         run = [];
       } else {
         if (this.#host.delete(h) || fromHost?.has(h)) leftHost.push(h);
+        if (this.#demotedHost.size > 0) this.#demotedHost.delete(h);
         this.#active.set(h, 1);
         if (this.hostBlocks > 0) this.#meta.set(h, { parent: prev, local: b.localHash });
         if (run.length === 0) runParent = prev;
@@ -357,6 +403,8 @@ export class BlockManager {
     const host = [...this.#host.values()];
     this.#inactive.clear();
     this.#host.clear();
+    this.#demotedGpu.clear();
+    this.#demotedHost.clear();
     for (const h of [...inactive, ...host]) this.#meta.delete(h);
     if (this.#active.size === 0) {
       if (inactive.length > 0) this.#onEvent("cleared");
@@ -367,14 +415,20 @@ export class BlockManager {
     if (host.length > 0) this.#onEvent({ removed: { block_hashes: host } }, "host_pinned");
   }
 
-  /** Evicts the `n` least recently used inactive blocks: to the host tier, or gone. */
+  /**
+   * Evicts `n` inactive blocks, demoted ones first, then the least recently used: to the host
+   * tier (demoted ones stay demoted there), or gone.
+   */
   #evict(n: number): void {
     const evicted: BlockHash[] = [];
-    for (const h of this.#inactive.values()) {
+    for (const h of this.#evictionOrder()) {
       if (evicted.length === n) break;
       evicted.push(h);
     }
-    for (const h of evicted) this.#inactive.delete(h);
+    for (const h of evicted) {
+      this.#inactive.delete(h);
+      if (this.#demotedGpu.delete(h) && this.hostBlocks > 0) this.#demotedHost.set(h, h);
+    }
     if (this.hostBlocks === 0) {
       if (evicted.length > 0) this.#onEvent({ removed: { block_hashes: evicted } });
       return;
@@ -384,13 +438,21 @@ export class BlockManager {
     for (const stored of this.#chains(evicted)) this.#onEvent(stored, "host_pinned");
     if (evicted.length > 0) this.#onEvent({ removed: { block_hashes: evicted } });
     const dropped: BlockHash[] = [];
-    for (const h of this.#host.values()) {
-      if (this.#host.size - dropped.length <= this.hostBlocks) break;
-      dropped.push(h);
+    const over = this.#host.size - this.hostBlocks;
+    if (over > 0) {
+      for (const h of this.#demotedHost.values()) {
+        if (dropped.length === over) break;
+        dropped.push(h);
+      }
+      for (const h of this.#without(this.#host, this.#demotedHost)) {
+        if (dropped.length === over) break;
+        dropped.push(h);
+      }
     }
     for (const h of dropped) {
       this.#host.delete(h);
       this.#meta.delete(h);
+      this.#demotedHost.delete(h);
     }
     if (dropped.length > 0) this.#onEvent({ removed: { block_hashes: dropped } }, "host_pinned");
   }

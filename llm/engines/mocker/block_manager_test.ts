@@ -191,6 +191,75 @@ Deno.test("evicted blocks move to the host tier and back, each move announced in
   assert.equal(bm.heldPrefix(hashes(c)), 3);
 });
 
+Deno.test("demoted blocks leave the GPU and then the host tier first, until a request takes them again", () => {
+  const { bm, tiered } = manager(4, 0, 4);
+  const a = chain(1, 2);
+  const b = chain(2, 2);
+  bm.release(fill(bm, a).reverse(), 0); // a1, a0: least recently used
+  bm.release(fill(bm, b).reverse(), 0); // b1, b0
+  assert.deepEqual(bm.inactiveHashes(), [101n, 100n, 201n, 200n]);
+  // A peer copied b: b goes before a, the least recently used.
+  bm.demote(hashes(b));
+  assert.deepEqual(bm.inactiveHashes(), [200n, 201n, 101n, 100n]);
+  const n = tiered.length;
+  const c = chain(3, 2);
+  const heldC = fill(bm, c);
+  assert.deepEqual(tiered.slice(n, n + 2), [
+    { tier: "host_pinned", data: storedOf(b) },
+    { tier: "device", data: { removed: { block_hashes: hashes(b) } } },
+  ]);
+  assert.deepEqual(bm.inactiveHashes(), [101n, 100n], "a stays on the GPU");
+  // In the host tier b stays demoted: a's blocks, evicted after it, stay when the tier is full.
+  bm.release(heldC.reverse(), 0);
+  bm.demote([999n]); // a block not held here: nothing
+  const d = chain(4, 4);
+  fill(bm, d); // evicts a and c (4 blocks) to the host tier, which holds 4
+  assert.equal(bm.hostCachedBlocks, 4);
+  assert.equal(bm.heldPrefix(hashes(b)), 0, "b dropped from the host tier first");
+  assert.equal(bm.heldPrefix(hashes(a)), 2);
+  assert.equal(bm.heldPrefix(hashes(c)), 2);
+});
+
+Deno.test("a demoted block copied back from the host tier is an ordinary one there", () => {
+  const { bm } = manager(2, 0, 2);
+  const a = chain(1, 2);
+  bm.release(fill(bm, a).reverse(), 0);
+  bm.demote(hashes(a));
+  const b = chain(2, 2);
+  bm.release(fill(bm, b).reverse(), 0); // a to the host tier, demoted
+  bm.release(cachePrefix(bm, a, 2).reverse(), 0); // a back (b to the host tier)
+  assert.equal(bm.matchPrefix(hashes(a)), 2);
+  fill(bm, chain(3, 2)); // a to the host tier again: the tier drops b, the oldest, not a
+  assert.equal(bm.heldPrefix(hashes(a)), 2);
+  assert.equal(bm.heldPrefix(hashes(b)), 0);
+});
+
+Deno.test("a demoted block a request takes again is an ordinary one; held blocks are not demoted", () => {
+  const { bm } = manager(4);
+  const a = chain(1, 2);
+  const b = chain(2, 2);
+  bm.release(fill(bm, a).reverse(), 0);
+  const heldB = fill(bm, b);
+  bm.demote([...hashes(a), ...hashes(b)]); // b is held by a request: left as it is
+  assert.deepEqual(bm.inactiveHashes(), [100n, 101n]);
+  bm.acquireCached([100n]); // a request takes a0 again
+  bm.release([100n], 0);
+  assert.deepEqual(bm.inactiveHashes(), [101n, 100n], "a0 most recently used again");
+  bm.release(heldB.reverse(), 0);
+  assert.deepEqual(bm.inactiveHashes(), [101n, 100n, 201n, 200n]);
+  // Committed again by a sequence that computed it (shared): no longer demoted either.
+  bm.demote([201n]);
+  bm.allocate(1); // evicts a1, the least recently used (201 is shared below, not evicted)
+  bm.commit(200n, [b[1]!]);
+  bm.release([201n], 0);
+  assert.deepEqual(bm.inactiveHashes(), [100n, 200n, 201n]);
+  bm.demote(hashes(a));
+  bm.clearInactive();
+  assert.deepEqual(bm.inactiveHashes(), []);
+  fill(bm, b);
+  assert.deepEqual(bm.inactiveHashes(), [], "nothing demoted survives a clear");
+});
+
 Deno.test("prefixToLoad counts what comes from the host tier and what from a peer", () => {
   const { bm } = manager(4, 0, 4);
   const a = chain(1, 4);
@@ -218,6 +287,7 @@ Deno.test("stored and removed events stay consistent under random use", () => {
   type Op =
     | { kind: "fill"; chain: number; length: number }
     | { kind: "release"; index: number }
+    | { kind: "demote"; chain: number; length: number }
     | { kind: "clear" };
   const op: fc.Arbitrary<Op> = fc.oneof(
     fc.record({
@@ -226,6 +296,11 @@ Deno.test("stored and removed events stay consistent under random use", () => {
       length: fc.integer({ min: 1, max: 6 }),
     }),
     fc.record({ kind: fc.constant("release" as const), index: fc.nat() }),
+    fc.record({
+      kind: fc.constant("demote" as const),
+      chain: fc.integer({ min: 0, max: 5 }),
+      length: fc.integer({ min: 1, max: 6 }),
+    }),
     fc.record({ kind: fc.constant("clear" as const) }),
   );
   const hostSizes = fc.constantFrom(0, 1, 5, 40);
@@ -254,10 +329,17 @@ Deno.test("stored and removed events stay consistent under random use", () => {
       } else if (o.kind === "release" && holders.length > 0) {
         const [held] = holders.splice(o.index % holders.length, 1);
         bm.release(held!.reverse(), 0);
+      } else if (o.kind === "demote") {
+        bm.demote(hashes(chain(o.chain, o.length)));
       } else if (o.kind === "clear") {
         bm.clearInactive();
       }
       assert.ok(bm.activeBlocks + bm.inactiveBlocks <= bm.numGpuBlocks);
+      // The eviction order names every inactive block once, whatever was demoted.
+      const order = bm.inactiveHashes();
+      assert.equal(new Set(order).size, order.length);
+      assert.equal(order.length, bm.inactiveBlocks);
+      assert.ok(order.every((h) => bm.isCached(h) && bm.refCount(h) === 0));
       assert.ok(bm.hostCachedBlocks <= hostBlocks);
     }
     // Replay the events per tier: a removed hash was stored there and not removed since; a

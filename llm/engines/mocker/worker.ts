@@ -160,10 +160,14 @@ export async function runMockerWorker(
     load ? load.track(engine.handler) : engine.handler,
     { gracefulShutdown: true },
   );
-  // Peers ask here how much of a prefix this worker holds (what it can send them).
+  // Peers ask here how much of a prefix this worker holds (what it can send them); what they
+  // copy is then the first to go here (BlockManager.demote).
   const fetchServing = kvFetch
     ? fetchEndpoint.serveEndpoint(async function* (req: unknown) {
-      yield { blocks: engine.blockManager.heldPrefix(fetchQuestion(req)) };
+      const hashes = fetchQuestion(req);
+      const blocks = engine.blockManager.heldPrefix(hashes);
+      engine.blockManager.demote(hashes.slice(0, blocks));
+      yield { blocks };
     })
     : Promise.resolve();
   const closed = serving.finally(async () => {

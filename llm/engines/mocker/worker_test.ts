@@ -145,6 +145,36 @@ Deno.test("a mocker's kv_fetch endpoint refuses malformed questions", async () =
   }
 });
 
+Deno.test("a mocker that answers a peer's question demotes the blocks of the prefix it holds", async () => {
+  const fleet = await startMockerWorkers(1, { speedupRatio: 100, numGpuBlocks: 256 });
+  const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
+  try {
+    const client = await frontend.namespace("dynamo").component("mocker")
+      .endpoint(KV_FETCH_ENDPOINT).client();
+    await client.waitForInstances({ count: 1, timeoutMs: 5000 });
+    const { engine, runtime } = fleet.workers[0]!;
+    // Two cached chains, 1-2 the least recently used.
+    const bm = engine.blockManager;
+    bm.allocate(4);
+    bm.commit(null, [{ sequenceHash: 1n, localHash: 1n }, { sequenceHash: 2n, localHash: 2n }]);
+    bm.commit(null, [{ sequenceHash: 3n, localHash: 3n }, { sequenceHash: 4n, localHash: 4n }]);
+    bm.release([2n, 1n, 4n, 3n], 0);
+    assert.deepEqual(bm.inactiveHashes(), [2n, 1n, 4n, 3n]);
+    let answer: unknown;
+    for await (
+      const item of await client.direct({ sequence_hashes: ["3", "4", "5"] }, runtime.instanceId)
+    ) {
+      answer = item;
+    }
+    assert.deepEqual(answer, { blocks: 2 });
+    assert.deepEqual(bm.inactiveHashes(), [3n, 4n, 2n, 1n], "the peer's copy goes first here");
+    await client.close();
+  } finally {
+    await frontend.shutdown();
+    await fleet.shutdown();
+  }
+});
+
 async function routedFleet(kvFetchMsPerBlock: number | null, decisions: RouteDecisionRecord[]) {
   const fleet = await startMockerWorkers(2, {
     speedupRatio: 1,

@@ -202,12 +202,13 @@ export class BlockManager {
    * the fleet's caches hold more distinct prefixes (a conversation moved to a peer goes on there;
    * the copy here is what would be duplicated). A request here that takes a block again makes it
    * an ordinary one. Blocks this worker does not hold, or that a running request holds, are left
-   * as they are.
+   * as they are. A prefix's last blocks go before its first (as a sequence's blocks, released
+   * tail first, are evicted), so what stays is still a prefix.
    *
-   * @param hashes sequence hashes of the blocks copied
+   * @param hashes sequence hashes of the blocks copied, in the prefix's order
    */
   demote(hashes: readonly BlockHash[]): void {
-    for (const h of hashes) {
+    for (const h of hashes.toReversed()) {
       if (this.#inactive.has(h)) this.#demotedGpu.set(h, h);
       else if (this.#host.has(h)) this.#demotedHost.set(h, h);
     }
@@ -319,9 +320,7 @@ export class BlockManager {
       );
     }
     const fromHost = new Set<BlockHash>();
-    for (const b of blocks) {
-      if (this.#host.delete(b.sequenceHash)) fromHost.add(b.sequenceHash);
-    }
+    for (const b of blocks) if (this.#host.delete(b.sequenceHash)) fromHost.add(b.sequenceHash);
     this.allocate(blocks.length);
     this.#commit(parent, blocks, fromHost);
   }

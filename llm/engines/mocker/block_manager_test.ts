@@ -198,15 +198,15 @@ Deno.test("demoted blocks leave the GPU and then the host tier first, until a re
   bm.release(fill(bm, a).reverse(), 0); // a1, a0: least recently used
   bm.release(fill(bm, b).reverse(), 0); // b1, b0
   assert.deepEqual(bm.inactiveHashes(), [101n, 100n, 201n, 200n]);
-  // A peer copied b: b goes before a, the least recently used.
+  // A peer copied b: b goes before a, the least recently used, its tail first.
   bm.demote(hashes(b));
-  assert.deepEqual(bm.inactiveHashes(), [200n, 201n, 101n, 100n]);
+  assert.deepEqual(bm.inactiveHashes(), [201n, 200n, 101n, 100n]);
   const n = tiered.length;
   const c = chain(3, 2);
   const heldC = fill(bm, c);
   assert.deepEqual(tiered.slice(n, n + 2), [
     { tier: "host_pinned", data: storedOf(b) },
-    { tier: "device", data: { removed: { block_hashes: hashes(b) } } },
+    { tier: "device", data: { removed: { block_hashes: hashes(b).reverse() } } },
   ]);
   assert.deepEqual(bm.inactiveHashes(), [101n, 100n], "a stays on the GPU");
   // In the host tier b stays demoted: a's blocks, evicted after it, stay when the tier is full.
@@ -241,7 +241,9 @@ Deno.test("a demoted block a request takes again is an ordinary one; held blocks
   bm.release(fill(bm, a).reverse(), 0);
   const heldB = fill(bm, b);
   bm.demote([...hashes(a), ...hashes(b)]); // b is held by a request: left as it is
-  assert.deepEqual(bm.inactiveHashes(), [100n, 101n]);
+  assert.deepEqual(bm.inactiveHashes(), [101n, 100n]);
+  bm.demote([100n]); // again: already demoted, the order stays
+  assert.deepEqual(bm.inactiveHashes(), [101n, 100n]);
   bm.acquireCached([100n]); // a request takes a0 again
   bm.release([100n], 0);
   assert.deepEqual(bm.inactiveHashes(), [101n, 100n], "a0 most recently used again");

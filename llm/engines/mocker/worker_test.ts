@@ -167,7 +167,7 @@ Deno.test("a mocker that answers a peer's question demotes the blocks of the pre
       answer = item;
     }
     assert.deepEqual(answer, { blocks: 2 });
-    assert.deepEqual(bm.inactiveHashes(), [3n, 4n, 2n, 1n], "the peer's copy goes first here");
+    assert.deepEqual(bm.inactiveHashes(), [4n, 3n, 2n, 1n], "the peer's copy goes first here");
     await client.close();
   } finally {
     await frontend.shutdown();

@@ -10,6 +10,7 @@ import { KvRouter, type RouteDecisionRecord } from "../../kv_router/router.ts";
 import { KV_FETCH_ENDPOINT, startMockerWorkers } from "./worker.ts";
 import { DEFAULT_KV_FETCH_MS_PER_BLOCK } from "./timing.ts";
 import { hashPromptBlocks } from "./scheduler.ts";
+import type { BlockManager } from "./block_manager.ts";
 
 Deno.test("startMockerWorkers runs each worker on its own instance and registers the model", async () => {
   const fleet = await startMockerWorkers(4, {
@@ -120,16 +121,7 @@ async function withBusyHolder(
 }
 
 Deno.test("a mocker's kv_fetch endpoint refuses malformed questions", async () => {
-  const fleet = await startMockerWorkers(1, { speedupRatio: 100, numGpuBlocks: 256 });
-  const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
-  try {
-    const client = await frontend.namespace("dynamo").component("mocker")
-      .endpoint(KV_FETCH_ENDPOINT).client();
-    await client.waitForInstances({ count: 1, timeoutMs: 5000 });
-    const id = fleet.workers[0]!.runtime.instanceId;
-    const ask = async (q: unknown) => {
-      for await (const item of await client.direct(q, id)) return item;
-    };
+  await withFetchEndpoint(async (ask) => {
     assert.deepEqual(await ask({ sequence_hashes: ["1", "2"] }), { blocks: 0 });
     for (
       const bad of [{}, { sequence_hashes: [1] }, { sequence_hashes: ["-1"] }, {
@@ -138,14 +130,26 @@ Deno.test("a mocker's kv_fetch endpoint refuses malformed questions", async () =
     ) {
       await assert.rejects(ask(bad), /sequence_hashes|u64/);
     }
-    await client.close();
-  } finally {
-    await frontend.shutdown();
-    await fleet.shutdown();
-  }
+  });
 });
 
 Deno.test("a mocker that answers a peer's question demotes the blocks of the prefix it holds", async () => {
+  await withFetchEndpoint(async (ask, bm) => {
+    // Two cached chains, 1-2 the least recently used.
+    bm.allocate(4);
+    bm.commit(null, [{ sequenceHash: 1n, localHash: 1n }, { sequenceHash: 2n, localHash: 2n }]);
+    bm.commit(null, [{ sequenceHash: 3n, localHash: 3n }, { sequenceHash: 4n, localHash: 4n }]);
+    bm.release([2n, 1n, 4n, 3n], 0);
+    assert.deepEqual(bm.inactiveHashes(), [2n, 1n, 4n, 3n]);
+    assert.deepEqual(await ask({ sequence_hashes: ["3", "4", "5"] }), { blocks: 2 });
+    assert.deepEqual(bm.inactiveHashes(), [4n, 3n, 2n, 1n], "the peer's copy goes first here");
+  });
+});
+
+/** One mocker worker; `check` asks its kv_fetch endpoint questions and sees its block manager. */
+async function withFetchEndpoint(
+  check: (ask: (q: unknown) => Promise<unknown>, bm: BlockManager) => Promise<void>,
+): Promise<void> {
   const fleet = await startMockerWorkers(1, { speedupRatio: 100, numGpuBlocks: 256 });
   const frontend = await DistributedRuntime.connect({ embedded: fleet.embedded });
   try {
@@ -153,27 +157,16 @@ Deno.test("a mocker that answers a peer's question demotes the blocks of the pre
       .endpoint(KV_FETCH_ENDPOINT).client();
     await client.waitForInstances({ count: 1, timeoutMs: 5000 });
     const { engine, runtime } = fleet.workers[0]!;
-    // Two cached chains, 1-2 the least recently used.
-    const bm = engine.blockManager;
-    bm.allocate(4);
-    bm.commit(null, [{ sequenceHash: 1n, localHash: 1n }, { sequenceHash: 2n, localHash: 2n }]);
-    bm.commit(null, [{ sequenceHash: 3n, localHash: 3n }, { sequenceHash: 4n, localHash: 4n }]);
-    bm.release([2n, 1n, 4n, 3n], 0);
-    assert.deepEqual(bm.inactiveHashes(), [2n, 1n, 4n, 3n]);
-    let answer: unknown;
-    for await (
-      const item of await client.direct({ sequence_hashes: ["3", "4", "5"] }, runtime.instanceId)
-    ) {
-      answer = item;
-    }
-    assert.deepEqual(answer, { blocks: 2 });
-    assert.deepEqual(bm.inactiveHashes(), [4n, 3n, 2n, 1n], "the peer's copy goes first here");
+    const ask = async (q: unknown) => {
+      for await (const item of await client.direct(q, runtime.instanceId)) return item;
+    };
+    await check(ask, engine.blockManager);
     await client.close();
   } finally {
     await frontend.shutdown();
     await fleet.shutdown();
   }
-});
+}
 
 async function routedFleet(kvFetchMsPerBlock: number | null, decisions: RouteDecisionRecord[]) {
   const fleet = await startMockerWorkers(2, {

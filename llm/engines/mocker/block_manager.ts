@@ -59,9 +59,10 @@ export interface FullBlock {
  * KV block accounting of one simulated worker. A block is either free, active (held by
  * at least one running sequence: a full block under its sequence hash, or an anonymous
  * block still being filled), or inactive (a full block nobody holds, kept for prefix
- * reuse and evicted least recently used first). With a host tier, an evicted block moves
- * there (each full block is in one tier at a time) and is dropped from it least recently
- * evicted first. The events name their tier (the sink's second argument; none: the device): a
+ * reuse and evicted least recently used first, those a peer copied before all others: see
+ * {@linkcode BlockManager.demote}). With a host tier, an evicted block moves there (each full
+ * block is in one tier at a time) and is dropped from it least recently evicted first (demoted
+ * ones before). The events name their tier (the sink's second argument; none: the device): a
  * block evicted to the host is `stored` in `host_pinned` and then `removed` from the device, one
  * copied back `stored` on the device and then `removed` from `host_pinned`, so a router reading
  * both tiers holds it throughout. Without a host tier the events are the device's alone.

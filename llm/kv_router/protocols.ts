@@ -373,12 +373,19 @@ function checkCount(what: string, n: number): void {
   }
 }
 
-/** A tier's bits in a kind or flags byte (its index in `STORAGE_TIERS`, times 16). */
-function tierBits(tier: StorageTier | undefined): number {
-  if (tier === undefined || tier === "device") return 0;
+/**
+ * A tier's index in `STORAGE_TIERS` (0: the device).
+ * @throws {InvalidArgumentError} a tier not in `STORAGE_TIERS`
+ */
+export function storageTierIndex(tier: StorageTier): number {
   const i = STORAGE_TIERS.indexOf(tier);
   if (i < 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
-  return i << 4;
+  return i;
+}
+
+/** A tier's bits in a kind or flags byte (its index in `STORAGE_TIERS`, times 16). */
+function tierBits(tier: StorageTier | undefined): number {
+  return tier === undefined ? 0 : storageTierIndex(tier) << 4;
 }
 
 /** The tier a kind or flags byte names. */

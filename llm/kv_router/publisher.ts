@@ -26,6 +26,7 @@ import {
   type RouterEvent,
   STORAGE_TIERS,
   type StorageTier,
+  storageTierIndex,
   toBlockHash,
 } from "./protocols.ts";
 import { U64Map } from "./u64_map.ts";
@@ -245,9 +246,7 @@ export class KvEventPublisher {
    */
   publish(data: KvCacheEventData, tier: StorageTier = "device"): Promise<void> {
     try {
-      const t = STORAGE_TIERS.indexOf(tier);
-      if (t < 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
-      this.#record(data, 1 << t);
+      this.#record(data, 1 << storageTierIndex(tier));
       if (this.#referencePub) this.#referencePub.publish(data, tier);
       else this.#early?.push([data, tier]);
       const ev: RouterEvent = {

@@ -8,15 +8,14 @@
  * faster one, with per worker and block the set of tiers holding it: a block leaves a tree when
  * the last tier it counts drops it. Until the first event of a lower tier, the device's tree is
  * every tier's (no second tree, no tier sets: a fleet of GPU-only workers costs what one radix
- * tree costs); that event copies it into the others. So a worker whose GPU evicts a block it offloaded to host
- * memory (the reference's mocker offloads every block it computes) still holds it, below the
- * device. A request's prefix a worker can serve without computing is its longest prefix held in
+ * tree costs); that event copies it into the others. So a worker whose GPU evicts a block it
+ * offloaded to host memory (the reference's mocker offloads every block it computes) still holds
+ * it, below the device. A request's prefix a worker can serve without computing is its longest prefix held in
  * any tier; past its device prefix, the blocks are copied up first.
  *
  * @module
  */
 
-import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { BlockHash } from "./hashing.ts";
 import {
   type KvCacheEventData,
@@ -24,6 +23,7 @@ import {
   type RouterEvent,
   STORAGE_TIERS,
   type StorageTier,
+  storageTierIndex,
 } from "./protocols.ts";
 import { RadixTree, type RadixTreeOptions } from "./radix_tree.ts";
 import { U64Map } from "./u64_map.ts";
@@ -112,8 +112,7 @@ export class TieredIndex {
    * @throws {InvalidArgumentError} a tier not in `STORAGE_TIERS`
    */
   apply(workerId: string, data: KvCacheEventData, tier: StorageTier = "device"): boolean {
-    const t = STORAGE_TIERS.indexOf(tier);
-    if (t < 0) throw new InvalidArgumentError(`unknown storage tier ${JSON.stringify(tier)}`);
+    const t = storageTierIndex(tier);
     if (t > 0 && !this.#lower) this.#splitTiers();
     if (!this.#lower) return this.device.apply(workerId, data);
     const tiers = this.#tiers.get(workerId);

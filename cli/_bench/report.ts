@@ -117,7 +117,8 @@ export function formatTable(modes: Record<string, ModeSummary>): string {
 
 const COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"];
 
-function escapeXml(s: string): string {
+/** `s` with the characters XML gives a meaning to escaped, for SVG text and attributes. */
+export function escapeXml(s: string): string {
   return s.replace(
     /[<>&"]/g,
     (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;" })[c]!,

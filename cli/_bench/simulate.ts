@@ -86,6 +86,12 @@ export interface SimulateOptions {
    */
   kvFetchMsPerBlock?: number | null;
   /**
+   * A worker whose blocks a peer copies demotes them (`BlockManager.demote`: evicted and dropped
+   * first), as mocker workers do (default true; false: the source keeps them in its LRU order,
+   * as an engine that is not told of the copy).
+   */
+  demoteCopied?: boolean;
+  /**
    * The router knows when each worker's forward pass in flight ends and what it prefills, as
    * mocker workers announce their passes (default true; false: engines that do not).
    */
@@ -286,7 +292,7 @@ export function simulate(
     const hashList = blocks.map((b) => b.sequenceHash);
     const there = fetch ? Math.min(fetch.from.blocks.heldPrefix(hashList), fetch.blocks) : 0;
     // The peer, asked, demotes what it holds of the prefix (as a mocker worker does).
-    if (fetch) fetch.from.blocks.demote(hashList.slice(0, there));
+    if (fetch && options.demoteCopied !== false) fetch.from.blocks.demote(hashList.slice(0, there));
     const copy = fetch
       ? peerCopy(worker.blocks, hashList, there, { host: onboardMs, peer: fetchMs ?? 0 })
       : undefined;

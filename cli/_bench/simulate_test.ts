@@ -172,3 +172,45 @@ Deno.test("simulate: a conversation evicted from the GPU comes back from the hos
     1024,
   );
 });
+
+Deno.test("simulate: blocks a peer copied are the first its source evicts, unless demoteCopied is false", () => {
+  // Two workers of 500 blocks, no host tier. Prompts V and W go to one worker, X (while that one
+  // is busy) to the other; a long prompt Z to V and W's worker; a question on W while Z runs
+  // there is copied to the other worker. Then Z grows by 40 blocks, which V and W's worker must
+  // evict for; then a question on V.
+  const v = ids(7000, 60);
+  const w = ids(3000, 60);
+  const z = ids(5000, 375);
+  const trace = [
+    { timestamp: 0, inputLength: 960, outputLength: 2, hashIds: v },
+    { timestamp: 1, inputLength: 1600, outputLength: 2, hashIds: ids(1, 100) },
+    { timestamp: 100, inputLength: 960, outputLength: 2, hashIds: w },
+    { timestamp: 1000, inputLength: 6000, outputLength: 2, hashIds: z },
+    { timestamp: 1010, inputLength: 976, outputLength: 2, hashIds: [...w, 9999] },
+    { timestamp: 2000, inputLength: 6640, outputLength: 2, hashIds: [...z, ...ids(8000, 40)] },
+    { timestamp: 3000, inputLength: 976, outputLength: 2, hashIds: [...v, 6666] },
+  ].map((r) => ({ ...r, blockTokens: 16 }));
+  const run = (demoteCopied?: boolean) =>
+    simulate(trace, {
+      workers: 2,
+      mode: "kv",
+      load: 1,
+      blockSize: 16,
+      numGpuBlocks: 500,
+      hostBlocks: 0,
+      kvFetchMsPerBlock: 0.05,
+      demoteCopied,
+    }).results;
+  const demoted = run();
+  const kept = run(false);
+  for (const results of [demoted, kept]) {
+    assert.ok(results.every((r) => r.ok));
+    assert.equal(results[4]!.cachedTokens, 960, "W copied from its busy holder");
+    assert.equal(results[5]!.cachedTokens, 6000, "Z's growth on Z's worker");
+  }
+  // The copied W went first, so all of V is still there...
+  assert.equal(demoted[6]!.cachedTokens, 960);
+  // ...where in LRU order V, the oldest, lost its tail.
+  assert.ok(kept[6]!.cachedTokens! < 960, `${kept[6]!.cachedTokens} cached`);
+  assert.ok(demoted[6]!.ttftMs! < kept[6]!.ttftMs!);
+});

@@ -31,6 +31,7 @@ import { type ModeSummary, percentile, summarizeMode } from "../cli/_bench/repor
 import { ttftLowerBounds } from "../cli/_bench/oracle.ts";
 import { capacityHitRates } from "../cli/_bench/capacity.ts";
 import {
+  groupRows,
   hitGoal,
   meetsGoals,
   p90Goal,
@@ -367,6 +368,20 @@ for (const r of rows) {
     }% | ${pct(r.kv.prefix_hit_rate)} | ${pct(r.oracleRr.prefix_hit_rate)} | ${
       pct(r.rr.prefix_hit_rate)
     } | ${pct(r.capacity.belady)} / ${pct(r.capacity.lru)} | ${r.kv.failed + r.rr.failed} |`,
+  );
+}
+
+console.log("\nPer trace family and load (KV / RR p90 and KV hit / ceiling: mean, worst):");
+console.log("| trace | load | rows | KV / RR p90 | KV hit / ceiling | rows meeting both goals |");
+console.log("| --- | --- | ---: | ---: | ---: | ---: |");
+for (const g of groupRows(rows)) {
+  const hit = g.hit
+    ? `${(g.hit.mean * 100).toFixed(0)}%, ${(g.hit.worst * 100).toFixed(0)}%`
+    : "n/a (nothing shared)";
+  console.log(
+    `| ${g.group} | ${g.level} | ${g.rows} | ${g.p90.mean.toFixed(2)}x, ${
+      g.p90.worst.toFixed(2)
+    }x | ${hit} | ${g.met} of ${g.rows} |`,
   );
 }
 

@@ -97,6 +97,53 @@ export function parseRoutingRows(text: string): RoutingRow[] {
   return rows as RoutingRow[];
 }
 
+/** The rows of one trace family (seeds together) at one load, summed up. */
+export interface RowGroup {
+  /** The trace's name without its seed ("multi-tenant", "mooncake (first 3000)"). */
+  group: string;
+  level: RoutingRow["level"];
+  rows: number;
+  /** Rows meeting both goals. */
+  met: number;
+  /** The KV router's p90 TTFT as a ratio to round-robin's: mean and worst (highest). */
+  p90: { mean: number; worst: number };
+  /** Its hit rate as a share of the ceiling: mean and worst (lowest); absent: nothing shared. */
+  hit?: { mean: number; worst: number };
+}
+
+/** A trace's name without its seed. */
+function groupName(trace: string): string {
+  return trace.replace(/ seed \d+$/, "");
+}
+
+/**
+ * The rows summed up per trace family and load, in the order each family first appears.
+ * @param rows bench:routing's rows
+ * @returns one group per family and load
+ */
+export function groupRows(rows: readonly RoutingRow[]): RowGroup[] {
+  const groups = new Map<string, RoutingRow[]>();
+  for (const r of rows) {
+    const key = `${groupName(r.trace)}\u0000${r.level}`;
+    groups.set(key, [...groups.get(key) ?? [], r]);
+  }
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  return [...groups.values()].map((members) => {
+    const first = members[0]!;
+    const p90 = members.map((r) => r.kv.ttft_ms.p90 / r.rr.ttft_ms.p90);
+    const shared = members.filter((r) => r.ceiling > 0);
+    const hits = shared.map((r) => r.kv.prefix_hit_rate / r.ceiling);
+    return {
+      group: groupName(first.trace),
+      level: first.level,
+      rows: members.length,
+      met: members.filter((r) => meetsGoals(r)).length,
+      p90: { mean: mean(p90), worst: Math.max(...p90) },
+      ...(hits.length > 0 ? { hit: { mean: mean(hits), worst: Math.min(...hits) } } : {}),
+    };
+  });
+}
+
 const MET = "#2e7d32";
 const MISSED = "#c62828";
 const GREY = "#888";
@@ -176,8 +223,7 @@ export function renderRoutingGoals(rows: readonly RoutingRow[], title: string): 
   );
   rows.forEach((r, i) => {
     const y = yOf(i);
-    const group = (t: string) => t.replace(/ seed \d+$/, "");
-    if (i > 0 && group(rows[i - 1]!.trace) !== group(r.trace)) {
+    if (i > 0 && groupName(rows[i - 1]!.trace) !== groupName(r.trace)) {
       parts.push(
         `<line x1="10" y1="${top + i * rowH}" x2="${width - 10}" y2="${
           top + i * rowH

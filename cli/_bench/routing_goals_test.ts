@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
 import type { ModeSummary } from "./report.ts";
 import {
+  groupRows,
   hitGoal,
   meetsGoals,
   p90Goal,
@@ -153,4 +154,24 @@ Deno.test("renderRoutingGoals puts each mark where its value says and colours th
   assert.match(ok, /nothing shared/);
   assert.doesNotMatch(ok, /data-row="1" data-mark="kv-hit"/);
   assert.match(ok, /2 of 2 rows meet both goals/);
+});
+
+Deno.test("groupRows sums seeds of one trace up per load: mean and worst, rows met", () => {
+  const groups = groupRows([
+    row("moderate", 50, 0.5, { trace: "a seed 1" }), // 0.5x, 100%: met
+    row("saturation", 30, 0.5, { trace: "a seed 1" }),
+    row("moderate", 70, 0.4, { trace: "a seed 2" }), // 0.7x, 80%: missed
+    row("moderate", 95, 0, { trace: "n seed 1", ceiling: 0 }),
+    row("moderate", 40, 0.5, { trace: "mooncake (first 10)" }),
+  ]);
+  assert.deepEqual(groups.map((g) => `${g.group} ${g.level} ${g.met}/${g.rows}`), [
+    "a moderate 1/2",
+    "a saturation 1/1",
+    "n moderate 1/1",
+    "mooncake (first 10) moderate 1/1",
+  ]);
+  const [a] = groups;
+  assert.ok(Math.abs(a!.p90.mean - 0.6) < 1e-12 && Math.abs(a!.p90.worst - 0.7) < 1e-12);
+  assert.ok(Math.abs(a!.hit!.mean - 0.9) < 1e-12 && Math.abs(a!.hit!.worst - 0.8) < 1e-12);
+  assert.equal(groups[2]!.hit, undefined, "nothing shared");
 });

@@ -148,6 +148,23 @@ const MET = "#2e7d32";
 const MISSED = "#c62828";
 const GREY = "#888";
 
+// The marks of one row, centred on (x, y), each tagged with its row and kind.
+const tag = (i: number, mark: string) => `data-row="${i}" data-mark="${mark}"`;
+const tick = (x: number, y: number, i: number, mark: string) =>
+  `<line x1="${x.toFixed(1)}" y1="${y - 6}" x2="${x.toFixed(1)}" y2="${
+    y + 6
+  }" stroke="#000" stroke-width="2" ${tag(i, mark)}/>`;
+const square = (x: number, y: number, i: number, mark: string) =>
+  `<rect x="${(x - 3).toFixed(1)}" y="${y - 3}" width="6" height="6" fill="${GREY}" ${
+    tag(i, mark)
+  }/>`;
+const ring = (x: number, y: number, i: number, mark: string) =>
+  `<circle cx="${x.toFixed(1)}" cy="${y}" r="4" fill="none" stroke="${GREY}" ${tag(i, mark)}/>`;
+const dot = (x: number, y: number, i: number, mark: string, met: boolean, title: string) =>
+  `<circle cx="${x.toFixed(1)}" cy="${y}" r="4" fill="${met ? MET : MISSED}" ${
+    tag(i, mark)
+  }><title>${title}</title></circle>`;
+
 /**
  * A dot chart of every row against its goals, one line per row: on the left the KV router's p90
  * TTFT as a ratio to round-robin's (lower is better) with the per-request bound and the
@@ -233,51 +250,33 @@ export function renderRoutingGoals(rows: readonly RoutingRow[], title: string): 
     const ok = meetsGoals(r);
     parts.push(
       `<text x="10" y="${y + 4}">${escapeXml(`${r.trace}, ${r.level}`)}</text>`,
-      `<text x="${x2 + panelW + 10}" y="${y + 4}" fill="${ok ? MET : MISSED}" data-row="${i}" ` +
-        `data-mark="status">${ok ? "met" : "missed"}</text>`,
+      `<text x="${x2 + panelW + 10}" y="${y + 4}" fill="${ok ? MET : MISSED}" ${tag(i, "status")}>${
+        ok ? "met" : "missed"
+      }</text>`,
     );
     // Left: goal tick, bound square, oracle ring, KV dot.
     const rr = r.rr.ttft_ms.p90;
     const oracle = Math.min(r.oracleRr.ttft_ms.p90, r.oracleKv.ttft_ms.p90) / rr;
     const kv = r.kv.ttft_ms.p90 / rr;
     parts.push(
-      `<line x1="${f(xRatio(p90Goal(r)))}" y1="${y - 6}" x2="${f(xRatio(p90Goal(r)))}" y2="${
-        y + 6
-      }" stroke="#000" stroke-width="2" data-row="${i}" data-mark="p90-goal"/>`,
-      `<rect x="${f(xRatio(r.boundP90 / rr) - 3)}" y="${
-        y - 3
-      }" width="6" height="6" fill="${GREY}" data-row="${i}" data-mark="bound"/>`,
-      `<circle cx="${
-        f(xRatio(oracle))
-      }" cy="${y}" r="4" fill="none" stroke="${GREY}" data-row="${i}" data-mark="oracle"/>`,
-      `<circle cx="${f(xRatio(kv))}" cy="${y}" r="4" fill="${
-        meetsP90(r, r.kv) ? MET : MISSED
-      }" data-row="${i}" data-mark="kv-p90"><title>${kv.toFixed(3)}x</title></circle>`,
+      tick(xRatio(p90Goal(r)), y, i, "p90-goal"),
+      square(xRatio(r.boundP90 / rr), y, i, "bound"),
+      ring(xRatio(oracle), y, i, "oracle"),
+      dot(xRatio(kv), y, i, "kv-p90", meetsP90(r, r.kv), `${kv.toFixed(3)}x`),
     );
     // Right: the hit rates as shares of the ceiling, or a note where nothing is shared.
     const goal = hitGoal(r);
     if (goal === undefined) {
-      parts.push(
-        `<text x="${x2 + 10}" y="${y + 4}" fill="${GREY}">nothing shared</text>`,
-      );
+      parts.push(`<text x="${x2 + 10}" y="${y + 4}" fill="${GREY}">nothing shared</text>`);
       return;
     }
     const share = (hit: number) => hit / r.ceiling;
+    const kvShare = share(r.kv.prefix_hit_rate);
     parts.push(
-      `<line x1="${f(xShare(goal))}" y1="${y - 6}" x2="${f(xShare(goal))}" y2="${
-        y + 6
-      }" stroke="#000" stroke-width="2" data-row="${i}" data-mark="hit-goal"/>`,
-      `<rect x="${f(xShare(share(r.rr.prefix_hit_rate)) - 3)}" y="${
-        y - 3
-      }" width="6" height="6" fill="${GREY}" data-row="${i}" data-mark="rr-hit"/>`,
-      `<circle cx="${
-        f(xShare(share(r.capacity.lru)))
-      }" cy="${y}" r="4" fill="none" stroke="${GREY}" data-row="${i}" data-mark="lru-hit"/>`,
-      `<circle cx="${f(xShare(share(r.kv.prefix_hit_rate)))}" cy="${y}" r="4" fill="${
-        meetsHit(r, r.kv) ? MET : MISSED
-      }" data-row="${i}" data-mark="kv-hit"><title>${
-        (share(r.kv.prefix_hit_rate) * 100).toFixed(1)
-      }%</title></circle>`,
+      tick(xShare(goal), y, i, "hit-goal"),
+      square(xShare(share(r.rr.prefix_hit_rate)), y, i, "rr-hit"),
+      ring(xShare(share(r.capacity.lru)), y, i, "lru-hit"),
+      dot(xShare(kvShare), y, i, "kv-hit", meetsHit(r, r.kv), `${(kvShare * 100).toFixed(1)}%`),
     );
   });
   const met = rows.filter((r) => meetsGoals(r)).length;

@@ -345,6 +345,11 @@ async function savedRows(
 }
 
 const from = flag("--from");
+if (from !== undefined) {
+  const runFlags = ["--held-out", "--synthetic", "--traces", "--quick", "--seeds", "--workers"];
+  const given = runFlags.filter((f) => Deno.args.includes(f));
+  if (given.length > 0) fail(`--from prints a saved run: ${given.join(", ")} would not apply`);
+}
 const { workers, rows, replicas } = from === undefined ? await runRows() : await savedRows(from);
 
 console.log(`\nKV router (defaults) vs round-robin, ${workers} simulated mocker workers`);

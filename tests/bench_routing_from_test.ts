@@ -79,6 +79,9 @@ Deno.test("bench:routing --from refuses a file that is not a saved run, saying w
     const out = await run("--from", bad);
     assert.equal(out.code, 2);
     assert.match(new TextDecoder().decode(out.stderr), /--from .*bad\.json: row 0: `level`/);
+    const mixed = await run("--from", bad, "--held-out");
+    assert.equal(mixed.code, 2);
+    assert.match(new TextDecoder().decode(mixed.stderr), /--held-out would not apply/);
     const missing = await run("--from", `${dir}/none.json`);
     assert.equal(missing.code, 2);
     assert.match(new TextDecoder().decode(missing.stderr), /--from .*none\.json: /);

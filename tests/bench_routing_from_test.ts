@@ -2,6 +2,7 @@
 // is not one refused with the reason and exit status 2.
 
 import assert from "node:assert/strict";
+import { routingRow } from "../cli/_bench/_routing_test_support.ts";
 
 const script = new URL("../bench/routing.ts", import.meta.url).pathname;
 
@@ -10,33 +11,8 @@ function run(...args: string[]): Promise<Deno.CommandOutput> {
     .output();
 }
 
-function mode(p90: number, hit: number) {
-  return {
-    requests: 10,
-    failed: 0,
-    ttft_ms: { p50: p90 / 2, p90, p99: p90 * 2 },
-    itl_ms: { p50: 1, p90: 2 },
-    output_tokens_per_s: 100,
-    prefix_hit_rate: hit,
-    seconds: 1,
-    errors: [],
-  };
-}
-
-function row(trace: string, level: string, kvP90: number, kvHit: number) {
-  return {
-    trace,
-    level,
-    load: 2,
-    ceiling: 0.5,
-    rr: mode(100, 0.25),
-    kv: mode(kvP90, kvHit),
-    kvPlain: mode(90, 0.3),
-    boundP90: 20,
-    oracleRr: mode(70, 0.5),
-    oracleKv: mode(50, 0.5),
-    capacity: { belady: 0.5, lru: 0.4 },
-  };
+function row(trace: string, level: "moderate" | "saturation", kvP90: number, kvHit: number) {
+  return routingRow(level, kvP90, kvHit, { trace });
 }
 
 Deno.test("bench:routing --from prints a saved run's tables and goals and draws it with --svg", async () => {

@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { InvalidArgumentError } from "../../runtime/errors.ts";
-import type { ModeSummary } from "./report.ts";
+import { routingRow } from "./_routing_test_support.ts";
 import {
   groupRows,
   hitGoal,
@@ -15,40 +15,7 @@ import {
   type RoutingRow,
 } from "./routing_goals.ts";
 
-function mode(p90: number, hit: number): ModeSummary {
-  return {
-    requests: 10,
-    failed: 0,
-    ttft_ms: { p50: p90 / 2, p90, p99: p90 * 2 },
-    itl_ms: { p50: 1, p90: 2 },
-    output_tokens_per_s: 100,
-    prefix_hit_rate: hit,
-    seconds: 1,
-    errors: [],
-  };
-}
-
-/** A row where round-robin's p90 is 100 ms and the ceiling 0.5, with the KV router's figures. */
-function row(
-  level: RoutingRow["level"],
-  kvP90: number,
-  kvHit: number,
-  { ceiling = 0.5, trace = "t seed 1" } = {},
-): RoutingRow {
-  return {
-    trace,
-    level,
-    load: 1,
-    ceiling,
-    rr: mode(100, 0.25),
-    kv: mode(kvP90, kvHit),
-    kvPlain: mode(100, 0.3),
-    boundP90: 20,
-    oracleRr: mode(70, 0.5),
-    oracleKv: mode(50, 0.5),
-    capacity: { belady: 0.5, lru: 0.375 },
-  };
-}
+const row = routingRow;
 
 Deno.test("the goals: 0.6x and 90% at moderate load, a third and 85% near saturation, 1.05x where nothing is shared", () => {
   assert.equal(p90Goal(row("moderate", 0, 0)), 0.6);

@@ -12,7 +12,6 @@ import {
   p90Goal,
   parseRoutingRows,
   renderRoutingGoals,
-  type RoutingRow,
 } from "./routing_goals.ts";
 
 const row = routingRow;

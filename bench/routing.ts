@@ -35,9 +35,9 @@ import {
   hitGoal,
   meetsGoals,
   p90Goal,
-  parseRoutingRows,
   renderRoutingGoals,
   type RoutingRow,
+  routingRowsOf,
 } from "../cli/_bench/routing_goals.ts";
 import { DEFAULT_NUM_GPU_BLOCKS, defaultHostBlocks } from "../llm/engines/mocker/block_manager.ts";
 import { checkFlags, flag, flagValues } from "./_stats.ts";
@@ -100,8 +100,6 @@ const HELD_OUT = Deno.args.includes("--held-out");
 if (HELD_OUT && SYNTHETIC.length > 0) fail("--held-out and --synthetic name different traces");
 // --reference-cost: the kv side uses the reference's weighted cost at weight 1 (the old default).
 const policy = Deno.args.includes("--reference-cost") ? { overlapScoreWeight: 1 } : undefined;
-
-type Row = RoutingRow;
 
 /** The held-out parameter sets: name, `--synthetic` spec, seeds. */
 const HELD_OUT_SETS: Array<[string, string, number]> = [
@@ -188,8 +186,15 @@ interface ReplicaRatio {
   p90Ratio: number;
 }
 
+/** A run's figures: the fleet's size, its rows, and the replica-sync ratios. */
+interface RoutingRun {
+  workers: number;
+  rows: RoutingRow[];
+  replicas: ReplicaRatio[];
+}
+
 /** Simulates every row the flags name. */
-async function runRows(): Promise<{ workers: number; rows: Row[]; replicas: ReplicaRatio[] }> {
+async function runRows(): Promise<RoutingRun> {
   const traces: Array<[string, TraceRequest[], number?]> = [];
   if (SYNTHETIC.length > 0) {
     // Traces named on the command line, each with seeds 1..--seeds.
@@ -266,7 +271,7 @@ async function runRows(): Promise<{ workers: number; rows: Row[]; replicas: Repl
     traces.splice(0, traces.length, ...traces.filter(([name]) => re.test(name)));
   }
 
-  const rows: Row[] = [];
+  const rows: RoutingRow[] = [];
   // Two routers (frontends) with replica sync, taking turns with the requests, on each synthetic
   // sharing trace's first seed: their hit rate and p90 TTFT against one router's.
   const replicas: ReplicaRatio[] = [];
@@ -326,9 +331,7 @@ async function runRows(): Promise<{ workers: number; rows: Row[]; replicas: Repl
 }
 
 /** The rows of a saved `--json` file (`--from`). */
-async function savedRows(
-  path: string,
-): Promise<{ workers: number; rows: Row[]; replicas: ReplicaRatio[] }> {
+async function savedRows(path: string): Promise<RoutingRun> {
   let text: string;
   try {
     text = await Deno.readTextFile(path);
@@ -336,9 +339,12 @@ async function savedRows(
     fail(`--from ${path}: ${(e as Error).message}`);
   }
   try {
-    const rows = parseRoutingRows(text);
     const doc = JSON.parse(text) as { workers?: number; replicaSync?: ReplicaRatio[] };
-    return { workers: doc.workers ?? WORKERS, rows, replicas: doc.replicaSync ?? [] };
+    return {
+      workers: doc.workers ?? WORKERS,
+      rows: routingRowsOf(doc),
+      replicas: doc.replicaSync ?? [],
+    };
   } catch (e) {
     fail(`--from ${path}: ${(e as Error).message}`);
   }
@@ -416,7 +422,7 @@ console.log(
     (oracleMisses.length ? `: ${oracleMisses.map((r) => `${r.trace} ${r.level}`).join("; ")}` : ""),
 );
 // The hit goal against what caches of the fleet's size can hit at all.
-const hitShare = (r: Row) => r.ceiling * (hitGoal(r) ?? 0);
+const hitShare = (r: RoutingRow) => r.ceiling * (hitGoal(r) ?? 0);
 const overCapacity = rows.filter((r) => r.ceiling > 0 && r.capacity.belady < hitShare(r));
 const overLru = rows.filter((r) => r.ceiling > 0 && r.capacity.lru < hitShare(r));
 console.log(

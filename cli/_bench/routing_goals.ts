@@ -76,6 +76,14 @@ export function parseRoutingRows(text: string): RoutingRow[] {
   } catch (e) {
     throw new InvalidArgumentError(`not JSON: ${(e as Error).message}`);
   }
+  return routingRowsOf(doc);
+}
+
+/**
+ * The rows of a saved `bench:routing --json` file already parsed from JSON.
+ * @throws {InvalidArgumentError} when it is not such a file (says which row and field)
+ */
+export function routingRowsOf(doc: unknown): RoutingRow[] {
   const rows = (doc as { rows?: unknown } | null)?.rows;
   if (!Array.isArray(rows)) throw new InvalidArgumentError("no `rows` array");
   rows.forEach((r, i) => {
@@ -125,7 +133,9 @@ export function groupRows(rows: readonly RoutingRow[]): RowGroup[] {
   const groups = new Map<string, RoutingRow[]>();
   for (const r of rows) {
     const key = `${groupName(r.trace)}\u0000${r.level}`;
-    groups.set(key, [...groups.get(key) ?? [], r]);
+    const members = groups.get(key);
+    if (members) members.push(r);
+    else groups.set(key, [r]);
   }
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   return [...groups.values()].map((members) => {
@@ -148,20 +158,20 @@ const MET = "#2e7d32";
 const MISSED = "#c62828";
 const GREY = "#888";
 
+/** A coordinate as the SVG writes it. */
+const px = (v: number) => v.toFixed(1);
 // The marks of one row, centred on (x, y), each tagged with its row and kind.
 const tag = (i: number, mark: string) => `data-row="${i}" data-mark="${mark}"`;
 const tick = (x: number, y: number, i: number, mark: string) =>
-  `<line x1="${x.toFixed(1)}" y1="${y - 6}" x2="${x.toFixed(1)}" y2="${
-    y + 6
-  }" stroke="#000" stroke-width="2" ${tag(i, mark)}/>`;
-const square = (x: number, y: number, i: number, mark: string) =>
-  `<rect x="${(x - 3).toFixed(1)}" y="${y - 3}" width="6" height="6" fill="${GREY}" ${
+  `<line x1="${px(x)}" y1="${y - 6}" x2="${px(x)}" y2="${y + 6}" stroke="#000" stroke-width="2" ${
     tag(i, mark)
   }/>`;
+const square = (x: number, y: number, i: number, mark: string) =>
+  `<rect x="${px(x - 3)}" y="${y - 3}" width="6" height="6" fill="${GREY}" ${tag(i, mark)}/>`;
 const ring = (x: number, y: number, i: number, mark: string) =>
-  `<circle cx="${x.toFixed(1)}" cy="${y}" r="4" fill="none" stroke="${GREY}" ${tag(i, mark)}/>`;
+  `<circle cx="${px(x)}" cy="${y}" r="4" fill="none" stroke="${GREY}" ${tag(i, mark)}/>`;
 const dot = (x: number, y: number, i: number, mark: string, met: boolean, title: string) =>
-  `<circle cx="${x.toFixed(1)}" cy="${y}" r="4" fill="${met ? MET : MISSED}" ${
+  `<circle cx="${px(x)}" cy="${y}" r="4" fill="${met ? MET : MISSED}" ${
     tag(i, mark)
   }><title>${title}</title></circle>`;
 
@@ -199,7 +209,6 @@ export function renderRoutingGoals(rows: readonly RoutingRow[], title: string): 
   const xShare = (v: number) => x2 + 10 + Math.min(Math.max(v, 0), 1) * inner;
   const yOf = (i: number) => top + i * rowH + rowH / 2;
   const bottom = top + rows.length * rowH;
-  const f = (v: number) => v.toFixed(1);
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`,
     `<rect width="100%" height="100%" fill="white"/>`,
@@ -223,9 +232,9 @@ export function renderRoutingGoals(rows: readonly RoutingRow[], title: string): 
   const axis = (x: (v: number) => number, ticks: number[], label: (v: number) => string) => {
     for (const t of ticks) {
       parts.push(
-        `<line x1="${f(x(t))}" y1="${top}" x2="${f(x(t))}" y2="${bottom}" stroke="#eee"/>`,
-        `<text x="${f(x(t))}" y="${top - 6}" text-anchor="middle">${label(t)}</text>`,
-        `<text x="${f(x(t))}" y="${bottom + 14}" text-anchor="middle">${label(t)}</text>`,
+        `<line x1="${px(x(t))}" y1="${top}" x2="${px(x(t))}" y2="${bottom}" stroke="#eee"/>`,
+        `<text x="${px(x(t))}" y="${top - 6}" text-anchor="middle">${label(t)}</text>`,
+        `<text x="${px(x(t))}" y="${bottom + 14}" text-anchor="middle">${label(t)}</text>`,
       );
     }
   };
@@ -234,8 +243,8 @@ export function renderRoutingGoals(rows: readonly RoutingRow[], title: string): 
   axis(xShare, [0, 0.2, 0.4, 0.6, 0.8, 1], (v) => `${Math.round(v * 100)}%`);
   // Round-robin's own p90, 1x.
   parts.push(
-    `<line x1="${f(xRatio(1))}" y1="${top}" x2="${
-      f(xRatio(1))
+    `<line x1="${px(xRatio(1))}" y1="${top}" x2="${
+      px(xRatio(1))
     }" y2="${bottom}" stroke="${GREY}" stroke-dasharray="3 3"/>`,
   );
   rows.forEach((r, i) => {

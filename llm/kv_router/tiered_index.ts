@@ -10,8 +10,8 @@
  * every tier's (no second tree, no tier sets: a fleet of GPU-only workers costs what one radix
  * tree costs); that event copies it into the others. So a worker whose GPU evicts a block it
  * offloaded to host memory (the reference's mocker offloads every block it computes) still holds
- * it, below the device. A request's prefix a worker can serve without computing is its longest prefix held in
- * any tier; past its device prefix, the blocks are copied up first.
+ * it, below the device. A request's prefix a worker can serve without computing is its longest
+ * prefix held in any tier; past its device prefix, the blocks are copied up first.
  *
  * @module
  */
